@@ -1,0 +1,271 @@
+#!/usr/bin/env bash
+# Validate the Kubernetes manifests under k8s/ offline, without a cluster.
+#
+#   deploy/k8s-validate.sh            # from anywhere in the repository
+#
+# 1. Installs the PyPI package kubernetes-validate (pinned) into a venv under
+#    ${ENGRAM_LOCAL_DIR:-/var/tmp/engram-local}/tools/k8s-venv, once.
+# 2. Renders every kustomization.yaml by concatenating its resources
+#    (recursively), and fails on a manifest no kustomization includes (other
+#    than *.example.yaml). The kustomizations are plain resource lists on purpose, so
+#    this is exactly what kustomize renders; the script refuses any other
+#    kustomization field. Where kubectl is installed it also renders each one
+#    with `kubectl kustomize` and checks that both renderings agree.
+# 3. Cross-checks what a schema cannot see: selectors match pod labels, probe
+#    and Service ports match container ports, referenced ConfigMaps exist, the
+#    Secret keys used are those of k8s/base/secret.example.yaml, the grace
+#    period covers the service's shutdown, the recommended labels are set.
+# 4. Runs `kubernetes-validate --strict` on every manifest file and every
+#    rendering, for each Kubernetes version in ENGRAM_K8S_VERSIONS. An unknown
+#    kind (no schema) counts as a failure.
+#
+# Environment:
+#   ENGRAM_LOCAL_DIR       machine-local tools and data (default /var/tmp/engram-local)
+#   ENGRAM_K8S_VERSIONS    versions to validate against (default "1.37.0 1.30.0":
+#                          the newest kubernetes-validate knows and the oldest
+#                          the manifests support, for the preStop sleep action)
+#   KUBECTL                kubectl to render with (default: kubectl on PATH);
+#                          KUBECTL=none takes the no-kubectl path
+#
+# Exits non-zero on the first failing stage.
+set -euo pipefail
+
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+local_dir=${ENGRAM_LOCAL_DIR:-/var/tmp/engram-local}
+venv=$local_dir/tools/k8s-venv
+kv_version=1.37.0
+read -r -a k8s_versions <<< "${ENGRAM_K8S_VERSIONS:-1.37.0 1.30.0}"
+k8s_dir=$repo_root/k8s
+kubectl=${KUBECTL:-kubectl}
+
+say() { printf '==> %s\n' "$*"; }
+die() { printf 'k8s-validate: %s\n' "$*" >&2; exit 1; }
+
+# --- 1. tools --------------------------------------------------------------
+installed_version() {
+    "$venv/bin/kubernetes-validate" --version 2>/dev/null || true
+}
+if [[ "$(installed_version)" != "$kv_version" ]]; then
+    command -v python3 > /dev/null || die "python3 is required (apt-get install python3 python3-venv)"
+    say "installing kubernetes-validate==$kv_version into $venv"
+    mkdir -p "$(dirname "$venv")"
+    python3 -m venv "$venv" \
+        || die "python3 -m venv failed (on Debian: apt-get install python3-venv)"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "kubernetes-validate==$kv_version"
+    [[ "$(installed_version)" == "$kv_version" ]] || die "kubernetes-validate did not install"
+fi
+python=$venv/bin/python   # has PyYAML, a dependency of kubernetes-validate
+say "kubernetes-validate $(installed_version) from $venv; Kubernetes ${k8s_versions[*]}"
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/engram-k8s-validate.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/concat" "$work/kustomize"
+
+# --- 2. render ---------------------------------------------------------------
+# Prints one line per kustomization: "<dir relative to repo>\t<rendered file>".
+"$python" - "$repo_root" "$k8s_dir" "$work/concat" > "$work/kustomizations.tsv" <<'PY'
+import pathlib, sys, yaml
+
+repo, k8s, out = (pathlib.Path(p) for p in sys.argv[1:4])
+ALLOWED = {"apiVersion", "kind", "resources"}
+
+def resources_of(kdir: pathlib.Path, seen: tuple) -> list[pathlib.Path]:
+    if kdir in seen:
+        sys.exit(f"kustomization cycle through {kdir}")
+    kfile = kdir / "kustomization.yaml"
+    if not kfile.is_file():
+        sys.exit(f"{kdir}: no kustomization.yaml")
+    k = yaml.safe_load(kfile.read_text()) or {}
+    extra = set(k) - ALLOWED
+    if extra:
+        sys.exit(f"{kfile.relative_to(repo)}: fields {sorted(extra)} are not rendered by concatenation; "
+                 "keep base kustomizations to plain resource lists (use an overlay for the rest)")
+    files = []
+    for entry in k.get("resources") or []:
+        target = (kdir / entry).resolve()
+        if target.is_dir():
+            files += resources_of(target, seen + (kdir,))
+        elif target.is_file():
+            files.append(target)
+        else:
+            sys.exit(f"{kfile.relative_to(repo)}: resource {entry!r} does not exist")
+    return files
+
+included = set()
+for kfile in sorted(k8s.rglob("kustomization.yaml"), key=lambda p: p.parent.parts):
+    kdir = kfile.parent
+    rel = kdir.relative_to(repo)
+    files = resources_of(kdir, ())
+    included.update(files)
+    if len(set(files)) != len(files):
+        sys.exit(f"{rel}: a resource file is included twice")
+    target = out / (str(rel).replace("/", "__") + ".yaml")
+    target.write_text("".join(f"---\n# Source: {f.relative_to(repo)}\n{f.read_text()}" for f in files))
+    print(f"{rel}\t{target}")
+
+# A manifest no kustomization includes would never be applied: only examples may be.
+orphans = [f.relative_to(repo) for f in sorted(k8s.rglob("*.yaml"))
+           if f.name != "kustomization.yaml" and not f.name.endswith(".example.yaml")
+           and f.resolve() not in included]
+if orphans:
+    sys.exit(f"not included by any kustomization: {', '.join(map(str, orphans))}")
+PY
+while IFS=$'\t' read -r rel rendered; do
+    say "rendered $rel by concatenation ($(grep -c '^kind:' "$rendered") objects)"
+done < "$work/kustomizations.tsv"
+
+if [[ "$kubectl" != none ]] && command -v "$kubectl" > /dev/null; then
+    while IFS=$'\t' read -r rel rendered; do
+        kustomized=$work/kustomize/$(basename "$rendered")
+        "$kubectl" kustomize "$repo_root/$rel" > "$kustomized" 2> "$work/kubectl.err" \
+            || { cat "$work/kubectl.err" >&2; die "kubectl kustomize $rel failed"; }
+        "$python" - "$rendered" "$kustomized" <<'PY' || die "$rel: kustomize and concatenation disagree"
+import sys, yaml
+def objects(path):
+    docs = [d for d in yaml.safe_load_all(open(path)) if d]
+    return {(d["kind"], d["metadata"]["name"]): d for d in docs}
+a, b = objects(sys.argv[1]), objects(sys.argv[2])
+if a != b:
+    for key in sorted(set(a) | set(b)):
+        if a.get(key) != b.get(key):
+            print(f"  differs: {key[0]}/{key[1]}", file=sys.stderr)
+    sys.exit(1)
+PY
+        say "kubectl kustomize $rel matches the concatenation"
+    done < "$work/kustomizations.tsv"
+else
+    say "kubectl not installed: validating the concatenated renderings and the resource files"
+fi
+
+# --- 3. cross-checks ---------------------------------------------------------
+"$python" - "$repo_root" "$k8s_dir" "$work/kustomizations.tsv" <<'PY'
+import pathlib, sys, yaml
+
+repo, k8s, listing = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3]
+failures, checks = [], 0
+
+def check(ok, what):
+    global checks
+    checks += 1
+    if not ok:
+        failures.append(what)
+
+secret_example = k8s / "base" / "secret.example.yaml"
+secret_doc = yaml.safe_load(secret_example.read_text())
+secret_name = secret_doc["metadata"]["name"]
+secret_keys = set(secret_doc.get("stringData") or {}) | set(secret_doc.get("data") or {})
+
+for line in open(listing):
+    rel, rendered = line.rstrip("\n").split("\t")
+    docs = [d for d in yaml.safe_load_all(open(rendered)) if d]
+    by_kind = {}
+    for d in docs:
+        by_kind.setdefault(d["kind"], {})[d["metadata"]["name"]] = d
+    configmaps = by_kind.get("ConfigMap", {})
+    deployments = by_kind.get("Deployment", {})
+
+    for d in docs:
+        name = f"{rel}: {d['kind']}/{d['metadata']['name']}"
+        labels = d["metadata"].get("labels") or {}
+        for key in ("app.kubernetes.io/name", "app.kubernetes.io/part-of", "app.kubernetes.io/component"):
+            check(key in labels, f"{name}: label {key} missing")
+        check(labels.get("app.kubernetes.io/part-of") == "engram", f"{name}: part-of is not engram")
+
+    for dname, dep in deployments.items():
+        where = f"{rel}: Deployment/{dname}"
+        spec = dep["spec"]
+        pod = spec["template"]["spec"]
+        pod_labels = spec["template"]["metadata"]["labels"]
+        check(all(pod_labels.get(k) == v for k, v in spec["selector"]["matchLabels"].items()),
+              f"{where}: selector does not match the pod labels")
+        check(pod.get("securityContext", {}).get("runAsNonRoot") is True, f"{where}: pod runAsNonRoot")
+        containers = [(False, c) for c in pod.get("initContainers", [])] + [(True, c) for c in pod["containers"]]
+        for is_main, c in containers:
+            cw = f"{where} container {c['name']}"
+            sc = c.get("securityContext", {})
+            check(sc.get("readOnlyRootFilesystem") is True, f"{cw}: readOnlyRootFilesystem")
+            check(sc.get("allowPrivilegeEscalation") is False, f"{cw}: allowPrivilegeEscalation")
+            check(sc.get("capabilities", {}).get("drop") == ["ALL"], f"{cw}: capabilities drop ALL")
+            check("requests" in c.get("resources", {}) and "limits" in c.get("resources", {}),
+                  f"{cw}: resources requests and limits")
+            env = {}
+            for ref in c.get("envFrom", []):
+                cm = ref.get("configMapRef", {}).get("name")
+                if cm:
+                    check(cm in configmaps, f"{cw}: ConfigMap {cm} is not in {rel}")
+                    env.update((configmaps.get(cm) or {}).get("data") or {})
+                check("secretRef" not in ref, f"{cw}: use secretKeyRef per key, not secretRef")
+            for e in c.get("env", []):
+                ref = (e.get("valueFrom") or {}).get("secretKeyRef")
+                if ref:
+                    check(ref["name"] == secret_name and ref["key"] in secret_keys,
+                          f"{cw}: secret {ref['name']}/{ref['key']} is not in {secret_example.name}")
+            if is_main:
+                ports = {p.get("name"): p["containerPort"] for p in c.get("ports", [])}
+                check("grpc" in ports, f"{cw}: no container port named grpc")
+                listen = env.get("ENGRAM_GRPC__LISTEN_ADDR", "")
+                check(listen.rsplit(":", 1)[-1] == str(ports.get("grpc")),
+                      f"{cw}: ENGRAM_GRPC__LISTEN_ADDR {listen!r} is not the grpc port")
+                for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+                    p = c.get(probe)
+                    check(p is not None and "grpc" in p, f"{cw}: {probe} must be a native grpc probe")
+                    if p and "grpc" in p:
+                        check(p["grpc"]["port"] == ports.get("grpc"), f"{cw}: {probe} port is not the grpc port")
+                grace = int(env.get("ENGRAM_GRPC__SHUTDOWN_GRACE_SECS", "20"))
+                pre_stop = (((c.get("lifecycle") or {}).get("preStop") or {}).get("sleep") or {}).get("seconds", 0)
+                check(pod.get("terminationGracePeriodSeconds", 30) > grace + pre_stop,
+                      f"{cw}: terminationGracePeriodSeconds must exceed shutdown grace {grace}s + preStop {pre_stop}s")
+        for v in pod.get("volumes", []):
+            if "secret" in v:
+                check(v["secret"]["secretName"] == secret_name, f"{where}: volume {v['name']} secret name")
+                for item in v["secret"].get("items", []):
+                    check(item["key"] in secret_keys, f"{where}: secret key {item['key']} not in the example")
+
+    for sname, svc in by_kind.get("Service", {}).items():
+        where = f"{rel}: Service/{sname}"
+        selector = svc["spec"]["selector"]
+        targets = [d for d in deployments.values()
+                   if all(d["spec"]["template"]["metadata"]["labels"].get(k) == v for k, v in selector.items())]
+        check(len(targets) == 1, f"{where}: selector matches {len(targets)} Deployments, expected 1")
+        for port in svc["spec"]["ports"]:
+            check(port.get("name") == "grpc" and port.get("appProtocol") == "grpc",
+                  f"{where}: port must be named grpc with appProtocol grpc")
+            for d in targets:
+                cports = {p.get("name"): p["containerPort"]
+                          for c in d["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])}
+                check(port["targetPort"] in cports or port["targetPort"] in cports.values(),
+                      f"{where}: targetPort {port['targetPort']} is not a container port")
+
+for f in failures:
+    print(f"  FAIL {f}", file=sys.stderr)
+print(f"==> cross-checks: {checks - len(failures)} passed, {len(failures)} failed")
+sys.exit(1 if failures else 0)
+PY
+
+# --- 4. schema validation ------------------------------------------------------
+mapfile -t manifests < <(cd "$repo_root" && find k8s -name '*.yaml' ! -name kustomization.yaml | sort)
+mapfile -t renderings < <(cut -f2 "$work/kustomizations.tsv"; find "$work/kustomize" -name '*.yaml' | sort)
+(( ${#manifests[@]} > 0 )) || die "no manifests under k8s/"
+
+status=0
+for version in "${k8s_versions[@]}"; do
+    out=$work/kv-$version.log
+    if (cd "$repo_root" && "$venv/bin/kubernetes-validate" --strict -k "$version" \
+            "${manifests[@]}" "${renderings[@]}") > "$out" 2>&1 \
+        && ! grep -q '^WARN' "$out"; then
+        :
+    else
+        status=1
+    fi
+    grep -v '^INFO' "$out" || true
+    passed=$(grep -c '^INFO .* passed' "$out" || true)
+    problems=$(grep -c -E '^(ERROR|WARN)' "$out" || true)
+    say "kubernetes-validate --strict -k $version: ${#manifests[@]} files + ${#renderings[@]} renderings," \
+        "$passed resources passed, $problems errors or warnings"
+done
+if (( status != 0 )); then
+    die "schema validation failed"
+fi
+
+say "all manifests valid:"
+printf '    %s\n' "${manifests[@]}"

@@ -1,0 +1,180 @@
+//! ApplyCommand: natural-language memory commands, carried out with the same operations as the
+//! explicit RPCs.
+
+use engram_core::commands::{MemoryCommand, parse_command};
+use engram_core::{ConversationId, MemoryId, MemoryText, Scope, SpeakerRole};
+use engram_store::audit;
+use engram_store::memories::MemoryRecord;
+use engram_store::spaces::SettingsPatch;
+
+use crate::error::IngestError;
+use crate::write_path::{MemoryWriter, RememberCommand, RememberResult};
+
+/// What ApplyCommand did.
+#[derive(Debug, Clone)]
+pub struct CommandOutcome {
+    pub command: Option<MemoryCommand>,
+    pub applied: bool,
+    pub reply: String,
+    pub memory: Option<MemoryRecord>,
+    pub remember: Option<RememberResult>,
+}
+
+impl CommandOutcome {
+    fn done(
+        command: MemoryCommand,
+        reply: impl Into<String>,
+        memory: Option<MemoryRecord>,
+    ) -> Self {
+        Self {
+            command: Some(command),
+            applied: true,
+            reply: reply.into(),
+            memory,
+            remember: None,
+        }
+    }
+
+    fn not_applied(command: MemoryCommand, reply: impl Into<String>) -> Self {
+        Self {
+            command: Some(command),
+            applied: false,
+            reply: reply.into(),
+            memory: None,
+            remember: None,
+        }
+    }
+}
+
+impl MemoryWriter {
+    #[tracing::instrument(skip_all, fields(user_id = %scope.user_id, space = %scope.space, conversation = %conversation), err(Display))]
+    pub async fn apply_command(
+        &self,
+        scope: &Scope,
+        conversation: ConversationId,
+        message: &str,
+    ) -> Result<CommandOutcome, IngestError> {
+        let Some(command) = parse_command(message) else {
+            return Ok(CommandOutcome {
+                command: None,
+                applied: false,
+                reply: "no command".into(),
+                memory: None,
+                remember: None,
+            });
+        };
+        tracing::info!(command = ?command, "memory command recognised");
+        match command.clone() {
+            MemoryCommand::ForgetLast => {
+                let Some(last) = self.last_written(scope, conversation).await? else {
+                    return Ok(CommandOutcome::not_applied(
+                        command,
+                        "Nothing from this conversation is in memory.",
+                    ));
+                };
+                let forgotten = self.forget(scope, last, Some(conversation)).await?;
+                Ok(CommandOutcome::done(
+                    command,
+                    "Forgotten.",
+                    Some(forgotten.memory),
+                ))
+            }
+            MemoryCommand::PinLast => {
+                let Some(last) = self.last_written(scope, conversation).await? else {
+                    return Ok(CommandOutcome::not_applied(
+                        command,
+                        "Nothing from this conversation is in memory to pin.",
+                    ));
+                };
+                let pinned = self
+                    .set_pinned(scope, last, true, Some(conversation))
+                    .await?;
+                Ok(CommandOutcome::done(command, "Pinned.", Some(pinned)))
+            }
+            MemoryCommand::Remember(content) => {
+                let text = MemoryText::parse("message", &content, self.settings.max_text_chars)?;
+                let result = self
+                    .remember(RememberCommand {
+                        scope: scope.clone(),
+                        text,
+                        category: None,
+                        role: SpeakerRole::User,
+                        tags: Vec::new(),
+                        source_ids: Vec::new(),
+                        manually_saved: true,
+                        pin: false,
+                        conversation: Some(conversation),
+                    })
+                    .await?;
+                let (applied, reply, memory) = match &result {
+                    RememberResult::Created { memory, .. } => {
+                        (true, "Saved to memory.", Some(memory.clone()))
+                    }
+                    RememberResult::Merged { memory } => (
+                        true,
+                        "Already in memory; marked as important.",
+                        Some(memory.clone()),
+                    ),
+                    RememberResult::SuppressedByTombstone { .. } => (
+                        false,
+                        "You asked me to forget this less than a day ago, so it was not saved.",
+                        None,
+                    ),
+                    RememberResult::SkippedMemoryDisabled => (
+                        false,
+                        "Memory is off for this space, so nothing was saved.",
+                        None,
+                    ),
+                    RememberResult::SkippedIncognito => (
+                        false,
+                        "This conversation is incognito, so nothing was saved.",
+                        None,
+                    ),
+                };
+                Ok(CommandOutcome {
+                    command: Some(command),
+                    applied,
+                    reply: reply.into(),
+                    memory,
+                    remember: Some(result),
+                })
+            }
+            MemoryCommand::MemoryOff | MemoryCommand::MemoryOn => {
+                let enabled = command == MemoryCommand::MemoryOn;
+                let patch = SettingsPatch {
+                    memory_enabled: Some(enabled),
+                    ..SettingsPatch::default()
+                };
+                self.update_settings(scope, patch, Some(conversation))
+                    .await?;
+                let reply = if enabled {
+                    "Memory is on."
+                } else {
+                    "Memory is off: nothing will be saved or recalled."
+                };
+                Ok(CommandOutcome::done(command, reply, None))
+            }
+            MemoryCommand::IncognitoStart | MemoryCommand::IncognitoEnd => {
+                let incognito = command == MemoryCommand::IncognitoStart;
+                self.set_incognito(scope, conversation, incognito).await?;
+                let reply = if incognito {
+                    "This chat is incognito: nothing from it is saved, and nothing is recalled."
+                } else {
+                    "Incognito is off for this chat."
+                };
+                Ok(CommandOutcome::done(command, reply, None))
+            }
+        }
+    }
+
+    async fn last_written(
+        &self,
+        scope: &Scope,
+        conversation: ConversationId,
+    ) -> Result<Option<MemoryId>, IngestError> {
+        let mut connection = self.pool.acquire().await?;
+        let last =
+            audit::last_written_in_conversation(&mut connection, scope, conversation).await?;
+        Ok(last.map(MemoryId::from_uuid))
+    }
+}

@@ -1,0 +1,69 @@
+//! Settings of the ingest service (see the README's configuration table).
+
+use chrono::Duration;
+use engram_core::RetentionPolicy;
+use engram_server::settings::common_defaults;
+use engram_server::{AuthSettings, DatabaseSettings, GrpcSettings};
+use serde::Deserialize;
+
+pub const DEFAULT_PORT: u16 = 50051;
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct IngestSettings {
+    pub grpc: GrpcSettings,
+    pub database: DatabaseSettings,
+    #[serde(default)]
+    pub auth: AuthSettings,
+    pub memory: MemorySettings,
+}
+
+/// The write path's policy knobs.
+#[derive(Debug, Clone, Deserialize)]
+pub struct MemorySettings {
+    /// Entries a space may hold before the lowest-scored are trimmed (per-space override via
+    /// UpdateSettings).
+    pub soft_cap: u32,
+    /// How long a forgotten memory's tombstone blocks its re-creation.
+    pub tombstone_ttl_secs: i64,
+    /// Recency time constant τ.
+    pub recency_tau_secs: i64,
+    /// Cached scores older than this are recomputed before trimming.
+    pub score_staleness_secs: i64,
+    /// Longest accepted memory text, in characters.
+    pub max_text_chars: usize,
+}
+
+impl MemorySettings {
+    pub fn retention(&self) -> RetentionPolicy {
+        RetentionPolicy {
+            recency_tau: Duration::seconds(self.recency_tau_secs),
+            score_staleness: Duration::seconds(self.score_staleness_secs),
+        }
+    }
+
+    pub fn tombstone_ttl(&self) -> Duration {
+        Duration::seconds(self.tombstone_ttl_secs)
+    }
+}
+
+impl IngestSettings {
+    /// Defaults, then `ENGRAM_CONFIG`'s file, then `ENGRAM_*` variables.
+    pub fn load() -> Result<Self, config::ConfigError> {
+        engram_server::load_settings(Self::defaults())
+    }
+
+    pub fn defaults() -> Vec<(&'static str, config::Value)> {
+        let mut defaults = common_defaults(DEFAULT_PORT);
+        defaults.retain(|(key, _)| *key != "database.run_migrations");
+        defaults.extend([
+            // Ingest is the one migration owner.
+            ("database.run_migrations", true.into()),
+            ("memory.soft_cap", 200i64.into()),
+            ("memory.tombstone_ttl_secs", 86_400i64.into()),
+            ("memory.recency_tau_secs", 604_800i64.into()),
+            ("memory.score_staleness_secs", 86_400i64.into()),
+            ("memory.max_text_chars", 8_192i64.into()),
+        ]);
+        defaults
+    }
+}

@@ -1,0 +1,194 @@
+//! The user's controls: forget (with a tombstone), pin and unpin, per-space settings, incognito
+//! conversations, and the audit trail that records each of them.
+
+use chrono::{DateTime, Utc};
+use engram_core::normalize::normalize_for_fingerprint;
+use engram_core::{ConversationId, MemoryId, Scope, SimHash};
+use engram_store::audit::{self, AuditAction, AuditRecord};
+use engram_store::memories::{self, MemoryRecord};
+use engram_store::spaces::{self, SettingsPatch, SpaceRecord};
+use engram_store::{conversations, tombstones};
+use serde_json::json;
+
+use crate::error::IngestError;
+use crate::write_path::{MemoryWriter, text_digest};
+
+/// Largest per-space soft cap UpdateSettings accepts.
+pub const MAX_SOFT_CAP: u32 = 1_000_000;
+
+/// The result of a Forget.
+#[derive(Debug, Clone)]
+pub struct Forgotten {
+    pub memory: MemoryRecord,
+    pub tombstone_expires_at: DateTime<Utc>,
+}
+
+/// Settings as reported to clients: the stored ones and the cap in force.
+#[derive(Debug, Clone)]
+pub struct EffectiveSettings {
+    pub space: SpaceRecord,
+    pub effective_soft_cap: u32,
+}
+
+fn not_found(memory: MemoryId, scope: &Scope) -> IngestError {
+    IngestError::NotFound(format!(
+        "no memory {memory} in space {:?} of this user",
+        scope.space.as_str()
+    ))
+}
+
+impl MemoryWriter {
+    /// Deletes a memory and leaves a tombstone so its text is not re-created within the TTL.
+    #[tracing::instrument(skip_all, fields(user_id = %scope.user_id, space = %scope.space, memory = %memory), err(Display))]
+    pub async fn forget(
+        &self,
+        scope: &Scope,
+        memory: MemoryId,
+        conversation: Option<ConversationId>,
+    ) -> Result<Forgotten, IngestError> {
+        let mut transaction = self.pool.begin().await?;
+        engram_store::lock_space(&mut transaction, scope).await?;
+        let mut deleted = memories::delete(&mut transaction, scope, &[memory.as_uuid()]).await?;
+        let deleted = deleted.pop().ok_or_else(|| not_found(memory, scope))?;
+
+        let normalized = normalize_for_fingerprint(&deleted.text);
+        let expires_at = Utc::now() + self.settings.tombstone_ttl();
+        tombstones::insert(
+            &mut transaction,
+            scope,
+            deleted.id,
+            SimHash::from_i64(deleted.simhash),
+            &text_digest(&normalized),
+            expires_at,
+        )
+        .await?;
+        audit::append(
+            &mut transaction,
+            scope,
+            AuditAction::Forget,
+            Some(deleted.id),
+            conversation,
+            json!({ "tombstone_expires_at": expires_at }),
+        )
+        .await?;
+        transaction.commit().await?;
+        Ok(Forgotten {
+            memory: deleted,
+            tombstone_expires_at: expires_at,
+        })
+    }
+
+    /// Pins or unpins a memory.
+    #[tracing::instrument(skip_all, fields(user_id = %scope.user_id, space = %scope.space, memory = %memory, pinned), err(Display))]
+    pub async fn set_pinned(
+        &self,
+        scope: &Scope,
+        memory: MemoryId,
+        pinned: bool,
+        conversation: Option<ConversationId>,
+    ) -> Result<MemoryRecord, IngestError> {
+        let mut transaction = self.pool.begin().await?;
+        let record = memories::set_pinned(&mut transaction, scope, memory.as_uuid(), pinned)
+            .await?
+            .ok_or_else(|| not_found(memory, scope))?;
+        let action = if pinned {
+            AuditAction::Pin
+        } else {
+            AuditAction::Unpin
+        };
+        audit::append(
+            &mut transaction,
+            scope,
+            action,
+            Some(record.id),
+            conversation,
+            json!({}),
+        )
+        .await?;
+        transaction.commit().await?;
+        Ok(record)
+    }
+
+    pub async fn settings(&self, scope: &Scope) -> Result<EffectiveSettings, IngestError> {
+        let mut connection = self.pool.acquire().await?;
+        let space = spaces::get(&mut connection, scope).await?;
+        Ok(self.effective(space))
+    }
+
+    fn effective(&self, space: SpaceRecord) -> EffectiveSettings {
+        let effective_soft_cap = space
+            .soft_cap
+            .and_then(|cap| u32::try_from(cap).ok())
+            .unwrap_or(self.settings.soft_cap);
+        EffectiveSettings {
+            space,
+            effective_soft_cap,
+        }
+    }
+
+    /// Applies a settings change and audits it with the values before and after.
+    #[tracing::instrument(skip_all, fields(user_id = %scope.user_id, space = %scope.space), err(Display))]
+    pub async fn update_settings(
+        &self,
+        scope: &Scope,
+        patch: SettingsPatch,
+        conversation: Option<ConversationId>,
+    ) -> Result<EffectiveSettings, IngestError> {
+        let mut transaction = self.pool.begin().await?;
+        engram_store::lock_space(&mut transaction, scope).await?;
+        let before = spaces::get(&mut transaction, scope).await?;
+        let after = spaces::update(&mut transaction, scope, &patch).await?;
+        audit::append(
+            &mut transaction,
+            scope,
+            AuditAction::SettingsChange,
+            None,
+            conversation,
+            json!({
+                "before": { "memory_enabled": before.memory_enabled, "incognito_default": before.incognito_default, "soft_cap": before.soft_cap },
+                "after": { "memory_enabled": after.memory_enabled, "incognito_default": after.incognito_default, "soft_cap": after.soft_cap },
+            }),
+        )
+        .await?;
+        transaction.commit().await?;
+        Ok(self.effective(after))
+    }
+
+    /// Starts or ends incognito for one conversation.
+    #[tracing::instrument(skip_all, fields(user_id = %scope.user_id, space = %scope.space, conversation = %conversation, incognito), err(Display))]
+    pub async fn set_incognito(
+        &self,
+        scope: &Scope,
+        conversation: ConversationId,
+        incognito: bool,
+    ) -> Result<(), IngestError> {
+        let mut transaction = self.pool.begin().await?;
+        conversations::set_incognito(&mut transaction, scope, conversation, incognito).await?;
+        let action = if incognito {
+            AuditAction::IncognitoStart
+        } else {
+            AuditAction::IncognitoEnd
+        };
+        audit::append(
+            &mut transaction,
+            scope,
+            action,
+            None,
+            Some(conversation),
+            json!({}),
+        )
+        .await?;
+        transaction.commit().await?;
+        Ok(())
+    }
+
+    /// Audit events of the space, newest first.
+    pub async fn audit_page(
+        &self,
+        scope: &Scope,
+        before_id: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<AuditRecord>, IngestError> {
+        Ok(audit::list(&self.pool, scope, before_id, i64::from(limit)).await?)
+    }
+}

@@ -1,0 +1,42 @@
+//! The ingest service's error type, mapped to gRPC statuses at the edge. Internal failures reach
+//! the client as an opaque message; the cause goes to the log.
+
+use engram_core::ValidationError;
+use engram_store::StoreError;
+use tonic::Status;
+
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    #[error("invalid request: {0}")]
+    Invalid(#[from] ValidationError),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    FailedPrecondition(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<sqlx::Error> for IngestError {
+    fn from(error: sqlx::Error) -> Self {
+        IngestError::Store(StoreError::Database(error))
+    }
+}
+
+impl From<IngestError> for Status {
+    fn from(error: IngestError) -> Self {
+        match error {
+            IngestError::Invalid(error) => Status::invalid_argument(error.to_string()),
+            IngestError::NotFound(message) => Status::not_found(message),
+            IngestError::FailedPrecondition(message) => Status::failed_precondition(message),
+            IngestError::Store(error) => {
+                tracing::error!(error = %error, retryable = error.is_retryable(), "store operation failed");
+                if error.is_retryable() {
+                    Status::unavailable("the memory store is temporarily unavailable; retry")
+                } else {
+                    Status::internal("internal error")
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,397 @@
+//! The gRPC edge of the ingest service: validate, authorize, call the writer, convert back.
+
+use engram_core::commands::MemoryCommand;
+use engram_core::validate::{parse_labels, parse_page_size};
+use engram_core::{ConversationId, MemoryId, MemoryText, Scope, ValidationError};
+use engram_proto::v1;
+use engram_proto::v1::ingest_service_server::IngestService;
+use engram_server::AccessGrant;
+use engram_server::convert::{
+    category_from_proto, memory_to_proto, role_from_proto, scope_from_proto,
+};
+use engram_server::time::to_proto;
+use engram_store::audit::AuditAction;
+use engram_store::spaces::SettingsPatch;
+use tonic::{Request, Response, Status};
+
+use crate::controls::{EffectiveSettings, MAX_SOFT_CAP};
+use crate::error::IngestError;
+use crate::write_path::{MemoryWriter, RememberCommand, RememberResult};
+
+const MAX_TAGS: usize = 32;
+const MAX_TAG_CHARS: usize = 64;
+const MAX_SOURCE_IDS: usize = 32;
+const MAX_SOURCE_ID_CHARS: usize = 256;
+const DEFAULT_PAGE_SIZE: u32 = 50;
+const MAX_PAGE_SIZE: u32 = 500;
+
+/// The `engram.v1.IngestService` implementation.
+#[derive(Debug, Clone)]
+pub struct IngestApi {
+    writer: MemoryWriter,
+}
+
+impl IngestApi {
+    pub fn new(writer: MemoryWriter) -> Self {
+        Self { writer }
+    }
+}
+
+/// Validates the scope and checks it against the request's access grant.
+fn authorized_scope<T>(request: &Request<T>, scope: Option<v1::Scope>) -> Result<Scope, Status> {
+    let grant = AccessGrant::of_request(request)?;
+    let scope = scope_from_proto(scope).map_err(IngestError::from)?;
+    grant.authorize(&scope)?;
+    Ok(scope)
+}
+
+fn optional_conversation(raw: &str) -> Result<Option<ConversationId>, ValidationError> {
+    if raw.is_empty() {
+        Ok(None)
+    } else {
+        ConversationId::parse("conversation_id", raw).map(Some)
+    }
+}
+
+fn settings_to_proto(settings: EffectiveSettings) -> v1::SpaceSettings {
+    v1::SpaceSettings {
+        memory_enabled: settings.space.memory_enabled,
+        incognito_default: settings.space.incognito_default,
+        soft_cap_override: settings
+            .space
+            .soft_cap
+            .and_then(|cap| u32::try_from(cap).ok())
+            .unwrap_or(0),
+        effective_soft_cap: settings.effective_soft_cap,
+        memory_count: u64::try_from(settings.space.memory_count).unwrap_or(0),
+    }
+}
+
+fn remember_to_proto(result: RememberResult) -> v1::RememberResponse {
+    use v1::RememberOutcome as Outcome;
+    match result {
+        RememberResult::Created { memory, trimmed } => v1::RememberResponse {
+            outcome: Outcome::Created.into(),
+            memory: Some(memory_to_proto(&memory)),
+            trimmed_ids: trimmed.iter().map(ToString::to_string).collect(),
+            tombstone_expires_at: None,
+            message: if trimmed.is_empty() {
+                "stored a new memory".into()
+            } else {
+                format!(
+                    "stored a new memory; the soft cap trimmed {} entries",
+                    trimmed.len()
+                )
+            },
+        },
+        RememberResult::Merged { memory } => v1::RememberResponse {
+            outcome: Outcome::Merged.into(),
+            message: format!(
+                "merged into near-duplicate {} (repeat count {})",
+                memory.id, memory.repeat_count
+            ),
+            memory: Some(memory_to_proto(&memory)),
+            ..Default::default()
+        },
+        RememberResult::SuppressedByTombstone { expires_at } => v1::RememberResponse {
+            outcome: Outcome::SuppressedByTombstone.into(),
+            tombstone_expires_at: Some(to_proto(expires_at)),
+            message: format!(
+                "a near-duplicate was forgotten recently; not stored before {expires_at}"
+            ),
+            ..Default::default()
+        },
+        RememberResult::SkippedMemoryDisabled => v1::RememberResponse {
+            outcome: Outcome::SkippedMemoryDisabled.into(),
+            message: "memory is turned off for this space; nothing was stored".into(),
+            ..Default::default()
+        },
+        RememberResult::SkippedIncognito => v1::RememberResponse {
+            outcome: Outcome::SkippedIncognito.into(),
+            message: "the conversation is incognito; nothing was stored".into(),
+            ..Default::default()
+        },
+    }
+}
+
+fn command_action(command: Option<&MemoryCommand>) -> v1::CommandAction {
+    match command {
+        None => v1::CommandAction::NoCommand,
+        Some(MemoryCommand::ForgetLast) => v1::CommandAction::Forget,
+        Some(MemoryCommand::PinLast) => v1::CommandAction::Pin,
+        Some(MemoryCommand::Remember(_)) => v1::CommandAction::Remember,
+        Some(MemoryCommand::MemoryOff) => v1::CommandAction::MemoryOff,
+        Some(MemoryCommand::MemoryOn) => v1::CommandAction::MemoryOn,
+        Some(MemoryCommand::IncognitoStart) => v1::CommandAction::IncognitoStart,
+        Some(MemoryCommand::IncognitoEnd) => v1::CommandAction::IncognitoEnd,
+    }
+}
+
+fn audit_action_to_proto(stored: &str) -> v1::AuditAction {
+    match AuditAction::from_stored(stored) {
+        Some(AuditAction::Create) => v1::AuditAction::Create,
+        Some(AuditAction::Merge) => v1::AuditAction::Merge,
+        Some(AuditAction::Pin) => v1::AuditAction::Pin,
+        Some(AuditAction::Unpin) => v1::AuditAction::Unpin,
+        Some(AuditAction::Forget) => v1::AuditAction::Forget,
+        Some(AuditAction::SettingsChange) => v1::AuditAction::SettingsChange,
+        Some(AuditAction::IncognitoStart) => v1::AuditAction::IncognitoStart,
+        Some(AuditAction::IncognitoEnd) => v1::AuditAction::IncognitoEnd,
+        Some(AuditAction::Trim) => v1::AuditAction::Trim,
+        None => v1::AuditAction::Unspecified,
+    }
+}
+
+#[tonic::async_trait]
+impl IngestService for IngestApi {
+    async fn remember(
+        &self,
+        request: Request<v1::RememberRequest>,
+    ) -> Result<Response<v1::RememberResponse>, Status> {
+        let scope = authorized_scope(&request, request.get_ref().scope.clone())?;
+        let message = request.into_inner();
+        let command = (|| -> Result<RememberCommand, ValidationError> {
+            Ok(RememberCommand {
+                text: MemoryText::parse(
+                    "text",
+                    &message.text,
+                    self.writer.settings.max_text_chars,
+                )?,
+                category: category_from_proto("category", message.category)?,
+                role: role_from_proto("role", message.role)?,
+                tags: parse_labels("tags", &message.tags, MAX_TAGS, MAX_TAG_CHARS)?,
+                source_ids: parse_labels(
+                    "source_ids",
+                    &message.source_ids,
+                    MAX_SOURCE_IDS,
+                    MAX_SOURCE_ID_CHARS,
+                )?,
+                manually_saved: message.manually_saved,
+                pin: message.pin,
+                conversation: optional_conversation(&message.conversation_id)?,
+                scope,
+            })
+        })()
+        .map_err(IngestError::from)?;
+        let result = self.writer.remember(command).await?;
+        Ok(Response::new(remember_to_proto(result)))
+    }
+
+    async fn forget(
+        &self,
+        request: Request<v1::ForgetRequest>,
+    ) -> Result<Response<v1::ForgetResponse>, Status> {
+        let scope = authorized_scope(&request, request.get_ref().scope.clone())?;
+        let memory = MemoryId::parse("memory_id", &request.get_ref().memory_id)
+            .map_err(IngestError::from)?;
+        let forgotten = self.writer.forget(&scope, memory, None).await?;
+        Ok(Response::new(v1::ForgetResponse {
+            memory_id: forgotten.memory.id.to_string(),
+            tombstone_expires_at: Some(to_proto(forgotten.tombstone_expires_at)),
+        }))
+    }
+
+    async fn pin(
+        &self,
+        request: Request<v1::PinRequest>,
+    ) -> Result<Response<v1::PinResponse>, Status> {
+        let scope = authorized_scope(&request, request.get_ref().scope.clone())?;
+        let memory = MemoryId::parse("memory_id", &request.get_ref().memory_id)
+            .map_err(IngestError::from)?;
+        let record = self.writer.set_pinned(&scope, memory, true, None).await?;
+        Ok(Response::new(v1::PinResponse {
+            memory: Some(memory_to_proto(&record)),
+        }))
+    }
+
+    async fn unpin(
+        &self,
+        request: Request<v1::UnpinRequest>,
+    ) -> Result<Response<v1::UnpinResponse>, Status> {
+        let scope = authorized_scope(&request, request.get_ref().scope.clone())?;
+        let memory = MemoryId::parse("memory_id", &request.get_ref().memory_id)
+            .map_err(IngestError::from)?;
+        let record = self.writer.set_pinned(&scope, memory, false, None).await?;
+        Ok(Response::new(v1::UnpinResponse {
+            memory: Some(memory_to_proto(&record)),
+        }))
+    }
+
+    async fn get_settings(
+        &self,
+        request: Request<v1::GetSettingsRequest>,
+    ) -> Result<Response<v1::GetSettingsResponse>, Status> {
+        let scope = authorized_scope(&request, request.get_ref().scope.clone())?;
+        let settings = self.writer.settings(&scope).await?;
+        Ok(Response::new(v1::GetSettingsResponse {
+            settings: Some(settings_to_proto(settings)),
+        }))
+    }
+
+    async fn update_settings(
+        &self,
+        request: Request<v1::UpdateSettingsRequest>,
+    ) -> Result<Response<v1::UpdateSettingsResponse>, Status> {
+        let scope = authorized_scope(&request, request.get_ref().scope.clone())?;
+        let message = request.into_inner();
+        let soft_cap = match message.soft_cap {
+            None => None,
+            Some(0) => Some(None),
+            Some(cap) if cap <= MAX_SOFT_CAP => Some(Some(cap as i32)),
+            Some(cap) => {
+                return Err(IngestError::from(ValidationError::new(
+                    "soft_cap",
+                    format!("is {cap}; it must be between 1 and {MAX_SOFT_CAP}, or 0 to use the global default"),
+                ))
+                .into());
+            }
+        };
+        if message.memory_enabled.is_none()
+            && message.incognito_default.is_none()
+            && soft_cap.is_none()
+        {
+            return Err(IngestError::from(ValidationError::new(
+                "update",
+                "sets nothing; give at least one of memory_enabled, incognito_default, soft_cap",
+            ))
+            .into());
+        }
+        let patch = SettingsPatch {
+            memory_enabled: message.memory_enabled,
+            incognito_default: message.incognito_default,
+            soft_cap,
+        };
+        let settings = self.writer.update_settings(&scope, patch, None).await?;
+        Ok(Response::new(v1::UpdateSettingsResponse {
+            settings: Some(settings_to_proto(settings)),
+        }))
+    }
+
+    async fn start_incognito(
+        &self,
+        request: Request<v1::StartIncognitoRequest>,
+    ) -> Result<Response<v1::StartIncognitoResponse>, Status> {
+        let scope = authorized_scope(&request, request.get_ref().scope.clone())?;
+        let conversation =
+            ConversationId::parse("conversation_id", &request.get_ref().conversation_id)
+                .map_err(IngestError::from)?;
+        self.writer
+            .set_incognito(&scope, conversation, true)
+            .await?;
+        Ok(Response::new(v1::StartIncognitoResponse {
+            conversation_id: conversation.to_string(),
+            incognito: true,
+        }))
+    }
+
+    async fn end_incognito(
+        &self,
+        request: Request<v1::EndIncognitoRequest>,
+    ) -> Result<Response<v1::EndIncognitoResponse>, Status> {
+        let scope = authorized_scope(&request, request.get_ref().scope.clone())?;
+        let conversation =
+            ConversationId::parse("conversation_id", &request.get_ref().conversation_id)
+                .map_err(IngestError::from)?;
+        self.writer
+            .set_incognito(&scope, conversation, false)
+            .await?;
+        Ok(Response::new(v1::EndIncognitoResponse {
+            conversation_id: conversation.to_string(),
+            incognito: false,
+        }))
+    }
+
+    async fn apply_command(
+        &self,
+        request: Request<v1::ApplyCommandRequest>,
+    ) -> Result<Response<v1::ApplyCommandResponse>, Status> {
+        let scope = authorized_scope(&request, request.get_ref().scope.clone())?;
+        let message = request.into_inner();
+        let conversation = ConversationId::parse("conversation_id", &message.conversation_id)
+            .map_err(IngestError::from)?;
+        let text = MemoryText::parse(
+            "message",
+            &message.message,
+            self.writer.settings.max_text_chars,
+        )
+        .map_err(IngestError::from)?;
+        let outcome = self
+            .writer
+            .apply_command(&scope, conversation, text.as_str())
+            .await?;
+        let remember_outcome = outcome
+            .remember
+            .map(|result| remember_to_proto(result).outcome)
+            .unwrap_or(v1::RememberOutcome::Unspecified as i32);
+        Ok(Response::new(v1::ApplyCommandResponse {
+            action: command_action(outcome.command.as_ref()).into(),
+            applied: outcome.applied,
+            reply: outcome.reply,
+            memory: outcome.memory.as_ref().map(memory_to_proto),
+            remember_outcome,
+        }))
+    }
+
+    async fn list_audit(
+        &self,
+        request: Request<v1::ListAuditRequest>,
+    ) -> Result<Response<v1::ListAuditResponse>, Status> {
+        let scope = authorized_scope(&request, request.get_ref().scope.clone())?;
+        let message = request.into_inner();
+        let page_size = parse_page_size(
+            "page_size",
+            message.page_size,
+            DEFAULT_PAGE_SIZE,
+            MAX_PAGE_SIZE,
+        )
+        .map_err(IngestError::from)?;
+        let before_id = if message.page_token.is_empty() {
+            None
+        } else {
+            let id = message
+                .page_token
+                .parse::<i64>()
+                .ok()
+                .filter(|id| *id > 0)
+                .ok_or_else(|| {
+                    IngestError::from(ValidationError::new(
+                        "page_token",
+                        "is not a token from a previous response",
+                    ))
+                })?;
+            Some(id)
+        };
+        let records = self
+            .writer
+            .audit_page(&scope, before_id, page_size + 1)
+            .await?;
+        let has_more = records.len() > page_size as usize;
+        let events: Vec<v1::AuditEvent> = records
+            .into_iter()
+            .take(page_size as usize)
+            .map(|record| v1::AuditEvent {
+                id: record.id,
+                action: audit_action_to_proto(&record.action).into(),
+                memory_id: record
+                    .memory_id
+                    .map(|id| id.to_string())
+                    .unwrap_or_default(),
+                conversation_id: record
+                    .conversation_id
+                    .map(|id| id.to_string())
+                    .unwrap_or_default(),
+                detail_json: record.detail.to_string(),
+                created_at: Some(to_proto(record.created_at)),
+            })
+            .collect();
+        let next_page_token = if has_more {
+            events.last().map(|e| e.id.to_string()).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok(Response::new(v1::ListAuditResponse {
+            events,
+            next_page_token,
+        }))
+    }
+}

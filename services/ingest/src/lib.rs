@@ -1,0 +1,21 @@
+//! The ingest service: everything that writes memory, and the user's controls over it.
+//!
+//! A `Remember` runs the write path: normalize and fingerprint the text (SimHash), extract
+//! metadata, score importance, then — in one transaction holding the space's lock — honour memory
+//! off, incognito and tombstones, merge into a near-duplicate or insert, enforce the soft cap and
+//! append to the audit trail. Forget, pin, settings, incognito and the natural-language commands
+//! are carried out the same way.
+
+#![forbid(unsafe_code)]
+
+pub mod app;
+pub mod commands;
+pub mod config;
+pub mod controls;
+pub mod error;
+pub mod grpc;
+pub mod metrics;
+pub mod write_path;
+
+pub use app::App;
+pub use config::IngestSettings;

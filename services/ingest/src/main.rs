@@ -1,0 +1,53 @@
+//! `ingest`: serve the ingest gRPC API, or `ingest migrate` to apply migrations and exit.
+
+use clap::{Parser, Subcommand};
+use engram_ingest::{App, IngestSettings};
+
+#[derive(Parser)]
+#[command(
+    name = "ingest",
+    version,
+    about = "Engram ingest service: the memory write path and user controls"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the gRPC API (the default).
+    Serve,
+    /// Apply database migrations and exit.
+    Migrate,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let settings = IngestSettings::load()
+        .map_err(|error| anyhow::anyhow!("invalid configuration: {error}"))?;
+    let telemetry = engram_telemetry::init_telemetry("engram-ingest")?;
+
+    let result = match cli.command.unwrap_or(Command::Serve) {
+        Command::Migrate => {
+            let mut settings = settings;
+            settings.database.run_migrations = true;
+            engram_server::database::connect(&settings.database)
+                .await
+                .map(|pool| {
+                    tracing::info!("migrations applied");
+                    drop(pool);
+                })
+        }
+        Command::Serve => match App::build(settings).await {
+            Ok(app) => app.run_until(engram_server::shutdown_signal()).await,
+            Err(error) => Err(error),
+        },
+    };
+    if let Err(error) = &result {
+        tracing::error!(error = format!("{error:#}"), "ingest stopped with an error");
+    }
+    telemetry.shutdown();
+    result
+}

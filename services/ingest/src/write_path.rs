@@ -1,0 +1,317 @@
+//! The write path of an explicit memory (seed: "Write Path Policy").
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use engram_core::normalize::normalize_for_fingerprint;
+use engram_core::{
+    Category, ConversationId, MemoryText, Scope, SimHash, SpeakerRole, capacity, importance,
+    metadata,
+};
+use engram_store::audit::{self, AuditAction};
+use engram_store::memories::{self, MemoryRecord, MergeUpdate, NewSemanticMemory};
+use engram_store::{conversations, spaces, tombstones};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use crate::config::MemorySettings;
+use crate::error::IngestError;
+use crate::metrics::IngestMetrics;
+
+/// Most tags and source ids an entry keeps (merges included).
+pub const MAX_TAGS_PER_ENTRY: usize = 32;
+pub const MAX_SOURCE_IDS_PER_ENTRY: usize = 64;
+
+/// Carries out writes and user controls; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct MemoryWriter {
+    pub(crate) pool: PgPool,
+    pub(crate) settings: Arc<MemorySettings>,
+    pub(crate) metrics: Arc<IngestMetrics>,
+}
+
+/// A validated Remember.
+#[derive(Debug, Clone)]
+pub struct RememberCommand {
+    pub scope: Scope,
+    pub text: MemoryText,
+    /// `None`: infer from the text.
+    pub category: Option<Category>,
+    pub role: SpeakerRole,
+    pub tags: Vec<String>,
+    pub source_ids: Vec<String>,
+    pub manually_saved: bool,
+    pub pin: bool,
+    pub conversation: Option<ConversationId>,
+}
+
+#[derive(Debug, Clone)]
+pub enum RememberResult {
+    Created {
+        memory: MemoryRecord,
+        trimmed: Vec<Uuid>,
+    },
+    Merged {
+        memory: MemoryRecord,
+    },
+    SuppressedByTombstone {
+        expires_at: DateTime<Utc>,
+    },
+    SkippedMemoryDisabled,
+    SkippedIncognito,
+}
+
+/// Everything about a text that can be decided without the database.
+struct Analysis {
+    simhash: SimHash,
+    digest: Vec<u8>,
+    tags: Vec<String>,
+    metadata_confidence: f64,
+    importance: f64,
+    manually_saved: bool,
+    category: Category,
+}
+
+fn analyse(command: &RememberCommand) -> Analysis {
+    let text = command.text.as_str();
+    let normalized = normalize_for_fingerprint(text);
+    let extracted = metadata::extract(text);
+    let signals = importance::classify(
+        text,
+        command.manually_saved || command.pin,
+        extracted.confidence,
+    );
+    Analysis {
+        simhash: SimHash::of_normalized(&normalized),
+        digest: text_digest(&normalized),
+        tags: merge_labels(&command.tags, &extracted.tags, MAX_TAGS_PER_ENTRY),
+        metadata_confidence: extracted.confidence,
+        importance: signals.score(),
+        // Asking in words ("remember that ...") is as explicit as the flag.
+        manually_saved: signals.explicit_save,
+        category: command
+            .category
+            .unwrap_or_else(|| importance::infer_category(text)),
+    }
+}
+
+/// Digest of normalized text kept by tombstones (the text itself is not kept).
+pub(crate) fn text_digest(normalized: &str) -> Vec<u8> {
+    Sha256::digest(normalized.as_bytes()).to_vec()
+}
+
+/// `first` then the new items of `second`, case-insensitively unique, at most `limit`.
+fn merge_labels(first: &[String], second: &[String], limit: usize) -> Vec<String> {
+    let mut merged: Vec<String> = Vec::with_capacity(first.len() + second.len());
+    for label in first.iter().chain(second) {
+        if merged.len() == limit {
+            break;
+        }
+        if !merged.iter().any(|kept| kept.eq_ignore_ascii_case(label)) {
+            merged.push(label.clone());
+        }
+    }
+    merged
+}
+
+impl MemoryWriter {
+    pub fn new(pool: PgPool, settings: MemorySettings, metrics: Arc<IngestMetrics>) -> Self {
+        Self {
+            pool,
+            settings: Arc::new(settings),
+            metrics,
+        }
+    }
+
+    pub fn metrics(&self) -> &IngestMetrics {
+        &self.metrics
+    }
+
+    /// Stores an explicit memory, or merges it into its near-duplicate.
+    #[tracing::instrument(skip_all, fields(user_id = %command.scope.user_id, space = %command.scope.space), err(Display))]
+    pub async fn remember(&self, command: RememberCommand) -> Result<RememberResult, IngestError> {
+        let analysis = analyse(&command);
+        let scope = &command.scope;
+
+        let mut transaction = self.pool.begin().await?;
+        engram_store::lock_space(&mut transaction, scope).await?;
+
+        let space = spaces::get(&mut transaction, scope).await?;
+        if !space.memory_enabled {
+            return Ok(RememberResult::SkippedMemoryDisabled);
+        }
+        if let Some(conversation) = command.conversation {
+            let incognito = conversations::incognito(&mut transaction, scope, conversation)
+                .await?
+                .unwrap_or(space.incognito_default);
+            if incognito {
+                return Ok(RememberResult::SkippedIncognito);
+            }
+        }
+        if let Some(expires_at) =
+            tombstones::live_near(&mut transaction, scope, analysis.simhash, &analysis.digest)
+                .await?
+        {
+            return Ok(RememberResult::SuppressedByTombstone { expires_at });
+        }
+
+        if let Some(existing) =
+            memories::find_near_duplicate(&mut transaction, scope, analysis.simhash).await?
+        {
+            let memory = merge(&mut transaction, &command, &analysis, &existing).await?;
+            transaction.commit().await?;
+            self.metrics.record_merged();
+            return Ok(RememberResult::Merged { memory });
+        }
+
+        let new_memory = NewSemanticMemory {
+            id: Uuid::now_v7(),
+            conversation_id: command.conversation.map(|c| c.as_uuid()),
+            text: command.text.as_str().to_owned(),
+            role: command.role.as_str(),
+            category: analysis.category.as_str(),
+            simhash: analysis.simhash,
+            tags: analysis.tags.clone(),
+            source_ids: command.source_ids.clone(),
+            metadata_confidence: analysis.metadata_confidence,
+            importance: analysis.importance,
+            pinned: command.pin,
+            manually_saved: analysis.manually_saved,
+        };
+        let memory = memories::insert_semantic(&mut transaction, scope, &new_memory).await?;
+        audit::append(
+            &mut transaction,
+            scope,
+            AuditAction::Create,
+            Some(memory.id),
+            command.conversation,
+            json!({ "importance": analysis.importance, "category": analysis.category.as_str() }),
+        )
+        .await?;
+
+        let soft_cap = space
+            .soft_cap
+            .map_or(i64::from(self.settings.soft_cap), i64::from);
+        let count_after_insert = space.memory_count + 1;
+        let trimmed = if count_after_insert > soft_cap {
+            let overage = usize::try_from(count_after_insert - soft_cap).unwrap_or_default();
+            self.enforce_capacity(&mut transaction, scope, overage)
+                .await?
+        } else {
+            Vec::new()
+        };
+        transaction.commit().await?;
+
+        self.metrics.record_created();
+        if !trimmed.is_empty() {
+            self.metrics.record_trimmed(trimmed.len() as u64);
+        }
+        Ok(RememberResult::Created { memory, trimmed })
+    }
+
+    /// Trims `overage` entries of lowest total score, never pinned or saved ones.
+    async fn enforce_capacity(
+        &self,
+        connection: &mut PgConnection,
+        scope: &Scope,
+        overage: usize,
+    ) -> Result<Vec<Uuid>, IngestError> {
+        let now = Utc::now();
+        let candidates = memories::trim_candidates(connection, scope).await?;
+        let plan = capacity::plan_trim(&candidates, overage, now, &self.settings.retention());
+        memories::store_scores(connection, scope, &plan.rescored).await?;
+
+        if !plan.protected_would_be_victims.is_empty() {
+            tracing::warn!(
+                user_id = %scope.user_id,
+                space = %scope.space,
+                protected = ?plan.protected_would_be_victims,
+                "capacity alert: pinned or saved entries have the lowest scores and would have been trimmed"
+            );
+            self.metrics
+                .record_pinned_trim_alerts(plan.protected_would_be_victims.len() as u64);
+        }
+
+        let deleted = memories::delete(connection, scope, &plan.victims).await?;
+        for victim in &deleted {
+            let total = victim.scores().map(|scores| scores.total);
+            audit::append(
+                connection,
+                scope,
+                AuditAction::Trim,
+                Some(victim.id),
+                None,
+                json!({ "reason": "soft cap exceeded", "total_score": total }),
+            )
+            .await?;
+        }
+        if deleted.len() < overage {
+            tracing::info!(
+                user_id = %scope.user_id,
+                space = %scope.space,
+                over_by = overage - deleted.len(),
+                "space stays over its soft cap: the remaining entries are pinned or saved"
+            );
+        }
+        Ok(deleted.into_iter().map(|victim| victim.id).collect())
+    }
+}
+
+async fn merge(
+    connection: &mut PgConnection,
+    command: &RememberCommand,
+    analysis: &Analysis,
+    existing: &MemoryRecord,
+) -> Result<MemoryRecord, IngestError> {
+    let repeat_count = existing.repeat_count.saturating_add(1);
+    let update = MergeUpdate {
+        repeat_count,
+        importance: importance::merged_importance(
+            existing.importance,
+            analysis.importance,
+            u32::try_from(repeat_count).unwrap_or(u32::MAX),
+        ),
+        manually_saved: existing.manually_saved || analysis.manually_saved,
+        // Pinning policy: an explicit pin request pins the canonical entry; nothing unpins it here.
+        pinned: existing.pinned || command.pin,
+        tags: merge_labels(&existing.tags, &analysis.tags, MAX_TAGS_PER_ENTRY),
+        source_ids: merge_labels(
+            &existing.source_ids,
+            &command.source_ids,
+            MAX_SOURCE_IDS_PER_ENTRY,
+        ),
+        metadata_confidence: existing
+            .metadata_confidence
+            .max(analysis.metadata_confidence),
+    };
+    let memory = memories::apply_merge(connection, &command.scope, existing.id, &update).await?;
+    audit::append(
+        connection,
+        &command.scope,
+        AuditAction::Merge,
+        Some(memory.id),
+        command.conversation,
+        json!({ "repeat_count": repeat_count, "importance": update.importance }),
+    )
+    .await?;
+    Ok(memory)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_merge_without_duplicates_up_to_the_limit() {
+        let merged = merge_labels(
+            &["Rust".into(), "work".into()],
+            &["rust".into(), "tea".into()],
+            3,
+        );
+        assert_eq!(merged, vec!["Rust", "work", "tea"]);
+        let limited = merge_labels(&["a".into(), "b".into()], &["c".into()], 2);
+        assert_eq!(limited, vec!["a", "b"]);
+    }
+}

@@ -1,0 +1,29 @@
+//! The retrieval service's error type, mapped to gRPC statuses at the edge.
+
+use engram_core::ValidationError;
+use engram_store::StoreError;
+use tonic::Status;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RetrievalError {
+    #[error("invalid request: {0}")]
+    Invalid(#[from] ValidationError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<RetrievalError> for Status {
+    fn from(error: RetrievalError) -> Self {
+        match error {
+            RetrievalError::Invalid(error) => Status::invalid_argument(error.to_string()),
+            RetrievalError::Store(error) => {
+                tracing::error!(error = %error, retryable = error.is_retryable(), "store operation failed");
+                if error.is_retryable() {
+                    Status::unavailable("the memory store is temporarily unavailable; retry")
+                } else {
+                    Status::internal("internal error")
+                }
+            }
+        }
+    }
+}

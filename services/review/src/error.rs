@@ -1,0 +1,35 @@
+//! The review service's error type, mapped to gRPC statuses at the edge.
+
+use engram_core::ValidationError;
+use engram_store::StoreError;
+use tonic::Status;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    #[error("invalid request: {0}")]
+    Invalid(#[from] ValidationError),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    FailedPrecondition(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<ReviewError> for Status {
+    fn from(error: ReviewError) -> Self {
+        match error {
+            ReviewError::Invalid(error) => Status::invalid_argument(error.to_string()),
+            ReviewError::NotFound(message) => Status::not_found(message),
+            ReviewError::FailedPrecondition(message) => Status::failed_precondition(message),
+            ReviewError::Store(error) => {
+                tracing::error!(error = %error, retryable = error.is_retryable(), "store operation failed");
+                if error.is_retryable() {
+                    Status::unavailable("the memory store is temporarily unavailable; retry")
+                } else {
+                    Status::internal("internal error")
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! Natural-language memory commands: a user message such as "forget that", "pin this",
+//! "remember that my flight is on Friday", "turn memory off", "start incognito for this chat", or
+//! their Chinese forms. A message is a command only when the whole of it says so; anything else is
+//! no command, so ordinary conversation never changes memory by accident.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemoryCommand {
+    /// Forget the memory most recently written in this conversation.
+    ForgetLast,
+    /// Pin the memory most recently written in this conversation.
+    PinLast,
+    /// Save this text as an explicit memory.
+    Remember(String),
+    MemoryOff,
+    MemoryOn,
+    IncognitoStart,
+    IncognitoEnd,
+}
+
+struct Grammar {
+    politeness_prefix: Regex,
+    politeness_suffix: Regex,
+    forget_last: Regex,
+    pin_last: Regex,
+    remember: Regex,
+    memory_off: Regex,
+    memory_on: Regex,
+    incognito_start: Regex,
+    incognito_end: Regex,
+}
+
+fn rule(pattern: &str) -> Regex {
+    Regex::new(pattern).expect("valid command rule")
+}
+
+static GRAMMAR: LazyLock<Grammar> = LazyLock::new(|| Grammar {
+    politeness_prefix: rule(
+        r"(?i)^(?:(?:hey|ok|okay)\s+(?:assistant|engram)?[,\s]*|(?:please|pls|kindly)[,\s]+|(?:can|could|would|will)\s+you\s+(?:please\s+)?|(?:i\s+want\s+you\s+to|i'd\s+like\s+you\s+to)\s+|请你?|麻烦你?|帮我|能不能|可以)+",
+    ),
+    politeness_suffix: rule(
+        r"(?i)(?:[,\s]+(?:please|thanks|thank\s+you|for\s+me))+$|(?:吧|吗|呢|谢谢|，谢谢)+$",
+    ),
+    forget_last: rule(
+        r"(?i)^(?:forget|delete|remove|erase)\s+(?:that|this|it|what\s+i\s+(?:just\s+)?said|the\s+last\s+(?:one|thing|memory))(?:\s+(?:memory|from\s+(?:your\s+)?memory))?$|^(?:忘掉|忘记|忘了|删除|删掉)(?:这个|那个|这条|那条|它|刚才(?:那句|说的)?|上一条)?(?:记忆)?$",
+    ),
+    pin_last: rule(
+        r"(?i)^pin\s+(?:this|that|it)(?:\s+memory)?$|^keep\s+(?:this|that)\s+(?:pinned|forever)$|^(?:置顶|固定|钉住)(?:这个|那个|这条|那条|它)?(?:记忆)?$|^把(?:这个|这条|它)(?:记忆)?(?:置顶|固定|钉住)$",
+    ),
+    remember: rule(
+        r"(?is)^(?:remember|memori[sz]e|note\s+down)(?:\s+that\b|\s*:|\s*,)?\s*(?P<content>.+)$|^(?:记住|记一下|记得|记下)(?:[:：,，\s]*)(?P<content_zh>.+)$",
+    ),
+    memory_off: rule(
+        r"(?i)^(?:turn|switch)\s+(?:your\s+)?memory\s+off$|^(?:turn|switch)\s+off\s+(?:your\s+)?memory$|^(?:disable|pause)\s+(?:your\s+)?memory$|^stop\s+remembering(?:\s+things)?$|^(?:关闭|关掉|停用|暂停)(?:你的)?记忆(?:功能)?$|^不要再记(?:住)?(?:任何东西)?了?$",
+    ),
+    memory_on: rule(
+        r"(?i)^(?:turn|switch)\s+(?:your\s+)?memory\s+(?:back\s+)?on$|^(?:turn|switch)\s+on\s+(?:your\s+)?memory$|^(?:enable|resume)\s+(?:your\s+)?memory$|^start\s+remembering(?:\s+again)?$|^(?:打开|开启|启用|恢复)(?:你的)?记忆(?:功能)?$",
+    ),
+    incognito_start: rule(
+        r"(?i)^(?:start|enable|turn\s+on|begin|enter|use)\s+incognito(?:\s+mode)?(?:\s+(?:for|in)\s+this\s+(?:chat|conversation))?$|^go\s+incognito(?:\s+(?:for|in)\s+this\s+(?:chat|conversation))?$|^(?:这次对话|本次对话|这个对话)?(?:开启|开始|进入|打开|使用)(?:无痕|隐身)(?:模式)?$|^(?:无痕|隐身)模式$",
+    ),
+    incognito_end: rule(
+        r"(?i)^(?:stop|end|exit|leave|disable|turn\s+off|quit)\s+incognito(?:\s+mode)?(?:\s+(?:for|in)\s+this\s+(?:chat|conversation))?$|^(?:关闭|结束|退出|停止)(?:无痕|隐身)(?:模式)?$",
+    ),
+});
+
+/// Recognises a memory command in a user message, or `None` for ordinary conversation.
+pub fn parse_command(message: &str) -> Option<MemoryCommand> {
+    let grammar = &*GRAMMAR;
+    let trimmed = message
+        .trim()
+        .trim_end_matches(['.', '!', '?', '。', '！', '？', '~', ' ']);
+    let without_prefix = grammar.politeness_prefix.replace(trimmed, "");
+    let without_prefix = without_prefix.trim();
+    // Politeness suffixes ("..., please", "...吧") are dropped for control commands only: in a
+    // "remember ..." message they may be part of what the user wants remembered.
+    let core = grammar.politeness_suffix.replace(without_prefix, "");
+    let core = core
+        .trim()
+        .trim_end_matches(['.', '!', '?', '。', '！', '？', ',', '，']);
+    if core.is_empty() {
+        return None;
+    }
+
+    if grammar.forget_last.is_match(core) {
+        return Some(MemoryCommand::ForgetLast);
+    }
+    if grammar.pin_last.is_match(core) {
+        return Some(MemoryCommand::PinLast);
+    }
+    if grammar.memory_off.is_match(core) {
+        return Some(MemoryCommand::MemoryOff);
+    }
+    if grammar.memory_on.is_match(core) {
+        return Some(MemoryCommand::MemoryOn);
+    }
+    if grammar.incognito_start.is_match(core) {
+        return Some(MemoryCommand::IncognitoStart);
+    }
+    if grammar.incognito_end.is_match(core) {
+        return Some(MemoryCommand::IncognitoEnd);
+    }
+    if let Some(captures) = grammar.remember.captures(without_prefix) {
+        let content = captures
+            .name("content")
+            .or_else(|| captures.name("content_zh"))
+            .map(|m| m.as_str().trim())
+            .unwrap_or_default();
+        // "remember this" / "remember that" alone names no content.
+        let bare_reference = matches!(
+            content.to_lowercase().as_str(),
+            "this" | "that" | "it" | "这个" | "那个" | "这" | "那"
+        );
+        if !content.is_empty() && !bare_reference {
+            return Some(MemoryCommand::Remember(content.to_owned()));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use MemoryCommand::*;
+
+    #[test]
+    fn recognises_english_commands() {
+        let cases = [
+            ("forget that", ForgetLast),
+            ("Please forget that.", ForgetLast),
+            ("can you forget what I just said?", ForgetLast),
+            ("delete that memory", ForgetLast),
+            ("pin this", PinLast),
+            ("Pin that, please", PinLast),
+            ("turn memory off", MemoryOff),
+            ("Turn off memory!", MemoryOff),
+            ("disable memory", MemoryOff),
+            ("turn memory back on", MemoryOn),
+            ("enable memory", MemoryOn),
+            ("start incognito for this chat", IncognitoStart),
+            ("go incognito", IncognitoStart),
+            ("stop incognito", IncognitoEnd),
+            ("exit incognito mode", IncognitoEnd),
+        ];
+        for (message, expected) in cases {
+            assert_eq!(parse_command(message), Some(expected), "{message}");
+        }
+    }
+
+    #[test]
+    fn remember_carries_its_content() {
+        assert_eq!(
+            parse_command("Remember that my flight to Lisbon is on Friday."),
+            Some(Remember("my flight to Lisbon is on Friday".into()))
+        );
+        assert_eq!(
+            parse_command("please remember: I take my coffee black"),
+            Some(Remember("I take my coffee black".into()))
+        );
+        assert_eq!(
+            parse_command("记住：我对花生过敏"),
+            Some(Remember("我对花生过敏".into()))
+        );
+        assert_eq!(
+            parse_command("请帮我记住我的生日是五月三号"),
+            Some(Remember("我的生日是五月三号".into()))
+        );
+        assert_eq!(
+            parse_command("记住我常去的那家酒吧"),
+            Some(Remember("我常去的那家酒吧".into()))
+        );
+        assert_eq!(parse_command("remember that"), None);
+        assert_eq!(parse_command("remember this!"), None);
+    }
+
+    #[test]
+    fn recognises_chinese_commands() {
+        let cases = [
+            ("忘掉这个", ForgetLast),
+            ("请忘记刚才说的", ForgetLast),
+            ("删除这条记忆", ForgetLast),
+            ("置顶这条", PinLast),
+            ("把这条置顶", PinLast),
+            ("关闭记忆", MemoryOff),
+            ("请关掉记忆功能", MemoryOff),
+            ("打开记忆", MemoryOn),
+            ("开启无痕模式", IncognitoStart),
+            ("这次对话开启无痕", IncognitoStart),
+            ("退出无痕模式", IncognitoEnd),
+        ];
+        for (message, expected) in cases {
+            assert_eq!(parse_command(message), Some(expected), "{message}");
+        }
+    }
+
+    #[test]
+    fn ordinary_conversation_is_no_command() {
+        for message in [
+            "I always forget that my keys are in the car",
+            "Do you remember the meeting?",
+            "what's the weather",
+            "pin the tail on the donkey",
+            "I turned off the memory foam mattress heater",
+            "我忘了带钥匙",
+            "",
+            "   ",
+            "please",
+        ] {
+            assert_eq!(parse_command(message), None, "{message:?}");
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! Engram's domain logic, free of I/O so that every rule is unit-tested without a database:
+//! validated request values, text normalization for fingerprinting, 64-bit SimHash with banded
+//! near-duplicate lookup keys, metadata extraction, the importance heuristics, the capacity
+//! (trim) policy and the natural-language memory commands.
+
+#![forbid(unsafe_code)]
+
+pub mod capacity;
+pub mod category;
+pub mod commands;
+pub mod importance;
+pub mod memory_state;
+pub mod metadata;
+pub mod normalize;
+pub mod simhash;
+pub mod validate;
+
+pub use capacity::{RetentionPolicy, Scores, TrimCandidate, TrimPlan};
+pub use category::{Category, SpeakerRole};
+pub use simhash::SimHash;
+pub use validate::{
+    ConversationId, MemoryId, MemoryText, Scope, SpaceName, UserId, ValidationError,
+};

@@ -1,0 +1,47 @@
+//! FSRS memory state of episodic memories: retrievability now, from stability and the days since
+//! the last review (the fsrs crate's FSRS-6 forgetting curve).
+
+use chrono::{DateTime, Utc};
+
+/// Days between the last review and `now`, never negative.
+pub fn days_since(last_reviewed_at: DateTime<Utc>, now: DateTime<Utc>) -> f64 {
+    ((now - last_reviewed_at).num_milliseconds().max(0) as f64) / 86_400_000.0
+}
+
+/// Probability of recall after `days_elapsed` for a memory of this stability and difficulty.
+pub fn retrievability(stability: f64, difficulty: f64, days_elapsed: f64) -> f64 {
+    let state = fsrs::MemoryState {
+        stability: stability as f32,
+        difficulty: difficulty as f32,
+    };
+    f64::from(fsrs::current_retrievability(
+        state,
+        days_elapsed as f32,
+        fsrs::FSRS6_DEFAULT_DECAY,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reference values of FSRS-6 for S = 2.3065 (a new memory rated Good at retention 0.9).
+    #[test]
+    fn matches_the_published_forgetting_curve() {
+        for (days, expected) in [(1.0, 0.9468), (7.0, 0.8083), (30.0, 0.6675)] {
+            let actual = retrievability(2.3065, 5.0, days);
+            assert!(
+                (actual - expected).abs() < 5e-4,
+                "{days} days: {actual} vs {expected}"
+            );
+        }
+        assert!((retrievability(2.3065, 5.0, 0.0) - 1.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn days_since_is_fractional_and_never_negative() {
+        let now = Utc::now();
+        assert!((days_since(now - chrono::Duration::hours(36), now) - 1.5).abs() < 1e-9);
+        assert_eq!(days_since(now + chrono::Duration::hours(1), now), 0.0);
+    }
+}

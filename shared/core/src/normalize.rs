@@ -1,0 +1,130 @@
+//! Normalization for fingerprinting. The stored text always stays as the user gave it; this form
+//! only feeds SimHash, so that case, links, citation markers and spacing do not make two
+//! statements of the same thing look different.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+static URL: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(?:https?://|ftp://|www\.)[^\s<>()\[\]{}]+").expect("valid url regex")
+});
+
+/// Citation markers: `[1]`, `[12, 13]`, `[^3]`, `【2】`, `(Smith, 2020)`, `(Smith et al. 2019)`.
+static CITATION: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?x)
+        \[\^?\d+(?:\s*[,\u{2013}-]\s*\d+)*\]
+        | 【\d+(?:[,，]\s*\d+)*】
+        | \(\s*[A-Z][A-Za-z'\-]+(?:\s+et\s+al\.?)?(?:\s*(?:&|and)\s*[A-Z][A-Za-z'\-]+)?,?\s+\d{4}[a-z]?\s*\)
+        ",
+    )
+    .expect("valid citation regex")
+});
+
+/// Lowercases, removes URLs and citation markers, and folds runs of whitespace into one space.
+pub fn normalize_for_fingerprint(text: &str) -> String {
+    // Citations first: the author-year form relies on capital letters.
+    let without_citations = CITATION.replace_all(text, " ");
+    let without_urls = URL.replace_all(&without_citations, " ");
+    let lowered = without_urls.to_lowercase();
+    lowered.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Whether a character is written without spaces between words (Chinese, Japanese kana, Korean
+/// syllables are spaced but short): such runs are split into characters for features.
+pub fn is_cjk(c: char) -> bool {
+    matches!(c as u32,
+        0x3040..=0x30FF     // Hiragana, Katakana
+        | 0x3400..=0x4DBF   // CJK Extension A
+        | 0x4E00..=0x9FFF   // CJK Unified Ideographs
+        | 0xF900..=0xFAFF   // CJK Compatibility Ideographs
+        | 0xAC00..=0xD7AF   // Hangul syllables
+        | 0x20000..=0x2A6DF // CJK Extension B
+    )
+}
+
+/// A token of normalized text: a word of letters/digits, or one CJK character.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Token<'a> {
+    Word(&'a str),
+    Cjk(&'a str),
+}
+
+impl<'a> Token<'a> {
+    pub fn as_str(&self) -> &'a str {
+        match self {
+            Token::Word(word) | Token::Cjk(word) => word,
+        }
+    }
+}
+
+/// Splits text into words (runs of letters and digits, apostrophes inside a word kept) and
+/// single CJK characters; punctuation and spacing separate tokens.
+pub fn tokenize(text: &str) -> Vec<Token<'_>> {
+    let mut tokens = Vec::new();
+    let mut word_start: Option<usize> = None;
+    let mut chars = text.char_indices().peekable();
+    while let Some((index, c)) = chars.next() {
+        if is_cjk(c) {
+            if let Some(start) = word_start.take() {
+                tokens.push(Token::Word(&text[start..index]));
+            }
+            tokens.push(Token::Cjk(&text[index..index + c.len_utf8()]));
+            continue;
+        }
+        let inner_apostrophe = (c == '\'' || c == '’')
+            && word_start.is_some()
+            && chars
+                .peek()
+                .is_some_and(|(_, next)| next.is_alphanumeric() && !is_cjk(*next));
+        if c.is_alphanumeric() || inner_apostrophe {
+            word_start.get_or_insert(index);
+        } else if let Some(start) = word_start.take() {
+            tokens.push(Token::Word(&text[start..index]));
+        }
+    }
+    if let Some(start) = word_start {
+        tokens.push(Token::Word(&text[start..]));
+    }
+    tokens
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lowercases_folds_whitespace_and_drops_urls() {
+        assert_eq!(
+            normalize_for_fingerprint("  I  prefer\tDark Mode\n see https://example.com/x?y=1 "),
+            "i prefer dark mode see"
+        );
+        assert_eq!(
+            normalize_for_fingerprint("Docs at www.rust-lang.org now"),
+            "docs at now"
+        );
+    }
+
+    #[test]
+    fn drops_citation_markers() {
+        assert_eq!(
+            normalize_for_fingerprint("Rust is memory safe [1][2, 3] (Smith et al. 2019)."),
+            "rust is memory safe ."
+        );
+        assert_eq!(normalize_for_fingerprint("见文献【12】。"), "见文献 。");
+        assert_eq!(
+            normalize_for_fingerprint("footnote[^4] here"),
+            "footnote here"
+        );
+    }
+
+    #[test]
+    fn tokenizes_words_and_cjk_characters() {
+        let tokens: Vec<&str> = tokenize("I don't like 绿茶, ok?")
+            .iter()
+            .map(Token::as_str)
+            .collect();
+        assert_eq!(tokens, vec!["I", "don't", "like", "绿", "茶", "ok"]);
+    }
+}

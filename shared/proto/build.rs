@@ -1,0 +1,28 @@
+//! Compiles proto/engram/v1 with a vendored protoc, so a fresh machine needs no protobuf install
+//! (a `PROTOC` in the environment still wins).
+
+use std::path::PathBuf;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let proto_root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    let files = ["common", "ingest", "retrieval", "review", "events"]
+        .map(|name| proto_root.join(format!("engram/v1/{name}.proto")));
+
+    let protoc = match std::env::var_os("PROTOC") {
+        Some(path) => PathBuf::from(path),
+        None => protoc_bin_vendored::protoc_bin_path()?,
+    };
+    let mut config = prost_build::Config::new();
+    config.protoc_executable(protoc);
+
+    let descriptor_path = PathBuf::from(std::env::var("OUT_DIR")?).join("engram_descriptor.bin");
+    tonic_prost_build::configure()
+        .file_descriptor_set_path(&descriptor_path)
+        .compile_with_config(config, &files, &[proto_root.clone()])?;
+
+    for file in &files {
+        println!("cargo:rerun-if-changed={}", file.display());
+    }
+    println!("cargo:rerun-if-env-changed=PROTOC");
+    Ok(())
+}

@@ -1,0 +1,331 @@
+//! Bearer-token access control.
+//!
+//! [`AuthLayer`] is a tower layer in front of every gRPC service. It lets health checks and
+//! reflection through, authenticates the `authorization: Bearer <token>` header of everything
+//! else, and attaches the token's [`AccessGrant`] to the request. Handlers then check the grant
+//! against the user and space the request names (the layer cannot: they live in the protobuf
+//! body), answering PermissionDenied outside it. With no tokens configured, every request gets an
+//! unrestricted grant.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use engram_core::Scope;
+use futures::future::{Either, Ready, ready};
+use serde::Deserialize;
+use tonic::Status;
+use tower::{Layer, Service};
+use uuid::Uuid;
+
+/// Paths open without a token: Kubernetes probes and `grpcurl list/describe`.
+const OPEN_PATH_PREFIXES: [&str; 3] = [
+    "/grpc.health.v1.Health/",
+    "/grpc.reflection.v1.ServerReflection/",
+    "/grpc.reflection.v1alpha.ServerReflection/",
+];
+
+/// What a request may touch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AccessGrant {
+    /// Any user and space: open access (no tokens configured) or a token without limits.
+    Unrestricted,
+    /// Only these users and/or spaces; `None` means any.
+    Limited {
+        token_name: String,
+        users: Option<Vec<Uuid>>,
+        spaces: Option<Vec<String>>,
+    },
+}
+
+impl AccessGrant {
+    /// Checks a request's scope against the grant.
+    pub fn authorize(&self, scope: &Scope) -> Result<(), Status> {
+        match self {
+            AccessGrant::Unrestricted => Ok(()),
+            AccessGrant::Limited {
+                token_name,
+                users,
+                spaces,
+            } => {
+                if let Some(users) = users
+                    && !users.contains(&scope.user_id.as_uuid())
+                {
+                    return Err(Status::permission_denied(format!(
+                        "token {token_name:?} is not granted user {}",
+                        scope.user_id
+                    )));
+                }
+                if let Some(spaces) = spaces
+                    && !spaces.iter().any(|space| space == scope.space.as_str())
+                {
+                    return Err(Status::permission_denied(format!(
+                        "token {token_name:?} is not granted space {:?}",
+                        scope.space.as_str()
+                    )));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The grant a handler finds on its request. A request that did not pass the layer has none,
+    /// and is refused: access fails closed.
+    pub fn of_request<T>(request: &tonic::Request<T>) -> Result<AccessGrant, Status> {
+        request
+            .extensions()
+            .get::<AccessGrant>()
+            .cloned()
+            .ok_or_else(|| Status::permission_denied("request carries no access grant"))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct TokensFile {
+    tokens: Vec<TokenEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+struct TokenEntry {
+    name: String,
+    token: String,
+    #[serde(default)]
+    users: Vec<Uuid>,
+    #[serde(default)]
+    spaces: Vec<String>,
+}
+
+/// The configured tokens. Empty means open access.
+#[derive(Debug, Clone, Default)]
+pub struct TokenRegistry {
+    grants: Arc<HashMap<String, AccessGrant>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TokenFileError {
+    #[error("cannot read tokens file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("tokens file {path} is not valid: {source}")]
+    Parse {
+        path: String,
+        source: serde_json::Error,
+    },
+    #[error("tokens file {path}: {reason}")]
+    Invalid { path: String, reason: String },
+}
+
+impl TokenRegistry {
+    /// Open access: no token required.
+    pub fn open() -> Self {
+        Self::default()
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.grants.is_empty()
+    }
+
+    /// Reads `{"tokens": [{"name", "token", "users"?, "spaces"?}]}`.
+    pub fn from_file(path: &Path) -> Result<Self, TokenFileError> {
+        let display = path.display().to_string();
+        let raw = std::fs::read_to_string(path).map_err(|source| TokenFileError::Read {
+            path: display.clone(),
+            source,
+        })?;
+        let file: TokensFile =
+            serde_json::from_str(&raw).map_err(|source| TokenFileError::Parse {
+                path: display.clone(),
+                source,
+            })?;
+        let invalid = |reason: String| TokenFileError::Invalid {
+            path: display.clone(),
+            reason,
+        };
+        if file.tokens.is_empty() {
+            return Err(invalid(
+                "lists no tokens; remove the setting for open access".into(),
+            ));
+        }
+        let mut grants = HashMap::new();
+        for entry in file.tokens {
+            if entry.token.len() < 16 {
+                return Err(invalid(format!(
+                    "token {:?} is shorter than 16 characters",
+                    entry.name
+                )));
+            }
+            let grant = if entry.users.is_empty() && entry.spaces.is_empty() {
+                AccessGrant::Unrestricted
+            } else {
+                AccessGrant::Limited {
+                    token_name: entry.name.clone(),
+                    users: (!entry.users.is_empty()).then_some(entry.users),
+                    spaces: (!entry.spaces.is_empty()).then_some(entry.spaces),
+                }
+            };
+            if grants.insert(entry.token, grant).is_some() {
+                return Err(invalid(format!(
+                    "token of {:?} is listed twice",
+                    entry.name
+                )));
+            }
+        }
+        Ok(Self {
+            grants: Arc::new(grants),
+        })
+    }
+
+    fn grant_for(&self, authorization: Option<&http::HeaderValue>) -> Result<AccessGrant, Status> {
+        if self.is_open() {
+            return Ok(AccessGrant::Unrestricted);
+        }
+        let header = authorization
+            .ok_or_else(|| Status::unauthenticated("missing authorization: Bearer <token>"))?;
+        let token = header
+            .to_str()
+            .ok()
+            .and_then(|value| {
+                value
+                    .strip_prefix("Bearer ")
+                    .or_else(|| value.strip_prefix("bearer "))
+            })
+            .ok_or_else(|| Status::unauthenticated("authorization must be \"Bearer <token>\""))?;
+        self.grants
+            .get(token.trim())
+            .cloned()
+            .ok_or_else(|| Status::unauthenticated("unknown bearer token"))
+    }
+}
+
+/// Tower layer that authenticates requests and attaches their [`AccessGrant`].
+#[derive(Debug, Clone)]
+pub struct AuthLayer {
+    registry: TokenRegistry,
+}
+
+impl AuthLayer {
+    pub fn new(registry: TokenRegistry) -> Self {
+        Self { registry }
+    }
+}
+
+impl<S> Layer<S> for AuthLayer {
+    type Service = AuthService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        AuthService {
+            inner,
+            registry: self.registry.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct AuthService<S> {
+    inner: S,
+    registry: TokenRegistry,
+}
+
+impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for AuthService<S>
+where
+    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>>,
+    ResBody: Default,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Either<Ready<Result<Self::Response, Self::Error>>, S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: http::Request<ReqBody>) -> Self::Future {
+        let path = request.uri().path();
+        if OPEN_PATH_PREFIXES
+            .iter()
+            .any(|prefix| path.starts_with(prefix))
+        {
+            return Either::Right(self.inner.call(request));
+        }
+        match self
+            .registry
+            .grant_for(request.headers().get(http::header::AUTHORIZATION))
+        {
+            Ok(grant) => {
+                request.extensions_mut().insert(grant);
+                Either::Right(self.inner.call(request))
+            }
+            Err(status) => Either::Left(ready(Ok(status.into_http()))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scope(user: Uuid, space: &str) -> Scope {
+        Scope::parse("scope", &user.to_string(), space).unwrap()
+    }
+
+    #[test]
+    fn limited_grants_check_users_and_spaces() {
+        let alice = Uuid::from_u128(1);
+        let grant = AccessGrant::Limited {
+            token_name: "crm".into(),
+            users: Some(vec![alice]),
+            spaces: Some(vec!["work".into()]),
+        };
+        assert!(grant.authorize(&scope(alice, "work")).is_ok());
+        let denied = grant.authorize(&scope(alice, "home")).unwrap_err();
+        assert_eq!(denied.code(), tonic::Code::PermissionDenied);
+        assert!(grant.authorize(&scope(Uuid::from_u128(2), "work")).is_err());
+        assert!(
+            AccessGrant::Unrestricted
+                .authorize(&scope(alice, "home"))
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn tokens_file_is_validated() {
+        let dir = std::env::temp_dir().join(format!("engram-auth-{}", Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("tokens.json");
+        std::fs::write(&path, r#"{"tokens":[{"name":"a","token":"short"}]}"#).unwrap();
+        assert!(matches!(
+            TokenRegistry::from_file(&path),
+            Err(TokenFileError::Invalid { .. })
+        ));
+        std::fs::write(
+            &path,
+            r#"{"tokens":[{"name":"admin","token":"0123456789abcdef"},
+                          {"name":"crm","token":"fedcba9876543210","spaces":["crm"]}]}"#,
+        )
+        .unwrap();
+        let registry = TokenRegistry::from_file(&path).unwrap();
+        let header = http::HeaderValue::from_static("Bearer 0123456789abcdef");
+        assert_eq!(
+            registry.grant_for(Some(&header)).unwrap(),
+            AccessGrant::Unrestricted
+        );
+        let crm = http::HeaderValue::from_static("Bearer fedcba9876543210");
+        assert!(matches!(
+            registry.grant_for(Some(&crm)).unwrap(),
+            AccessGrant::Limited { .. }
+        ));
+        let wrong = http::HeaderValue::from_static("Bearer nope");
+        assert_eq!(
+            registry.grant_for(Some(&wrong)).unwrap_err().code(),
+            tonic::Code::Unauthenticated
+        );
+        assert_eq!(
+            registry.grant_for(None).unwrap_err().code(),
+            tonic::Code::Unauthenticated
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

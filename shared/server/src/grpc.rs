@@ -1,0 +1,133 @@
+//! The gRPC server every Engram service runs: its own services behind the access layer, plus
+//! `grpc.health.v1` and server reflection, so `grpcurl -plaintext HOST:PORT list` and `describe`
+//! work without proto files.
+//!
+//! Health: the overall status (`""`) is SERVING while the process serves, so liveness probes do
+//! not restart a pod that is only waiting for a dependency; each named service turns SERVING when
+//! the service says it is ready, and NOT_SERVING as soon as shutdown starts.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::service::Routes;
+use tonic_health::ServingStatus;
+use tonic_health::pb::health_server::HealthServer;
+use tonic_health::server::{HealthReporter, HealthService};
+
+use crate::auth::{AuthLayer, TokenRegistry};
+use crate::settings::GrpcSettings;
+
+/// A bound gRPC listener, ready to serve.
+pub struct GrpcServer {
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    shutdown_grace: Duration,
+    health: HealthReporter,
+    health_service: HealthServer<HealthService>,
+}
+
+impl GrpcServer {
+    /// Binds the listen address (port 0 picks a free port).
+    pub async fn bind(settings: &GrpcSettings) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind(settings.listen_addr)
+            .await
+            .with_context(|| format!("cannot listen on {}", settings.listen_addr))?;
+        let local_addr = listener.local_addr()?;
+        // The reporter starts with the overall status ("") SERVING.
+        let health = HealthReporter::new();
+        let health_service = HealthServer::new(HealthService::from_health_reporter(health.clone()));
+        Ok(Self {
+            listener,
+            local_addr,
+            shutdown_grace: settings.shutdown_grace(),
+            health,
+            health_service,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Lets the service report its own readiness (for example NOT_SERVING while its database is
+    /// unreachable).
+    pub fn health_reporter(&self) -> HealthReporter {
+        self.health.clone()
+    }
+
+    /// Serves `routes` until `shutdown` resolves, then reports NOT_SERVING, stops accepting
+    /// connections and lets in-flight requests finish within the grace period.
+    ///
+    /// `service_names` are the fully qualified names of the services in `routes`; they are marked
+    /// SERVING once serving starts.
+    pub async fn serve(
+        self,
+        routes: Routes,
+        service_names: &[&str],
+        tokens: TokenRegistry,
+        shutdown: impl Future<Output = ()>,
+    ) -> anyhow::Result<()> {
+        // Both reflection versions: grpcurl 1.8 and many tools still speak only v1alpha.
+        let reflection = || {
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(engram_proto::FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        };
+        let reflection_v1 = reflection()
+            .build_v1()
+            .context("cannot build the reflection service")?;
+        let reflection_v1alpha = reflection()
+            .build_v1alpha()
+            .context("cannot build the reflection service")?;
+        let routes = routes
+            .add_service(self.health_service)
+            .add_service(reflection_v1)
+            .add_service(reflection_v1alpha);
+
+        if tokens.is_open() {
+            tracing::warn!(addr = %self.local_addr, "no access tokens configured: every client may read and write any user's memory");
+        }
+
+        let (stop_accepting, stop_signal) = tokio::sync::oneshot::channel::<()>();
+        let server = tonic::transport::Server::builder()
+            .layer(AuthLayer::new(tokens))
+            .add_routes(routes)
+            .serve_with_incoming_shutdown(TcpListenerStream::new(self.listener), async {
+                let _ = stop_signal.await;
+            });
+        tokio::pin!(server);
+
+        for name in service_names {
+            self.health
+                .set_service_status(name, ServingStatus::Serving)
+                .await;
+        }
+        tracing::info!(addr = %self.local_addr, services = ?service_names, "serving grpc");
+
+        tokio::pin!(shutdown);
+        tokio::select! {
+            result = &mut server => return result.context("grpc server failed"),
+            () = &mut shutdown => {}
+        }
+
+        for name in service_names {
+            self.health
+                .set_service_status(name, ServingStatus::NotServing)
+                .await;
+        }
+        let _ = stop_accepting.send(());
+        match tokio::time::timeout(self.shutdown_grace, server).await {
+            Ok(result) => result.context("grpc server failed while draining")?,
+            Err(_) => tracing::warn!(
+                grace_secs = self.shutdown_grace.as_secs(),
+                "in-flight requests did not finish within the shutdown grace period"
+            ),
+        }
+        tracing::info!("grpc server stopped");
+        Ok(())
+    }
+}

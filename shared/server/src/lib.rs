@@ -1,0 +1,18 @@
+//! What every Engram gRPC service shares: layered settings (defaults, optional file, `ENGRAM_*`
+//! environment), bearer-token access control as a tower layer, the gRPC server with health and
+//! reflection, and graceful shutdown on SIGTERM/SIGINT.
+
+#![forbid(unsafe_code)]
+
+pub mod auth;
+pub mod convert;
+pub mod database;
+pub mod grpc;
+pub mod settings;
+pub mod shutdown;
+pub mod time;
+
+pub use auth::{AccessGrant, AuthLayer, TokenRegistry};
+pub use grpc::GrpcServer;
+pub use settings::{AuthSettings, DatabaseSettings, GrpcSettings, load_settings};
+pub use shutdown::shutdown_signal;

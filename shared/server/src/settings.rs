@@ -1,0 +1,94 @@
+//! Settings are layered: compiled-in defaults, then an optional TOML file named by
+//! `ENGRAM_CONFIG`, then `ENGRAM_*` environment variables with `__` between levels
+//! (`ENGRAM_DATABASE__URL` sets `database.url`). Kubernetes sets env only.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use config::{Config, Environment, File, FileFormat};
+use secrecy::SecretString;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+/// Environment variable naming an optional TOML settings file.
+pub const CONFIG_FILE_ENV: &str = "ENGRAM_CONFIG";
+/// Prefix of every Engram environment variable.
+pub const ENV_PREFIX: &str = "ENGRAM";
+
+/// The gRPC listener.
+#[derive(Debug, Clone, Deserialize)]
+pub struct GrpcSettings {
+    /// Address to listen on; port 0 picks a free port (tests).
+    pub listen_addr: SocketAddr,
+    /// Time allowed for in-flight requests on SIGTERM; keep it below the pod's grace period.
+    pub shutdown_grace_secs: u64,
+}
+
+impl GrpcSettings {
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_secs(self.shutdown_grace_secs)
+    }
+}
+
+/// The Postgres connection pool.
+#[derive(Debug, Clone, Deserialize)]
+pub struct DatabaseSettings {
+    pub url: SecretString,
+    pub max_connections: u32,
+    pub connect_timeout_secs: u64,
+    /// Whether this process applies migrations at start (one owner: ingest). Others wait until
+    /// the schema is current.
+    pub run_migrations: bool,
+    /// How long a service that does not own migrations waits for them at start.
+    pub schema_wait_secs: u64,
+}
+
+/// Bearer-token access. With no tokens file, access is open (local runs), and the log says so.
+#[derive(Debug, Clone, Deserialize, Default)]
+pub struct AuthSettings {
+    /// JSON file: `[{"token": "...", "users": ["<uuid>", ...], "spaces": ["...", ...]}]`;
+    /// `users` / `spaces` omitted or empty means any.
+    pub tokens_file: Option<PathBuf>,
+}
+
+/// Defaults shared by every service; each service adds its own before calling [`load_settings`].
+pub fn common_defaults(default_port: u16) -> Vec<(&'static str, config::Value)> {
+    vec![
+        (
+            "grpc.listen_addr",
+            format!("127.0.0.1:{default_port}").into(),
+        ),
+        ("grpc.shutdown_grace_secs", 20i64.into()),
+        (
+            "database.url",
+            "postgres://postgres@127.0.0.1:55432/engram".into(),
+        ),
+        ("database.max_connections", 16i64.into()),
+        ("database.connect_timeout_secs", 10i64.into()),
+        ("database.run_migrations", false.into()),
+        ("database.schema_wait_secs", 120i64.into()),
+    ]
+}
+
+/// Loads settings of type `T` from defaults, the optional file and the environment.
+pub fn load_settings<T: DeserializeOwned>(
+    defaults: Vec<(&'static str, config::Value)>,
+) -> Result<T, config::ConfigError> {
+    let mut builder = Config::builder();
+    for (key, value) in defaults {
+        builder = builder.set_default(key, value)?;
+    }
+    if let Ok(path) = std::env::var(CONFIG_FILE_ENV) {
+        builder = builder.add_source(File::new(&path, FileFormat::Toml).required(true));
+    }
+    builder
+        .add_source(
+            Environment::with_prefix(ENV_PREFIX)
+                .prefix_separator("_")
+                .separator("__")
+                .try_parsing(true),
+        )
+        .build()?
+        .try_deserialize()
+}

@@ -1,0 +1,130 @@
+//! The audit trail: every user action (and every trim) on a space, append-only.
+
+use chrono::{DateTime, Utc};
+use engram_core::{ConversationId, Scope};
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use crate::StoreError;
+
+/// An audited action, with its stored name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuditAction {
+    Create,
+    Merge,
+    Pin,
+    Unpin,
+    Forget,
+    SettingsChange,
+    IncognitoStart,
+    IncognitoEnd,
+    Trim,
+}
+
+impl AuditAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditAction::Create => "create",
+            AuditAction::Merge => "merge",
+            AuditAction::Pin => "pin",
+            AuditAction::Unpin => "unpin",
+            AuditAction::Forget => "forget",
+            AuditAction::SettingsChange => "settings_change",
+            AuditAction::IncognitoStart => "incognito_start",
+            AuditAction::IncognitoEnd => "incognito_end",
+            AuditAction::Trim => "trim",
+        }
+    }
+
+    pub fn from_stored(stored: &str) -> Option<Self> {
+        use AuditAction::*;
+        [
+            Create,
+            Merge,
+            Pin,
+            Unpin,
+            Forget,
+            SettingsChange,
+            IncognitoStart,
+            IncognitoEnd,
+            Trim,
+        ]
+        .into_iter()
+        .find(|action| action.as_str() == stored)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct AuditRecord {
+    pub id: i64,
+    pub action: String,
+    pub memory_id: Option<Uuid>,
+    pub conversation_id: Option<Uuid>,
+    pub detail: serde_json::Value,
+    pub created_at: DateTime<Utc>,
+}
+
+pub async fn append(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    action: AuditAction,
+    memory_id: Option<Uuid>,
+    conversation: Option<ConversationId>,
+    detail: serde_json::Value,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(action.as_str())
+    .bind(memory_id)
+    .bind(conversation.map(|c| c.as_uuid()))
+    .bind(detail)
+    .execute(connection)
+    .await?;
+    Ok(())
+}
+
+/// Events of the space, newest first, with ids below `before_id` when given.
+pub async fn list(
+    pool: &PgPool,
+    scope: &Scope,
+    before_id: Option<i64>,
+    limit: i64,
+) -> Result<Vec<AuditRecord>, StoreError> {
+    let records = sqlx::query_as::<_, AuditRecord>(
+        "SELECT id, action, memory_id, conversation_id, detail, created_at FROM audit_events \
+         WHERE user_id = $1 AND space = $2 AND ($3::bigint IS NULL OR id < $3) \
+         ORDER BY id DESC LIMIT $4",
+    )
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(before_id)
+    .bind(limit)
+    .fetch_all(pool)
+    .await?;
+    Ok(records)
+}
+
+/// The memory most recently created or merged from this conversation that still exists.
+pub async fn last_written_in_conversation(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    conversation: ConversationId,
+) -> Result<Option<Uuid>, StoreError> {
+    let id = sqlx::query_scalar(
+        "SELECT a.memory_id FROM audit_events a \
+         JOIN memories m ON m.id = a.memory_id AND m.user_id = a.user_id AND m.space = a.space \
+         WHERE a.user_id = $1 AND a.space = $2 AND a.conversation_id = $3 \
+           AND a.action IN ('create', 'merge') AND a.conversation_id IS NOT NULL \
+         ORDER BY a.id DESC LIMIT 1",
+    )
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(conversation.as_uuid())
+    .fetch_optional(connection)
+    .await?;
+    Ok(id)
+}

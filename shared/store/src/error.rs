@@ -1,0 +1,31 @@
+//! The store's error type. Retryability is a property of the error, so callers can decide to
+//! retry, requeue or give up without inspecting SQL states themselves.
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migration(#[from] sqlx::migrate::MigrateError),
+    #[error("stored row is corrupt: {0}")]
+    Corrupt(String),
+}
+
+impl StoreError {
+    /// Whether the same operation may succeed if tried again (lost connection, pool exhausted,
+    /// serialization failure or deadlock).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            StoreError::Database(
+                sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed,
+            ) => true,
+            StoreError::Database(sqlx::Error::Database(error)) => {
+                matches!(
+                    error.code().as_deref(),
+                    Some("40001" | "40P01" | "57P01" | "53300")
+                )
+            }
+            StoreError::Database(_) | StoreError::Migration(_) | StoreError::Corrupt(_) => false,
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! Engram's Postgres store, the source of truth: the migrations and every query the services run.
+//!
+//! Functions that are part of a larger transaction take `&mut PgConnection` (pass
+//! `&mut *transaction`); read-only queries take the pool. Every query is scoped by
+//! `(user_id, space)`: no function reads or writes a row of another tenant, whatever id it is
+//! given.
+
+#![forbid(unsafe_code)]
+
+pub mod audit;
+pub mod conversations;
+pub mod error;
+pub mod memories;
+pub mod spaces;
+pub mod tombstones;
+
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgConnection, PgPool};
+
+pub use error::StoreError;
+
+/// The migrations in `migrations/`, embedded in every binary.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
+
+/// Opens a connection pool.
+pub async fn connect(
+    url: &str,
+    max_connections: u32,
+    connect_timeout: Duration,
+) -> Result<PgPool, StoreError> {
+    let options: PgConnectOptions = url.parse().map_err(StoreError::Database)?;
+    let options = options.application_name("engram");
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(connect_timeout)
+        .connect_with(options)
+        .await
+        .map_err(StoreError::Database)
+}
+
+/// Applies pending migrations (the one migration owner calls this). Concurrent callers are safe:
+/// sqlx takes an advisory lock.
+pub async fn migrate(pool: &PgPool) -> Result<(), StoreError> {
+    MIGRATOR.run(pool).await.map_err(StoreError::Migration)
+}
+
+/// Whether every embedded migration has been applied (services that do not own migrations wait
+/// for this before they report ready).
+pub async fn schema_is_current(pool: &PgPool) -> Result<bool, StoreError> {
+    let table_exists: bool =
+        sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+            .fetch_one(pool)
+            .await?;
+    if !table_exists {
+        return Ok(false);
+    }
+    let applied: Vec<i64> =
+        sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+            .fetch_all(pool)
+            .await?;
+    Ok(MIGRATOR
+        .iter()
+        .all(|migration| applied.contains(&migration.version)))
+}
+
+/// Serializes writes to one (user, space) for the rest of the transaction. Near-duplicate
+/// detection and the capacity policy read the space and then write it; without the lock, two
+/// concurrent writes of the same text could both miss each other and create two rows.
+pub async fn lock_space(
+    connection: &mut PgConnection,
+    scope: &engram_core::Scope,
+) -> Result<(), StoreError> {
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(space_lock_key(scope))
+        .execute(connection)
+        .await?;
+    Ok(())
+}
+
+/// A stable 64-bit key for the advisory lock of one (user, space).
+fn space_lock_key(scope: &engram_core::Scope) -> i64 {
+    let mut key = scope.user_id.as_uuid().as_bytes().to_vec();
+    key.extend_from_slice(scope.space.as_str().as_bytes());
+    xxhash_rust::xxh3::xxh3_64(&key) as i64
+}

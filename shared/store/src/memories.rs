@@ -1,0 +1,379 @@
+//! The `memories` table: semantic facts and episodic memories in one model.
+
+use chrono::{DateTime, Utc};
+use engram_core::{Scope, Scores, SimHash, TrimCandidate};
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use crate::StoreError;
+
+/// Every column but the embedding, which never leaves the store through this type. A macro, so
+/// that queries stay `&'static str` literals (sqlx refuses SQL built at run time).
+macro_rules! memory_columns {
+    () => {
+        "id, user_id, space, kind, conversation_id, text, role, category, valid_at, invalid_at, \
+         title, messages, surprise, start_at, end_at, stability, difficulty, last_reviewed_at, \
+         consolidated_at, created_at, updated_at, needs_embedding, embedding_model, simhash, \
+         repeat_count, tags, source_ids, metadata_confidence, importance, pinned, manually_saved, \
+         last_scores"
+    };
+}
+
+/// One stored memory, as read back.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct MemoryRecord {
+    pub id: Uuid,
+    pub user_id: Uuid,
+    pub space: String,
+    pub kind: String,
+    pub conversation_id: Option<Uuid>,
+    pub text: String,
+    pub role: String,
+    pub category: Option<String>,
+    pub valid_at: Option<DateTime<Utc>>,
+    pub invalid_at: Option<DateTime<Utc>>,
+    pub title: Option<String>,
+    pub messages: Option<serde_json::Value>,
+    pub surprise: Option<f64>,
+    pub start_at: Option<DateTime<Utc>>,
+    pub end_at: Option<DateTime<Utc>>,
+    pub stability: Option<f64>,
+    pub difficulty: Option<f64>,
+    pub last_reviewed_at: Option<DateTime<Utc>>,
+    pub consolidated_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub needs_embedding: bool,
+    pub embedding_model: Option<String>,
+    pub simhash: i64,
+    pub repeat_count: i32,
+    pub tags: Vec<String>,
+    pub source_ids: Vec<String>,
+    pub metadata_confidence: f64,
+    pub importance: f64,
+    pub pinned: bool,
+    pub manually_saved: bool,
+    pub last_scores: Option<serde_json::Value>,
+}
+
+impl MemoryRecord {
+    /// The cached scores, if present and well-formed (a malformed cache counts as missing and is
+    /// recomputed).
+    pub fn scores(&self) -> Option<Scores> {
+        self.last_scores
+            .clone()
+            .and_then(|value| serde_json::from_value(value).ok())
+    }
+}
+
+/// A new semantic memory, fully decided by the write path.
+#[derive(Debug, Clone)]
+pub struct NewSemanticMemory {
+    pub id: Uuid,
+    pub conversation_id: Option<Uuid>,
+    pub text: String,
+    pub role: &'static str,
+    pub category: &'static str,
+    pub simhash: SimHash,
+    pub tags: Vec<String>,
+    pub source_ids: Vec<String>,
+    pub metadata_confidence: f64,
+    pub importance: f64,
+    pub pinned: bool,
+    pub manually_saved: bool,
+}
+
+pub async fn insert_semantic(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    memory: &NewSemanticMemory,
+) -> Result<MemoryRecord, StoreError> {
+    let sql = concat!(
+        "INSERT INTO memories (id, user_id, space, kind, conversation_id, text, role, category, \
+             valid_at, simhash, tags, source_ids, metadata_confidence, importance, pinned, \
+             manually_saved, needs_embedding) \
+         VALUES ($1, $2, $3, 'semantic', $4, $5, $6, $7, now(), $8, $9, $10, $11, $12, $13, $14, true) \
+         RETURNING ",
+        memory_columns!(),
+        ""
+    );
+    let record = sqlx::query_as::<_, MemoryRecord>(sql)
+        .bind(memory.id)
+        .bind(scope.user_id.as_uuid())
+        .bind(scope.space.as_str())
+        .bind(memory.conversation_id)
+        .bind(&memory.text)
+        .bind(memory.role)
+        .bind(memory.category)
+        .bind(memory.simhash.as_i64())
+        .bind(&memory.tags)
+        .bind(&memory.source_ids)
+        .bind(memory.metadata_confidence)
+        .bind(memory.importance)
+        .bind(memory.pinned)
+        .bind(memory.manually_saved)
+        .fetch_one(connection)
+        .await?;
+    Ok(record)
+}
+
+/// The closest semantic memory of the space within the near-duplicate distance, if any.
+///
+/// The band predicates let Postgres probe the four band indexes (a BitmapOr) instead of scanning
+/// the space; the exact distance then filters the few candidates.
+pub async fn find_near_duplicate(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    simhash: SimHash,
+) -> Result<Option<MemoryRecord>, StoreError> {
+    let [band0, band1, band2, band3] = simhash.bands();
+    let sql = concat!(
+        "SELECT ",
+        memory_columns!(),
+        " FROM memories \
+         WHERE user_id = $1 AND space = $2 AND kind = 'semantic' \
+           AND (simhash_band0 = $4 OR simhash_band1 = $5 OR simhash_band2 = $6 OR simhash_band3 = $7) \
+           AND bit_count(int8send(simhash # $3)) <= $8 \
+         ORDER BY bit_count(int8send(simhash # $3)), created_at, id \
+         LIMIT 1"
+    );
+    let record = sqlx::query_as::<_, MemoryRecord>(sql)
+        .bind(scope.user_id.as_uuid())
+        .bind(scope.space.as_str())
+        .bind(simhash.as_i64())
+        .bind(band0)
+        .bind(band1)
+        .bind(band2)
+        .bind(band3)
+        .bind(i64::from(engram_core::simhash::NEAR_DUPLICATE_DISTANCE))
+        .fetch_optional(connection)
+        .await?;
+    Ok(record)
+}
+
+/// What a near-duplicate write changes on the canonical entry.
+#[derive(Debug, Clone)]
+pub struct MergeUpdate {
+    pub repeat_count: i32,
+    pub importance: f64,
+    pub manually_saved: bool,
+    pub pinned: bool,
+    pub tags: Vec<String>,
+    pub source_ids: Vec<String>,
+    pub metadata_confidence: f64,
+}
+
+pub async fn apply_merge(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    id: Uuid,
+    update: &MergeUpdate,
+) -> Result<MemoryRecord, StoreError> {
+    let sql = concat!(
+        "UPDATE memories SET repeat_count = $4, importance = $5, manually_saved = $6, pinned = $7, \
+             tags = $8, source_ids = $9, metadata_confidence = $10, updated_at = now() \
+         WHERE user_id = $1 AND space = $2 AND id = $3 \
+         RETURNING ",
+        memory_columns!(),
+        ""
+    );
+    let record = sqlx::query_as::<_, MemoryRecord>(sql)
+        .bind(scope.user_id.as_uuid())
+        .bind(scope.space.as_str())
+        .bind(id)
+        .bind(update.repeat_count)
+        .bind(update.importance)
+        .bind(update.manually_saved)
+        .bind(update.pinned)
+        .bind(&update.tags)
+        .bind(&update.source_ids)
+        .bind(update.metadata_confidence)
+        .fetch_one(connection)
+        .await?;
+    Ok(record)
+}
+
+pub async fn get(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    id: Uuid,
+) -> Result<Option<MemoryRecord>, StoreError> {
+    let sql = concat!(
+        "SELECT ",
+        memory_columns!(),
+        " FROM memories WHERE user_id = $1 AND space = $2 AND id = $3"
+    );
+    let record = sqlx::query_as::<_, MemoryRecord>(sql)
+        .bind(scope.user_id.as_uuid())
+        .bind(scope.space.as_str())
+        .bind(id)
+        .fetch_optional(connection)
+        .await?;
+    Ok(record)
+}
+
+/// Sets or clears the pin; `None` when the space holds no such memory.
+pub async fn set_pinned(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    id: Uuid,
+    pinned: bool,
+) -> Result<Option<MemoryRecord>, StoreError> {
+    let sql = concat!(
+        "UPDATE memories SET pinned = $4, updated_at = now() \
+         WHERE user_id = $1 AND space = $2 AND id = $3 RETURNING ",
+        memory_columns!(),
+        ""
+    );
+    let record = sqlx::query_as::<_, MemoryRecord>(sql)
+        .bind(scope.user_id.as_uuid())
+        .bind(scope.space.as_str())
+        .bind(id)
+        .bind(pinned)
+        .fetch_optional(connection)
+        .await?;
+    Ok(record)
+}
+
+/// Deletes the given memories of the space and returns what was deleted.
+pub async fn delete(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    ids: &[Uuid],
+) -> Result<Vec<MemoryRecord>, StoreError> {
+    let sql = concat!(
+        "DELETE FROM memories WHERE user_id = $1 AND space = $2 AND id = ANY($3) RETURNING ",
+        memory_columns!(),
+        ""
+    );
+    let records = sqlx::query_as::<_, MemoryRecord>(sql)
+        .bind(scope.user_id.as_uuid())
+        .bind(scope.space.as_str())
+        .bind(ids)
+        .fetch_all(connection)
+        .await?;
+    Ok(records)
+}
+
+#[derive(sqlx::FromRow)]
+struct TrimRow {
+    id: Uuid,
+    created_at: DateTime<Utc>,
+    importance: f64,
+    pinned: bool,
+    manually_saved: bool,
+    last_scores: Option<serde_json::Value>,
+}
+
+/// Every entry of the space with what the capacity policy needs.
+pub async fn trim_candidates(
+    connection: &mut PgConnection,
+    scope: &Scope,
+) -> Result<Vec<TrimCandidate>, StoreError> {
+    let rows = sqlx::query_as::<_, TrimRow>(
+        "SELECT id, created_at, importance, pinned, manually_saved, last_scores \
+         FROM memories WHERE user_id = $1 AND space = $2",
+    )
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .fetch_all(connection)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| TrimCandidate {
+            id: row.id,
+            created_at: row.created_at,
+            importance: row.importance,
+            pinned: row.pinned,
+            manually_saved: row.manually_saved,
+            last_scores: row
+                .last_scores
+                .and_then(|value| serde_json::from_value(value).ok()),
+        })
+        .collect())
+}
+
+/// Caches recomputed scores as `last_scores`, in one statement.
+pub async fn store_scores(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    scores: &[(Uuid, Scores)],
+) -> Result<(), StoreError> {
+    if scores.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<Uuid> = scores.iter().map(|(id, _)| *id).collect();
+    let values: Vec<serde_json::Value> = scores
+        .iter()
+        .map(|(_, scores)| serde_json::to_value(scores))
+        .collect::<Result<_, _>>()
+        .map_err(|error| StoreError::Corrupt(format!("cannot encode scores: {error}")))?;
+    sqlx::query(
+        "UPDATE memories m SET last_scores = s.scores \
+         FROM UNNEST($3::uuid[], $4::jsonb[]) AS s(id, scores) \
+         WHERE m.user_id = $1 AND m.space = $2 AND m.id = s.id",
+    )
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(&ids)
+    .bind(&values)
+    .execute(connection)
+    .await?;
+    Ok(())
+}
+
+/// Filters and paging of [`list`].
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    pub pinned: Option<bool>,
+    pub manually_saved: Option<bool>,
+    /// `semantic`, `episodic`, or both when `None`.
+    pub kind: Option<&'static str>,
+    /// Continue after this (created_at, id), exclusive; newest first.
+    pub after: Option<(DateTime<Utc>, Uuid)>,
+    pub limit: i64,
+}
+
+/// Entries of the space, newest first.
+pub async fn list(
+    pool: &PgPool,
+    scope: &Scope,
+    filter: &ListFilter,
+) -> Result<Vec<MemoryRecord>, StoreError> {
+    let (after_created, after_id) = filter.after.unzip();
+    let sql = concat!(
+        "SELECT ",
+        memory_columns!(),
+        " FROM memories \
+         WHERE user_id = $1 AND space = $2 \
+           AND ($3::boolean IS NULL OR pinned = $3) \
+           AND ($4::boolean IS NULL OR manually_saved = $4) \
+           AND ($5::text IS NULL OR kind = $5) \
+           AND ($6::timestamptz IS NULL OR (created_at, id) < ($6, $7)) \
+         ORDER BY created_at DESC, id DESC \
+         LIMIT $8"
+    );
+    let records = sqlx::query_as::<_, MemoryRecord>(sql)
+        .bind(scope.user_id.as_uuid())
+        .bind(scope.space.as_str())
+        .bind(filter.pinned)
+        .bind(filter.manually_saved)
+        .bind(filter.kind)
+        .bind(after_created)
+        .bind(after_id)
+        .bind(filter.limit)
+        .fetch_all(pool)
+        .await?;
+    Ok(records)
+}
+
+/// How many memories the space holds, counted (tests check the maintained counter against it).
+pub async fn count(pool: &PgPool, scope: &Scope) -> Result<i64, StoreError> {
+    let count =
+        sqlx::query_scalar("SELECT count(*) FROM memories WHERE user_id = $1 AND space = $2")
+            .bind(scope.user_id.as_uuid())
+            .bind(scope.space.as_str())
+            .fetch_one(pool)
+            .await?;
+    Ok(count)
+}

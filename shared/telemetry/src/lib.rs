@@ -1,0 +1,144 @@
+//! The one telemetry entry point of every Engram binary: [`init_telemetry`] installs `tracing`
+//! (human-readable logs, or JSON with `ENGRAM_LOG_FORMAT=json`), and — when the standard
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` is set — OpenTelemetry trace and metric export over OTLP/gRPC.
+//! The W3C trace-context propagator is installed globally either way, so traces continue across
+//! gRPC and AMQP hops. [`TelemetryHandle::shutdown`] flushes what is buffered.
+//!
+//! Export runs on the Tokio runtime (the OTLP/gRPC exporter needs its reactor), so call
+//! [`init_telemetry`] from inside the runtime.
+
+#![forbid(unsafe_code)]
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::{MetricExporter, SpanExporter};
+use opentelemetry_sdk::metrics::SdkMeterProvider;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::{Resource, runtime};
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+
+/// Standard variable that switches OTLP export on.
+pub const OTLP_ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+/// `json` for one JSON object per log line (Kubernetes log pipelines); anything else is text.
+pub const LOG_FORMAT_ENV: &str = "ENGRAM_LOG_FORMAT";
+const DEFAULT_FILTER: &str = "info,sqlx=warn,h2=warn,tower=warn,hyper=warn";
+
+/// Keeps the providers alive; call [`TelemetryHandle::shutdown`] before exiting.
+#[derive(Debug)]
+pub struct TelemetryHandle {
+    tracer_provider: Option<SdkTracerProvider>,
+    meter_provider: Option<SdkMeterProvider>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    #[error("cannot build the otlp {signal} exporter: {reason}")]
+    Exporter {
+        signal: &'static str,
+        reason: String,
+    },
+    #[error("cannot install the tracing subscriber: {0}")]
+    Subscriber(String),
+}
+
+/// Installs logging, tracing and (with an OTLP endpoint) export for `service_name`.
+pub fn init_telemetry(service_name: &'static str) -> Result<TelemetryHandle, TelemetryError> {
+    opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
+    let json =
+        std::env::var(LOG_FORMAT_ENV).is_ok_and(|format| format.eq_ignore_ascii_case("json"));
+    let fmt_layer = if json {
+        tracing_subscriber::fmt::layer()
+            .json()
+            .with_current_span(true)
+            .boxed()
+    } else {
+        tracing_subscriber::fmt::layer().with_target(true).boxed()
+    };
+
+    let export = std::env::var(OTLP_ENDPOINT_ENV).is_ok_and(|endpoint| !endpoint.trim().is_empty());
+    let (tracer_provider, meter_provider) = if export {
+        let resource = Resource::builder().with_service_name(service_name).build();
+        // The exporters read OTEL_EXPORTER_OTLP_ENDPOINT (and the other OTEL_* variables) themselves.
+        let span_exporter = SpanExporter::builder()
+            .with_tonic()
+            .build()
+            .map_err(|error| TelemetryError::Exporter {
+                signal: "trace",
+                reason: error.to_string(),
+            })?;
+        let span_processor =
+            opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor::builder(
+                span_exporter,
+                runtime::Tokio,
+            )
+            .build();
+        let tracer_provider = SdkTracerProvider::builder()
+            .with_span_processor(span_processor)
+            .with_resource(resource.clone())
+            .build();
+        let metric_exporter = MetricExporter::builder()
+            .with_tonic()
+            .build()
+            .map_err(|error| TelemetryError::Exporter {
+                signal: "metric",
+                reason: error.to_string(),
+            })?;
+        let reader = opentelemetry_sdk::metrics::periodic_reader_with_async_runtime::PeriodicReader::builder(
+            metric_exporter,
+            runtime::Tokio,
+        )
+        .build();
+        let meter_provider = SdkMeterProvider::builder()
+            .with_reader(reader)
+            .with_resource(resource)
+            .build();
+        opentelemetry::global::set_meter_provider(meter_provider.clone());
+        (Some(tracer_provider), Some(meter_provider))
+    } else {
+        (None, None)
+    };
+
+    let otel_layer = tracer_provider
+        .as_ref()
+        .map(|provider| tracing_opentelemetry::layer().with_tracer(provider.tracer(service_name)));
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt_layer)
+        .with(otel_layer)
+        .try_init()
+        .map_err(|error| TelemetryError::Subscriber(error.to_string()))?;
+
+    if export {
+        tracing::info!(
+            service = service_name,
+            "exporting traces and metrics over otlp"
+        );
+    }
+    Ok(TelemetryHandle {
+        tracer_provider,
+        meter_provider,
+    })
+}
+
+impl TelemetryHandle {
+    /// Flushes and stops exporters; safe to call when export is off.
+    pub fn shutdown(self) {
+        if let Some(provider) = self.tracer_provider
+            && let Err(error) = provider.shutdown()
+        {
+            eprintln!("engram: trace export shutdown failed: {error}");
+        }
+        if let Some(provider) = self.meter_provider
+            && let Err(error) = provider.shutdown()
+        {
+            eprintln!("engram: metric export shutdown failed: {error}");
+        }
+    }
+}
+
+use tracing_subscriber::Layer as _;
