@@ -1,1 +1,195 @@
-//! wip
+//! A sandbox for end-to-end tests: each test gets its own Postgres database and all three
+//! services started through the same `App::build` path production uses, on free ports, with typed
+//! gRPC clients.
+
+#![forbid(unsafe_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use engram_ingest::IngestSettings;
+use engram_ingest::metrics::IngestMetrics;
+use engram_proto::v1::ingest_service_client::IngestServiceClient;
+use engram_proto::v1::retrieval_service_client::RetrievalServiceClient;
+use engram_proto::v1::review_service_client::ReviewServiceClient;
+use engram_retrieval::RetrievalSettings;
+use engram_review::ReviewSettings;
+use engram_testkit::TestDatabase;
+use secrecy::SecretString;
+use sqlx::PgPool;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::transport::Channel;
+
+/// A service running in this process until dropped or stopped.
+pub struct RunningService {
+    pub addr: SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<anyhow::Result<()>>>,
+}
+
+impl RunningService {
+    fn spawn<F>(addr: SocketAddr, run: impl FnOnce(oneshot::Receiver<()>) -> F) -> Self
+    where
+        F: Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
+        let (shutdown, signal) = oneshot::channel();
+        let task = tokio::spawn(run(signal));
+        Self {
+            addr,
+            shutdown: Some(shutdown),
+            task: Some(task),
+        }
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(self.endpoint())
+            .expect("valid endpoint")
+            .connect()
+            .await
+            .expect("service is up")
+    }
+
+    /// Sends the shutdown signal and waits for the graceful stop.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        match self.task.take() {
+            Some(task) => task.await?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for RunningService {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+    }
+}
+
+/// Options for a sandbox.
+#[derive(Debug, Default, Clone)]
+pub struct SandboxOptions {
+    /// Bearer-token file for all three services; `None` for open access.
+    pub tokens_file: Option<PathBuf>,
+    /// Global soft cap of the ingest service; `None` keeps the default.
+    pub soft_cap: Option<u32>,
+}
+
+/// One database and the three services over it.
+pub struct Sandbox {
+    pub ingest: IngestServiceClient<Channel>,
+    pub retrieval: RetrievalServiceClient<Channel>,
+    pub review: ReviewServiceClient<Channel>,
+    pub ingest_metrics: Arc<IngestMetrics>,
+    pub pool: PgPool,
+    pub services: Vec<RunningService>,
+    // Last: dropped after the services stopped using it.
+    pub database: TestDatabase,
+}
+
+fn database_settings(url: &str, run_migrations: bool) -> engram_server::DatabaseSettings {
+    engram_server::DatabaseSettings {
+        url: SecretString::from(url.to_owned()),
+        max_connections: 8,
+        connect_timeout_secs: 10,
+        run_migrations,
+        schema_wait_secs: 30,
+    }
+}
+
+fn grpc_settings() -> engram_server::GrpcSettings {
+    engram_server::GrpcSettings {
+        listen_addr: "127.0.0.1:0".parse().expect("valid address"),
+        shutdown_grace_secs: 5,
+    }
+}
+
+impl Sandbox {
+    pub async fn start() -> Self {
+        Self::start_with(SandboxOptions::default()).await
+    }
+
+    pub async fn start_with(options: SandboxOptions) -> Self {
+        let database = TestDatabase::create().await.expect("test database");
+        let auth = engram_server::AuthSettings {
+            tokens_file: options.tokens_file.clone(),
+        };
+
+        let mut ingest_settings: IngestSettings =
+            engram_server::settings::load_defaults_only(IngestSettings::defaults())
+                .expect("ingest defaults");
+        ingest_settings.grpc = grpc_settings();
+        ingest_settings.database = database_settings(database.url(), true);
+        ingest_settings.auth = auth.clone();
+        if let Some(soft_cap) = options.soft_cap {
+            ingest_settings.memory.soft_cap = soft_cap;
+        }
+        let ingest_app = engram_ingest::App::build(ingest_settings)
+            .await
+            .expect("ingest starts");
+        let ingest_metrics = ingest_app.metrics();
+        let pool = ingest_app.pool().clone();
+        let ingest = RunningService::spawn(ingest_app.local_addr(), |signal| async move {
+            ingest_app
+                .run_until(async {
+                    let _ = signal.await;
+                })
+                .await
+        });
+
+        let retrieval_settings = RetrievalSettings {
+            grpc: grpc_settings(),
+            database: database_settings(database.url(), false),
+            auth: auth.clone(),
+        };
+        let retrieval_app = engram_retrieval::App::build(retrieval_settings)
+            .await
+            .expect("retrieval starts");
+        let retrieval = RunningService::spawn(retrieval_app.local_addr(), |signal| async move {
+            retrieval_app
+                .run_until(async {
+                    let _ = signal.await;
+                })
+                .await
+        });
+
+        let review_settings = ReviewSettings {
+            grpc: grpc_settings(),
+            database: database_settings(database.url(), false),
+            auth,
+        };
+        let review_app = engram_review::App::build(review_settings)
+            .await
+            .expect("review starts");
+        let review = RunningService::spawn(review_app.local_addr(), |signal| async move {
+            review_app
+                .run_until(async {
+                    let _ = signal.await;
+                })
+                .await
+        });
+
+        Self {
+            ingest: IngestServiceClient::new(ingest.channel().await),
+            retrieval: RetrievalServiceClient::new(retrieval.channel().await),
+            review: ReviewServiceClient::new(review.channel().await),
+            ingest_metrics,
+            pool,
+            services: vec![ingest, retrieval, review],
+            database,
+        }
+    }
+
+    pub fn ingest_service(&self) -> &RunningService {
+        &self.services[0]
+    }
+}

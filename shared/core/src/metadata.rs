@@ -334,7 +334,8 @@ fn capitalized_entities(text: &str) -> Vec<Detection> {
 
 /// The most frequent content words not already covered by another detection.
 fn keyphrases(text: &str, already: &[Detection]) -> Vec<Detection> {
-    let lowered = text.to_lowercase();
+    // Lowercased, without URLs and citation markers: "https" is no keyphrase.
+    let lowered = crate::normalize::normalize_for_fingerprint(text);
     let mut counts: HashMap<&str, (usize, usize)> = HashMap::new();
     for (position, token) in tokenize(&lowered).into_iter().enumerate() {
         let Token::Word(word) = token else { continue };

@@ -92,3 +92,14 @@ pub fn load_settings<T: DeserializeOwned>(
         .build()?
         .try_deserialize()
 }
+
+/// The defaults alone, ignoring file and environment (tests build settings from here).
+pub fn load_defaults_only<T: DeserializeOwned>(
+    defaults: Vec<(&'static str, config::Value)>,
+) -> Result<T, config::ConfigError> {
+    let mut builder = Config::builder();
+    for (key, value) in defaults {
+        builder = builder.set_default(key, value)?;
+    }
+    builder.build()?.try_deserialize()
+}

@@ -1,0 +1,218 @@
+//! The soft cap: trimming the lowest total score, never pinned or saved entries.
+
+use engram_e2e::{Sandbox, SandboxOptions};
+use engram_proto::v1;
+
+use crate::helpers::{audit_actions, new_scope, outcome, remember};
+
+#[tokio::test]
+async fn exceeding_the_soft_cap_trims_the_lowest_scores_and_spares_pinned_entries() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("work");
+    let settings = sandbox
+        .ingest
+        .update_settings(v1::UpdateSettingsRequest {
+            scope: Some(scope.clone()),
+            soft_cap: Some(3),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .settings
+        .unwrap();
+    assert_eq!(settings.effective_soft_cap, 3);
+    assert_eq!(settings.soft_cap_override, 3);
+
+    let mut ids = Vec::new();
+    for text in [
+        "ok",
+        "the build box is slow",
+        "the office plant needs water",
+        "I prefer tabs over spaces",
+    ] {
+        let response = sandbox
+            .ingest
+            .remember(remember(&scope, text))
+            .await
+            .unwrap()
+            .into_inner();
+        ids.push(response.memory.unwrap().id);
+        if ids.len() == 4 {
+            // Fourth write: one over the cap. "ok" is chit-chat (importance 0.2): the lowest total.
+            assert_eq!(response.trimmed_ids, vec![ids[0].clone()]);
+        } else {
+            assert!(response.trimmed_ids.is_empty());
+        }
+    }
+    // Make an old, unimportant entry and pin it: it would be the next victim, but it is protected.
+    sqlx::query("UPDATE memories SET created_at = now() - interval '90 days', importance = 0, last_scores = NULL WHERE id = $1::uuid")
+        .bind(&ids[1])
+        .execute(&sandbox.pool)
+        .await
+        .unwrap();
+    sandbox
+        .ingest
+        .pin(v1::PinRequest {
+            scope: Some(scope.clone()),
+            memory_id: ids[1].clone(),
+        })
+        .await
+        .unwrap();
+    // And make the next victim unambiguous: an entry of low importance, scores to be recomputed.
+    sqlx::query("UPDATE memories SET importance = 0.1, last_scores = NULL WHERE id = $1::uuid")
+        .bind(&ids[2])
+        .execute(&sandbox.pool)
+        .await
+        .unwrap();
+    let alerts_before = sandbox.ingest_metrics.pinned_trim_alerts();
+
+    let response = sandbox
+        .ingest
+        .remember(remember(&scope, "the printer on floor two jams"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(outcome(&response), v1::RememberOutcome::Created);
+    assert_eq!(
+        response.trimmed_ids,
+        vec![ids[2].clone()],
+        "the unpinned lowest total goes"
+    );
+    assert_eq!(
+        sandbox.ingest_metrics.pinned_trim_alerts(),
+        alerts_before + 1,
+        "the pinned entry raised an alert"
+    );
+
+    let listed = sandbox
+        .retrieval
+        .list_entries(v1::ListEntriesRequest {
+            scope: Some(scope.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .entries;
+    let remaining: Vec<&str> = listed.iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(remaining.len(), 3);
+    assert!(
+        remaining.contains(&ids[1].as_str()),
+        "pinned entry survived"
+    );
+    assert!(!remaining.contains(&ids[0].as_str()) && !remaining.contains(&ids[2].as_str()));
+    // Trimming cached the scores it used.
+    let survivor = listed.iter().find(|m| m.id == ids[3]).unwrap();
+    let scores = survivor
+        .last_scores
+        .as_ref()
+        .expect("scores cached by the trim");
+    assert_eq!(scores.relevance, 0.0);
+    assert!((scores.total - (scores.recency + scores.importance)).abs() < 1e-9);
+
+    // Trims are audited; the live count matches the rows.
+    let events = sandbox
+        .ingest
+        .list_audit(v1::ListAuditRequest {
+            scope: Some(scope.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .events;
+    assert_eq!(
+        audit_actions(&events)
+            .iter()
+            .filter(|a| **a == v1::AuditAction::Trim)
+            .count(),
+        2
+    );
+    let settings = sandbox
+        .ingest
+        .get_settings(v1::GetSettingsRequest {
+            scope: Some(scope.clone()),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .settings
+        .unwrap();
+    assert_eq!(settings.memory_count, 3);
+}
+
+#[tokio::test]
+async fn manually_saved_entries_are_never_trimmed() {
+    let mut sandbox = Sandbox::start_with(SandboxOptions {
+        soft_cap: Some(2),
+        ..Default::default()
+    })
+    .await;
+    let scope = new_scope("work");
+    let saved = sandbox
+        .ingest
+        .remember(v1::RememberRequest {
+            manually_saved: true,
+            ..remember(&scope, "ok thanks")
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .memory
+        .unwrap();
+    sqlx::query("UPDATE memories SET created_at = now() - interval '1 year', importance = 0 WHERE id = $1::uuid")
+        .bind(&saved.id)
+        .execute(&sandbox.pool)
+        .await
+        .unwrap();
+    sandbox
+        .ingest
+        .remember(remember(&scope, "the build box is slow"))
+        .await
+        .unwrap();
+    let response = sandbox
+        .ingest
+        .remember(remember(&scope, "the office plant needs water"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(response.trimmed_ids.len(), 1);
+    assert_ne!(response.trimmed_ids[0], saved.id);
+
+    // When only protected entries remain, the space stays over its cap rather than lose them.
+    sandbox
+        .ingest
+        .update_settings(v1::UpdateSettingsRequest {
+            scope: Some(scope.clone()),
+            soft_cap: Some(1),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    for text in ["pinned one", "pinned two"] {
+        sandbox
+            .ingest
+            .remember(v1::RememberRequest {
+                pin: true,
+                ..remember(&scope, text)
+            })
+            .await
+            .unwrap();
+    }
+    let entries = sandbox
+        .retrieval
+        .list_entries(v1::ListEntriesRequest {
+            scope: Some(scope.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .entries;
+    assert!(
+        entries.iter().all(|m| m.pinned || m.manually_saved),
+        "only protected entries remain"
+    );
+    assert_eq!(entries.len(), 3);
+}

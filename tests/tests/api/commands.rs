@@ -1,0 +1,254 @@
+//! ApplyCommand: natural-language memory controls, English and Chinese.
+
+use engram_e2e::Sandbox;
+use engram_proto::v1;
+use uuid::Uuid;
+
+use crate::helpers::{new_scope, remember};
+
+fn command(scope: &v1::Scope, conversation: &str, message: &str) -> v1::ApplyCommandRequest {
+    v1::ApplyCommandRequest {
+        scope: Some(scope.clone()),
+        conversation_id: conversation.to_owned(),
+        message: message.to_owned(),
+    }
+}
+
+fn action(response: &v1::ApplyCommandResponse) -> v1::CommandAction {
+    v1::CommandAction::try_from(response.action).unwrap()
+}
+
+async fn memory_count(sandbox: &Sandbox) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM memories")
+        .fetch_one(&sandbox.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn remember_pin_and_forget_by_saying_so() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("work");
+    let conversation = Uuid::new_v4().to_string();
+
+    let saved = sandbox
+        .ingest
+        .apply_command(command(
+            &scope,
+            &conversation,
+            "Please remember that my flight to Lisbon is on Friday.",
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(action(&saved), v1::CommandAction::Remember);
+    assert!(saved.applied);
+    assert_eq!(
+        v1::RememberOutcome::try_from(saved.remember_outcome).unwrap(),
+        v1::RememberOutcome::Created
+    );
+    let memory = saved.memory.unwrap();
+    assert_eq!(memory.text, "my flight to Lisbon is on Friday");
+    assert!(memory.manually_saved);
+
+    // A later memory written in another conversation is not "that".
+    sandbox
+        .ingest
+        .remember(v1::RememberRequest {
+            conversation_id: Uuid::new_v4().to_string(),
+            ..remember(&scope, "the build box is slow")
+        })
+        .await
+        .unwrap();
+
+    let pinned = sandbox
+        .ingest
+        .apply_command(command(&scope, &conversation, "pin this"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(action(&pinned), v1::CommandAction::Pin);
+    assert!(pinned.applied);
+    assert_eq!(pinned.memory.as_ref().unwrap().id, memory.id);
+    assert!(pinned.memory.unwrap().pinned);
+
+    let forgotten = sandbox
+        .ingest
+        .apply_command(command(&scope, &conversation, "forget that"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(action(&forgotten), v1::CommandAction::Forget);
+    assert!(forgotten.applied);
+    assert_eq!(forgotten.memory.unwrap().id, memory.id);
+    assert_eq!(
+        memory_count(&sandbox).await,
+        1,
+        "only the other conversation's memory remains"
+    );
+
+    // Nothing left from this conversation: the command is recognised but not applied.
+    let again = sandbox
+        .ingest
+        .apply_command(command(&scope, &conversation, "forget that"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(action(&again), v1::CommandAction::Forget);
+    assert!(!again.applied);
+    assert_eq!(memory_count(&sandbox).await, 1);
+}
+
+#[tokio::test]
+async fn memory_and_incognito_switches_in_english_and_chinese() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("work");
+    let conversation = Uuid::new_v4().to_string();
+    let settings = |sandbox: &mut Sandbox| {
+        let mut client = sandbox.ingest.clone();
+        let scope = scope.clone();
+        async move {
+            client
+                .get_settings(v1::GetSettingsRequest { scope: Some(scope) })
+                .await
+                .unwrap()
+                .into_inner()
+                .settings
+                .unwrap()
+        }
+    };
+
+    for (message, expected, enabled) in [
+        ("turn memory off", v1::CommandAction::MemoryOff, false),
+        ("打开记忆", v1::CommandAction::MemoryOn, true),
+        ("关闭记忆", v1::CommandAction::MemoryOff, false),
+        (
+            "Turn memory back on, please",
+            v1::CommandAction::MemoryOn,
+            true,
+        ),
+    ] {
+        let response = sandbox
+            .ingest
+            .apply_command(command(&scope, &conversation, message))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(action(&response), expected, "{message}");
+        assert_eq!(
+            settings(&mut sandbox).await.memory_enabled,
+            enabled,
+            "{message}"
+        );
+    }
+
+    let started = sandbox
+        .ingest
+        .apply_command(command(
+            &scope,
+            &conversation,
+            "start incognito for this chat",
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(action(&started), v1::CommandAction::IncognitoStart);
+    let blocked = sandbox
+        .ingest
+        .apply_command(command(&scope, &conversation, "记住：我对花生过敏"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(action(&blocked), v1::CommandAction::Remember);
+    assert!(!blocked.applied);
+    assert_eq!(
+        v1::RememberOutcome::try_from(blocked.remember_outcome).unwrap(),
+        v1::RememberOutcome::SkippedIncognito
+    );
+    assert_eq!(memory_count(&sandbox).await, 0);
+
+    let ended = sandbox
+        .ingest
+        .apply_command(command(&scope, &conversation, "退出无痕模式"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(action(&ended), v1::CommandAction::IncognitoEnd);
+    let saved = sandbox
+        .ingest
+        .apply_command(command(&scope, &conversation, "记住：我对花生过敏"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(saved.applied);
+    assert_eq!(saved.memory.unwrap().text, "我对花生过敏");
+    let pinned = sandbox
+        .ingest
+        .apply_command(command(&scope, &conversation, "置顶这条"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(pinned.applied && pinned.memory.unwrap().pinned);
+    let forgotten = sandbox
+        .ingest
+        .apply_command(command(&scope, &conversation, "忘掉这个"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(forgotten.applied);
+    assert_eq!(memory_count(&sandbox).await, 0);
+}
+
+#[tokio::test]
+async fn ordinary_messages_are_no_command_and_change_nothing() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("work");
+    let conversation = Uuid::new_v4().to_string();
+    sandbox
+        .ingest
+        .remember(v1::RememberRequest {
+            conversation_id: conversation.clone(),
+            ..remember(&scope, "the build box is slow")
+        })
+        .await
+        .unwrap();
+    let audit_before = sandbox
+        .ingest
+        .list_audit(v1::ListAuditRequest {
+            scope: Some(scope.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .events
+        .len();
+    for message in [
+        "I always forget that my keys are in the car",
+        "what's the weather in Lisbon?",
+        "我忘了带钥匙",
+    ] {
+        let response = sandbox
+            .ingest
+            .apply_command(command(&scope, &conversation, message))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(action(&response), v1::CommandAction::NoCommand, "{message}");
+        assert!(!response.applied);
+        assert_eq!(response.reply, "no command");
+    }
+    let audit_after = sandbox
+        .ingest
+        .list_audit(v1::ListAuditRequest {
+            scope: Some(scope.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .events
+        .len();
+    assert_eq!(audit_before, audit_after);
+    assert_eq!(memory_count(&sandbox).await, 1);
+}

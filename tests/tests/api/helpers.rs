@@ -1,0 +1,43 @@
+//! Request builders shared by the API tests.
+
+use engram_proto::v1;
+use tonic::{Code, Status};
+use uuid::Uuid;
+
+/// A scope of a fresh user.
+pub(crate) fn new_scope(space: &str) -> v1::Scope {
+    v1::Scope {
+        user_id: Uuid::new_v4().to_string(),
+        space: space.to_owned(),
+    }
+}
+
+pub(crate) fn remember(scope: &v1::Scope, text: &str) -> v1::RememberRequest {
+    v1::RememberRequest {
+        scope: Some(scope.clone()),
+        text: text.to_owned(),
+        ..Default::default()
+    }
+}
+
+pub(crate) fn outcome(response: &v1::RememberResponse) -> v1::RememberOutcome {
+    v1::RememberOutcome::try_from(response.outcome).expect("known outcome")
+}
+
+pub(crate) fn audit_actions(events: &[v1::AuditEvent]) -> Vec<v1::AuditAction> {
+    events
+        .iter()
+        .map(|event| v1::AuditAction::try_from(event.action).expect("known action"))
+        .collect()
+}
+
+/// Asserts a status code and that the message mentions `needle`.
+#[track_caller]
+pub(crate) fn assert_status(status: Status, code: Code, needle: &str) {
+    assert_eq!(status.code(), code, "unexpected status: {status:?}");
+    assert!(
+        status.message().contains(needle),
+        "message {:?} should mention {needle:?}",
+        status.message()
+    );
+}

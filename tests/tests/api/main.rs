@@ -1,0 +1,11 @@
+//! The gRPC API of all three services against a real Postgres (one database per test).
+
+mod access;
+mod capacity;
+mod commands;
+mod concurrency;
+mod controls;
+mod helpers;
+mod read_services;
+mod validation;
+mod write_path;

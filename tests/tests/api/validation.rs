@@ -1,0 +1,224 @@
+//! Bad input gets InvalidArgument with a message that says what was wrong, and changes nothing.
+
+use engram_e2e::Sandbox;
+use engram_proto::v1;
+use tonic::Code;
+
+use crate::helpers::{assert_status, new_scope, remember};
+
+#[tokio::test]
+async fn invalid_requests_are_rejected_precisely() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("work");
+    let cases: Vec<(v1::RememberRequest, &str)> = vec![
+        (
+            v1::RememberRequest {
+                scope: None,
+                ..remember(&scope, "x")
+            },
+            "scope: is required",
+        ),
+        (
+            remember(
+                &v1::Scope {
+                    user_id: "alice".into(),
+                    ..scope.clone()
+                },
+                "x",
+            ),
+            "scope.user_id: must be a UUID",
+        ),
+        (
+            remember(
+                &v1::Scope {
+                    space: "".into(),
+                    ..scope.clone()
+                },
+                "x",
+            ),
+            "scope.space: is required",
+        ),
+        (
+            remember(
+                &v1::Scope {
+                    space: "a b".into(),
+                    ..scope.clone()
+                },
+                "x",
+            ),
+            "scope.space: may hold only",
+        ),
+        (remember(&scope, "   "), "text: must not be empty"),
+        (
+            remember(&scope, &"x".repeat(8193)),
+            "text: is 8193 characters long; the limit is 8192",
+        ),
+        (
+            v1::RememberRequest {
+                category: 99,
+                ..remember(&scope, "x")
+            },
+            "category: 99 is not a known category",
+        ),
+        (
+            v1::RememberRequest {
+                role: -1,
+                ..remember(&scope, "x")
+            },
+            "role: -1 is not a known speaker role",
+        ),
+        (
+            v1::RememberRequest {
+                tags: vec!["".into()],
+                ..remember(&scope, "x")
+            },
+            "tags[0]: must not be empty",
+        ),
+        (
+            v1::RememberRequest {
+                tags: vec!["t".into(); 33],
+                ..remember(&scope, "x")
+            },
+            "tags: has 33 items",
+        ),
+        (
+            v1::RememberRequest {
+                conversation_id: "c1".into(),
+                ..remember(&scope, "x")
+            },
+            "conversation_id: must be a UUID",
+        ),
+    ];
+    for (request, message) in cases {
+        let status = sandbox.ingest.remember(request).await.unwrap_err();
+        assert_status(status, Code::InvalidArgument, message);
+    }
+
+    let status = sandbox
+        .ingest
+        .forget(v1::ForgetRequest {
+            scope: Some(scope.clone()),
+            memory_id: "42".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_status(status, Code::InvalidArgument, "memory_id: must be a UUID");
+    let status = sandbox
+        .ingest
+        .update_settings(v1::UpdateSettingsRequest {
+            scope: Some(scope.clone()),
+            soft_cap: Some(2_000_000),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_status(status, Code::InvalidArgument, "soft_cap: is 2000000");
+    let status = sandbox
+        .ingest
+        .update_settings(v1::UpdateSettingsRequest {
+            scope: Some(scope.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_status(status, Code::InvalidArgument, "sets nothing");
+    let status = sandbox
+        .ingest
+        .list_audit(v1::ListAuditRequest {
+            scope: Some(scope.clone()),
+            page_size: 501,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_status(status, Code::InvalidArgument, "page_size: is 501");
+    let status = sandbox
+        .ingest
+        .list_audit(v1::ListAuditRequest {
+            scope: Some(scope.clone()),
+            page_token: "abc".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_status(status, Code::InvalidArgument, "page_token");
+    let status = sandbox
+        .ingest
+        .apply_command(v1::ApplyCommandRequest {
+            scope: Some(scope.clone()),
+            conversation_id: String::new(),
+            message: "forget that".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_status(
+        status,
+        Code::InvalidArgument,
+        "conversation_id: is required",
+    );
+    let status = sandbox
+        .ingest
+        .start_incognito(v1::StartIncognitoRequest {
+            scope: Some(scope.clone()),
+            conversation_id: "x".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_status(
+        status,
+        Code::InvalidArgument,
+        "conversation_id: must be a UUID",
+    );
+    let status = sandbox
+        .retrieval
+        .list_entries(v1::ListEntriesRequest {
+            scope: Some(scope.clone()),
+            kind: 7,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_status(
+        status,
+        Code::InvalidArgument,
+        "kind: 7 is not a known memory kind",
+    );
+
+    // Nothing was written by any of it.
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM memories")
+        .fetch_one(&sandbox.pool)
+        .await
+        .unwrap();
+    assert_eq!(count, 0);
+    let audited: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_events")
+        .fetch_one(&sandbox.pool)
+        .await
+        .unwrap();
+    assert_eq!(audited, 0);
+}
+
+#[tokio::test]
+async fn internal_errors_do_not_leak_sql() {
+    let mut sandbox = Sandbox::start().await;
+    // Break the store under the service: the client must see an opaque error.
+    sqlx::query("ALTER TABLE memories RENAME TO memories_moved")
+        .execute(&sandbox.pool)
+        .await
+        .unwrap();
+    let status = sandbox
+        .ingest
+        .remember(remember(&new_scope("work"), "hello world of memory"))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Internal);
+    assert_eq!(status.message(), "internal error");
+    let status = sandbox
+        .retrieval
+        .list_entries(v1::ListEntriesRequest {
+            scope: Some(new_scope("work")),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.message(), "internal error");
+}
