@@ -18,7 +18,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let descriptor_path = PathBuf::from(std::env::var("OUT_DIR")?).join("engram_descriptor.bin");
     tonic_prost_build::configure()
         .file_descriptor_set_path(&descriptor_path)
-        .compile_with_config(config, &files, &[proto_root.clone()])?;
+        .compile_with_config(config, &files, std::slice::from_ref(&proto_root))?;
 
     for file in &files {
         println!("cargo:rerun-if-changed={}", file.display());

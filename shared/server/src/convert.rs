@@ -74,8 +74,8 @@ pub fn memory_to_proto(record: &MemoryRecord) -> v1::Memory {
         SpeakerRole::from_stored(&record.role).map_or(v1::SpeakerRole::Unspecified, role_to_proto);
     let fsrs = match (record.stability, record.difficulty, record.last_reviewed_at) {
         (Some(stability), Some(difficulty), Some(last_reviewed_at)) => Some(v1::FsrsState {
-            stability: stability,
-            difficulty: difficulty,
+            stability,
+            difficulty,
             last_reviewed_at: Some(to_proto(last_reviewed_at)),
         }),
         _ => None,

@@ -1,0 +1,79 @@
+# Engram: `make run` brings up Postgres (with pgvector) and RabbitMQ, then runs the three services
+# with local defaults; `make test` runs the whole suite against them. `make help` lists the rest.
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+# Build output lives outside the clone so CI and repeated clones build incrementally.
+export CARGO_TARGET_DIR ?= $(HOME)/.cache/engram/target
+export ENGRAM_LOCAL_DIR ?= /var/tmp/engram-local
+PROFILE ?= debug
+CARGO_PROFILE_FLAG := $(if $(filter release,$(PROFILE)),--release,)
+export ENGRAM_BIN_DIR := $(CARGO_TARGET_DIR)/$(PROFILE)
+TOOLS_BIN := $(ENGRAM_LOCAL_DIR)/tools/bin
+LOCAL := deploy/local
+
+.PHONY: help
+help: ## List the targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
+
+.PHONY: up
+up: ## Bring up Postgres 18 + pgvector (port 55432) and RabbitMQ (5672), reusing what runs
+	@bash $(LOCAL)/up.sh >/dev/null
+
+.PHONY: tools
+tools: ## Install grpcurl and buf into $(ENGRAM_LOCAL_DIR)/tools/bin
+	@bash $(LOCAL)/tools.sh >/dev/null
+
+.PHONY: build
+build: ## Build the three services ($(PROFILE) profile; PROFILE=release for optimized)
+	cargo build $(CARGO_PROFILE_FLAG) --bin ingest --bin retrieval --bin review
+
+.PHONY: run
+run: up tools build ## Bring up everything and run Engram in the background on 50051-50053
+	@bash $(LOCAL)/services.sh start
+	@bash $(LOCAL)/examples.sh
+
+.PHONY: status
+status: ## Show what runs
+	@bash $(LOCAL)/services.sh status
+	@bash $(LOCAL)/postgres.sh status || true
+	@bash $(LOCAL)/rabbitmq.sh status || true
+
+.PHONY: stop
+stop: ## Stop the three services (keeps Postgres and RabbitMQ)
+	@bash $(LOCAL)/services.sh stop
+
+.PHONY: down
+down: stop ## Stop everything `make run` started
+	@bash $(LOCAL)/down.sh
+
+.PHONY: migrate
+migrate: up build ## Apply database migrations
+	@source $(ENGRAM_LOCAL_DIR)/env && $(ENGRAM_BIN_DIR)/ingest migrate
+
+.PHONY: test
+test: up ## Run the whole test suite against the real Postgres and RabbitMQ
+	@bash $(LOCAL)/drop-test-databases.sh
+	@if cargo nextest --version >/dev/null 2>&1; then \
+		cargo nextest run --workspace --profile ci; \
+	else \
+		echo "engram: cargo-nextest not found (cargo install cargo-nextest); using cargo test"; \
+		cargo test --workspace; \
+	fi
+
+.PHONY: lint
+lint: tools ## rustfmt check, clippy with -D warnings, buf lint
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	PATH="$(TOOLS_BIN):$$PATH" buf lint
+
+.PHONY: k8s-validate
+k8s-validate: ## Validate the Kubernetes manifests offline
+	@bash deploy/k8s-validate.sh
+
+.PHONY: bench-ingest
+bench-ingest: up ## Ingest benchmark: Remember throughput/latency, near-duplicate lookup cost (release build)
+	cargo build --release --bin ingest --bin bench-ingest
+	@bash deploy/bench/ingest.sh
