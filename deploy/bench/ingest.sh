@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# make bench-ingest: seeds a fresh benchmark database (10,000 spaces x 200 entries, one space of
+# 100,000), starts a release ingest service on it, drives Remember over gRPC, measures the
+# near-duplicate lookup, and writes docs/benchmarks/ingest.md.
+# BENCH_SECONDS, BENCH_CLIENTS override the load; BENCH_REUSE=1 keeps an existing seeded database.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+# shellcheck source=../local/common.sh
+source "$here/../local/common.sh"
+
+bin="${CARGO_TARGET_DIR:?}/release"
+db=engram_bench
+url="postgres://postgres@127.0.0.1:$ENGRAM_PG_PORT/$db"
+port=50061
+psql_admin() {
+    "$ENGRAM_PG_BIN/psql" -X -q -A -t -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$ENGRAM_PG_PORT" -U postgres -d postgres "$@"
+}
+
+exists="$(psql_admin -c "SELECT 1 FROM pg_database WHERE datname = '$db'")"
+if [[ "${BENCH_REUSE:-0}" != 1 || -z "$exists" ]]; then
+    log "creating a fresh $db database"
+    psql_admin -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db TEMPLATE template1"
+    ENGRAM_DATABASE__URL="$url" "$bin/ingest" migrate
+    "$bin/bench-ingest" --database-url "$url" seed
+fi
+
+log "starting a release ingest service on 127.0.0.1:$port"
+ENGRAM_DATABASE__URL="$url" ENGRAM_GRPC__LISTEN_ADDR="127.0.0.1:$port" ENGRAM_DATABASE__MAX_CONNECTIONS=16 \
+    RUST_LOG=warn "$bin/ingest" >"$ENGRAM_LOG_DIR/bench-ingest-server.log" 2>&1 &
+server=$!
+trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
+wait_for_port 127.0.0.1 "$port" 60 || die "the ingest service did not start (see $ENGRAM_LOG_DIR/bench-ingest-server.log)"
+
+mkdir -p "$repo/docs/benchmarks"
+"$bin/bench-ingest" --database-url "$url" run \
+    --endpoint "http://127.0.0.1:$port" \
+    --clients "${BENCH_CLIENTS:-16}" --seconds "${BENCH_SECONDS:-30}" \
+    --report "$repo/docs/benchmarks/ingest.md" \
+    --command-line "make bench-ingest"
