@@ -82,6 +82,8 @@ pub struct SandboxOptions {
     pub tokens_file: Option<PathBuf>,
     /// Global soft cap of the ingest service; `None` keeps the default.
     pub soft_cap: Option<u32>,
+    /// Requests one connection may have in flight; `None`: 64.
+    pub max_concurrent_requests_per_connection: Option<usize>,
 }
 
 /// One database and the three services over it.
@@ -106,10 +108,14 @@ fn database_settings(url: &str, run_migrations: bool) -> engram_server::Database
     }
 }
 
-fn grpc_settings() -> engram_server::GrpcSettings {
+fn grpc_settings(options: &SandboxOptions) -> engram_server::GrpcSettings {
     engram_server::GrpcSettings {
         listen_addr: "127.0.0.1:0".parse().expect("valid address"),
         shutdown_grace_secs: 5,
+        max_concurrent_requests_per_connection: options
+            .max_concurrent_requests_per_connection
+            .unwrap_or(64),
+        request_timeout_secs: 30,
     }
 }
 
@@ -127,7 +133,7 @@ impl Sandbox {
         let mut ingest_settings: IngestSettings =
             engram_server::settings::load_defaults_only(IngestSettings::defaults())
                 .expect("ingest defaults");
-        ingest_settings.grpc = grpc_settings();
+        ingest_settings.grpc = grpc_settings(&options);
         ingest_settings.database = database_settings(database.url(), true);
         ingest_settings.auth = auth.clone();
         if let Some(soft_cap) = options.soft_cap {
@@ -147,7 +153,7 @@ impl Sandbox {
         });
 
         let retrieval_settings = RetrievalSettings {
-            grpc: grpc_settings(),
+            grpc: grpc_settings(&options),
             database: database_settings(database.url(), false),
             auth: auth.clone(),
         };
@@ -163,7 +169,7 @@ impl Sandbox {
         });
 
         let review_settings = ReviewSettings {
-            grpc: grpc_settings(),
+            grpc: grpc_settings(&options),
             database: database_settings(database.url(), false),
             auth,
         };

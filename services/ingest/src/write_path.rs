@@ -5,12 +5,11 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use engram_core::normalize::normalize_for_fingerprint;
 use engram_core::{
-    Category, ConversationId, MemoryText, Scope, SimHash, SpeakerRole, capacity, importance,
-    metadata,
+    Category, ConversationId, MemoryText, Scope, SimHash, SpeakerRole, importance, metadata,
 };
 use engram_store::audit::{self, AuditAction};
 use engram_store::memories::{self, MemoryRecord, MergeUpdate, NewSemanticMemory};
-use engram_store::{conversations, spaces, tombstones};
+use engram_store::write_path;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use sqlx::{PgConnection, PgPool};
@@ -138,22 +137,25 @@ impl MemoryWriter {
         let mut transaction = self.pool.begin().await?;
         engram_store::lock_space(&mut transaction, scope).await?;
 
-        let space = spaces::get(&mut transaction, scope).await?;
-        if !space.memory_enabled {
+        let context = write_path::write_context(
+            &mut transaction,
+            scope,
+            command.conversation,
+            analysis.simhash,
+            &analysis.digest,
+        )
+        .await?;
+        if !context.memory_enabled {
             return Ok(RememberResult::SkippedMemoryDisabled);
         }
-        if let Some(conversation) = command.conversation {
-            let incognito = conversations::incognito(&mut transaction, scope, conversation)
-                .await?
-                .unwrap_or(space.incognito_default);
-            if incognito {
-                return Ok(RememberResult::SkippedIncognito);
-            }
-        }
-        if let Some(expires_at) =
-            tombstones::live_near(&mut transaction, scope, analysis.simhash, &analysis.digest)
-                .await?
+        if command.conversation.is_some()
+            && context
+                .conversation_incognito
+                .unwrap_or(context.incognito_default)
         {
+            return Ok(RememberResult::SkippedIncognito);
+        }
+        if let Some(expires_at) = context.tombstone_expires_at {
             return Ok(RememberResult::SuppressedByTombstone { expires_at });
         }
 
@@ -180,23 +182,19 @@ impl MemoryWriter {
             pinned: command.pin,
             manually_saved: analysis.manually_saved,
         };
-        let memory = memories::insert_semantic(&mut transaction, scope, &new_memory).await?;
-        audit::append(
+        let memory = write_path::insert_semantic_audited(
             &mut transaction,
             scope,
-            AuditAction::Create,
-            Some(memory.id),
-            command.conversation,
+            &new_memory,
             json!({ "importance": analysis.importance, "category": analysis.category.as_str() }),
         )
         .await?;
 
-        let soft_cap = space
+        let soft_cap = context
             .soft_cap
             .map_or(i64::from(self.settings.soft_cap), i64::from);
-        let count_after_insert = space.memory_count + 1;
-        let trimmed = if count_after_insert > soft_cap {
-            let overage = usize::try_from(count_after_insert - soft_cap).unwrap_or_default();
+        let overage = context.memory_count + 1 - soft_cap;
+        let trimmed = if overage > 0 {
             self.enforce_capacity(&mut transaction, scope, overage)
                 .await?
         } else {
@@ -211,51 +209,37 @@ impl MemoryWriter {
         Ok(RememberResult::Created { memory, trimmed })
     }
 
-    /// Trims `overage` entries of lowest total score, never pinned or saved ones.
+    /// Trims `overage` entries of lowest total score, never pinned or saved ones, and alerts
+    /// when a protected entry would have been a victim.
     async fn enforce_capacity(
         &self,
         connection: &mut PgConnection,
         scope: &Scope,
-        overage: usize,
+        overage: i64,
     ) -> Result<Vec<Uuid>, IngestError> {
-        let now = Utc::now();
-        let candidates = memories::trim_candidates(connection, scope).await?;
-        let plan = capacity::plan_trim(&candidates, overage, now, &self.settings.retention());
-        memories::store_scores(connection, scope, &plan.rescored).await?;
-
-        if !plan.protected_would_be_victims.is_empty() {
+        let outcome =
+            write_path::enforce_soft_cap(connection, scope, overage, &self.settings.retention())
+                .await?;
+        if !outcome.protected_would_be_victims.is_empty() {
             tracing::warn!(
                 user_id = %scope.user_id,
                 space = %scope.space,
-                protected = ?plan.protected_would_be_victims,
+                protected = ?outcome.protected_would_be_victims,
                 "capacity alert: pinned or saved entries have the lowest scores and would have been trimmed"
             );
             self.metrics
-                .record_pinned_trim_alerts(plan.protected_would_be_victims.len() as u64);
+                .record_pinned_trim_alerts(outcome.protected_would_be_victims.len() as u64);
         }
-
-        let deleted = memories::delete(connection, scope, &plan.victims).await?;
-        for victim in &deleted {
-            let total = victim.scores().map(|scores| scores.total);
-            audit::append(
-                connection,
-                scope,
-                AuditAction::Trim,
-                Some(victim.id),
-                None,
-                json!({ "reason": "soft cap exceeded", "total_score": total }),
-            )
-            .await?;
-        }
-        if deleted.len() < overage {
+        let shortfall = overage - outcome.trimmed.len() as i64;
+        if shortfall > 0 {
             tracing::info!(
                 user_id = %scope.user_id,
                 space = %scope.space,
-                over_by = overage - deleted.len(),
+                over_by = shortfall,
                 "space stays over its soft cap: the remaining entries are pinned or saved"
             );
         }
-        Ok(deleted.into_iter().map(|victim| victim.id).collect())
+        Ok(outcome.trimmed)
     }
 }
 

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::service::Routes;
+use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::{HealthReporter, HealthService};
@@ -26,6 +26,8 @@ pub struct GrpcServer {
     listener: TcpListener,
     local_addr: SocketAddr,
     shutdown_grace: Duration,
+    max_concurrent_requests_per_connection: usize,
+    request_timeout: Duration,
     health: HealthReporter,
     health_service: HealthServer<HealthService>,
 }
@@ -44,6 +46,8 @@ impl GrpcServer {
             listener,
             local_addr,
             shutdown_grace: settings.shutdown_grace(),
+            max_concurrent_requests_per_connection: settings.max_concurrent_requests_per_connection,
+            request_timeout: Duration::from_secs(settings.request_timeout_secs),
             health,
             health_service,
         })
@@ -92,11 +96,19 @@ impl GrpcServer {
             tracing::warn!(addr = %self.local_addr, "no access tokens configured: every client may read and write any user's memory");
         }
 
+        // TCP_NODELAY: without it small gRPC responses wait on delayed ACKs (~40 ms each).
+        let incoming = TcpIncoming::from(self.listener)
+            .with_nodelay(Some(true))
+            .with_keepalive(Some(Duration::from_secs(60)));
         let (stop_accepting, stop_signal) = tokio::sync::oneshot::channel::<()>();
         let server = tonic::transport::Server::builder()
+            .concurrency_limit_per_connection(self.max_concurrent_requests_per_connection)
+            .load_shed(true)
+            .timeout(self.request_timeout)
+            .trace_fn(engram_telemetry::grpc_request_span)
             .layer(AuthLayer::new(tokens))
             .add_routes(routes)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(self.listener), async {
+            .serve_with_incoming_shutdown(incoming, async {
                 let _ = stop_signal.await;
             });
         tokio::pin!(server);

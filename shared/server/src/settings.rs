@@ -23,6 +23,11 @@ pub struct GrpcSettings {
     pub listen_addr: SocketAddr,
     /// Time allowed for in-flight requests on SIGTERM; keep it below the pod's grace period.
     pub shutdown_grace_secs: u64,
+    /// Requests one client connection may have in flight; beyond it requests are refused at once
+    /// with ResourceExhausted instead of queueing without bound.
+    pub max_concurrent_requests_per_connection: usize,
+    /// A request still running after this long is cancelled.
+    pub request_timeout_secs: u64,
 }
 
 impl GrpcSettings {
@@ -60,6 +65,8 @@ pub fn common_defaults(default_port: u16) -> Vec<(&'static str, config::Value)> 
             format!("127.0.0.1:{default_port}").into(),
         ),
         ("grpc.shutdown_grace_secs", 20i64.into()),
+        ("grpc.max_concurrent_requests_per_connection", 256i64.into()),
+        ("grpc.request_timeout_secs", 30i64.into()),
         (
             "database.url",
             "postgres://postgres@127.0.0.1:55432/engram".into(),

@@ -5,23 +5,6 @@ use sqlx::PgConnection;
 
 use crate::StoreError;
 
-/// The conversation's explicit incognito state; `None` when never set (the space default applies).
-pub async fn incognito(
-    connection: &mut PgConnection,
-    scope: &Scope,
-    conversation: ConversationId,
-) -> Result<Option<bool>, StoreError> {
-    let state: Option<Option<bool>> = sqlx::query_scalar(
-        "SELECT incognito FROM conversations WHERE user_id = $1 AND space = $2 AND conversation_id = $3",
-    )
-    .bind(scope.user_id.as_uuid())
-    .bind(scope.space.as_str())
-    .bind(conversation.as_uuid())
-    .fetch_optional(connection)
-    .await?;
-    Ok(state.flatten())
-}
-
 pub async fn set_incognito(
     connection: &mut PgConnection,
     scope: &Scope,

@@ -10,9 +10,11 @@
 pub mod audit;
 pub mod conversations;
 pub mod error;
+#[macro_use]
 pub mod memories;
 pub mod spaces;
 pub mod tombstones;
+pub mod write_path;
 
 use std::time::Duration;
 

@@ -83,40 +83,6 @@ pub struct NewSemanticMemory {
     pub manually_saved: bool,
 }
 
-pub async fn insert_semantic(
-    connection: &mut PgConnection,
-    scope: &Scope,
-    memory: &NewSemanticMemory,
-) -> Result<MemoryRecord, StoreError> {
-    let sql = concat!(
-        "INSERT INTO memories (id, user_id, space, kind, conversation_id, text, role, category, \
-             valid_at, simhash, tags, source_ids, metadata_confidence, importance, pinned, \
-             manually_saved, needs_embedding) \
-         VALUES ($1, $2, $3, 'semantic', $4, $5, $6, $7, now(), $8, $9, $10, $11, $12, $13, $14, true) \
-         RETURNING ",
-        memory_columns!(),
-        ""
-    );
-    let record = sqlx::query_as::<_, MemoryRecord>(sql)
-        .bind(memory.id)
-        .bind(scope.user_id.as_uuid())
-        .bind(scope.space.as_str())
-        .bind(memory.conversation_id)
-        .bind(&memory.text)
-        .bind(memory.role)
-        .bind(memory.category)
-        .bind(memory.simhash.as_i64())
-        .bind(&memory.tags)
-        .bind(&memory.source_ids)
-        .bind(memory.metadata_confidence)
-        .bind(memory.importance)
-        .bind(memory.pinned)
-        .bind(memory.manually_saved)
-        .fetch_one(connection)
-        .await?;
-    Ok(record)
-}
-
 /// The closest semantic memory of the space within the near-duplicate distance, if any.
 ///
 /// The band predicates let Postgres probe the four band indexes (a BitmapOr) instead of scanning
@@ -291,35 +257,6 @@ pub async fn trim_candidates(
                 .and_then(|value| serde_json::from_value(value).ok()),
         })
         .collect())
-}
-
-/// Caches recomputed scores as `last_scores`, in one statement.
-pub async fn store_scores(
-    connection: &mut PgConnection,
-    scope: &Scope,
-    scores: &[(Uuid, Scores)],
-) -> Result<(), StoreError> {
-    if scores.is_empty() {
-        return Ok(());
-    }
-    let ids: Vec<Uuid> = scores.iter().map(|(id, _)| *id).collect();
-    let values: Vec<serde_json::Value> = scores
-        .iter()
-        .map(|(_, scores)| serde_json::to_value(scores))
-        .collect::<Result<_, _>>()
-        .map_err(|error| StoreError::Corrupt(format!("cannot encode scores: {error}")))?;
-    sqlx::query(
-        "UPDATE memories m SET last_scores = s.scores \
-         FROM UNNEST($3::uuid[], $4::jsonb[]) AS s(id, scores) \
-         WHERE m.user_id = $1 AND m.space = $2 AND m.id = s.id",
-    )
-    .bind(scope.user_id.as_uuid())
-    .bind(scope.space.as_str())
-    .bind(&ids)
-    .bind(&values)
-    .execute(connection)
-    .await?;
-    Ok(())
 }
 
 /// Filters and paging of [`list`].

@@ -142,3 +142,64 @@ impl TelemetryHandle {
 }
 
 use tracing_subscriber::Layer as _;
+
+/// Reads W3C trace context from HTTP/2 (gRPC) headers.
+struct HeaderExtractor<'a>(&'a http::HeaderMap);
+
+impl opentelemetry::propagation::Extractor for HeaderExtractor<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|value| value.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(|key| key.as_str()).collect()
+    }
+}
+
+/// The span of one gRPC request, continuing the caller's trace when it sent a `traceparent`.
+/// Pass it to tonic's `Server::trace_fn`.
+pub fn grpc_request_span(request: &http::Request<()>) -> tracing::Span {
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    let span = tracing::info_span!(
+        "grpc.request",
+        otel.kind = "server",
+        rpc.system = "grpc",
+        rpc.method = %request.uri().path(),
+    );
+    let parent = opentelemetry::global::get_text_map_propagator(|propagator| {
+        propagator.extract(&HeaderExtractor(request.headers()))
+    });
+    // Without a remote parent this keeps the span a root; errors only mean no context was sent.
+    let _ = span.set_parent(parent);
+    span
+}
+
+#[cfg(test)]
+mod tests {
+    use opentelemetry::trace::TraceContextExt as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+
+    use super::*;
+
+    #[test]
+    fn a_traceparent_header_becomes_the_parent_of_the_request_span() {
+        opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+        let provider = SdkTracerProvider::builder().build();
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
+        tracing::subscriber::with_default(subscriber, || {
+            let request = http::Request::builder()
+                .uri("/engram.v1.IngestService/Remember")
+                .header(
+                    "traceparent",
+                    "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                )
+                .body(())
+                .unwrap();
+            let span = grpc_request_span(&request);
+            let context = span.context();
+            let trace_id = context.span().span_context().trace_id();
+            assert_eq!(trace_id.to_string(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        });
+    }
+}

@@ -102,14 +102,27 @@ async fn seed(url: &str, spaces: u32, per_space: u32, big: u32) -> anyhow::Resul
     .bind(i64::from(big))
     .execute(&mut connection)
     .await?;
-    sqlx::query("VACUUM ANALYZE memories").execute(&mut connection).await?;
-    sqlx::query("VACUUM ANALYZE spaces").execute(&mut connection).await?;
-    eprintln!("seeded {} entries in {:.0?}", u64::from(spaces) * u64::from(per_space) + u64::from(big), started.elapsed());
+    sqlx::query("VACUUM ANALYZE memories")
+        .execute(&mut connection)
+        .await?;
+    sqlx::query("VACUUM ANALYZE spaces")
+        .execute(&mut connection)
+        .await?;
+    eprintln!(
+        "seeded {} entries in {:.0?}",
+        u64::from(spaces) * u64::from(per_space) + u64::from(big),
+        started.elapsed()
+    );
     Ok(())
 }
 
 /// Spaces `first..last`, `per_space` entries each, with cached scores as a previous trim left them.
-async fn insert_entries(connection: &mut PgConnection, first: u32, last: u32, per_space: u32) -> anyhow::Result<()> {
+async fn insert_entries(
+    connection: &mut PgConnection,
+    first: u32,
+    last: u32,
+    per_space: u32,
+) -> anyhow::Result<()> {
     sqlx::query(
         "INSERT INTO memories (id, user_id, space, kind, text, category, valid_at, simhash, importance, \
              needs_embedding, created_at, updated_at, last_scores) \
@@ -134,10 +147,46 @@ async fn insert_entries(connection: &mut PgConnection, first: u32, last: u32, pe
     Ok(())
 }
 
-const SUBJECTS: &[&str] = &["I", "My manager", "The team", "My sister", "Our client", "The on-call engineer", "My doctor", "The landlord"];
-const VERBS: &[&str] = &["prefers", "asked for", "scheduled", "cancelled", "recommended", "mentioned", "moved", "reviewed"];
-const OBJECTS: &[&str] = &["the quarterly report", "a dentist appointment", "green tea", "the Rust rewrite", "the Lisbon trip", "dark mode", "the budget review", "the standup"];
-const WHEN: &[&str] = &["on Monday", "next week", "every Friday at 10am", "before the release", "in March", "after lunch", "tomorrow", "at 4pm"];
+const SUBJECTS: &[&str] = &[
+    "I",
+    "My manager",
+    "The team",
+    "My sister",
+    "Our client",
+    "The on-call engineer",
+    "My doctor",
+    "The landlord",
+];
+const VERBS: &[&str] = &[
+    "prefers",
+    "asked for",
+    "scheduled",
+    "cancelled",
+    "recommended",
+    "mentioned",
+    "moved",
+    "reviewed",
+];
+const OBJECTS: &[&str] = &[
+    "the quarterly report",
+    "a dentist appointment",
+    "green tea",
+    "the Rust rewrite",
+    "the Lisbon trip",
+    "dark mode",
+    "the budget review",
+    "the standup",
+];
+const WHEN: &[&str] = &[
+    "on Monday",
+    "next week",
+    "every Friday at 10am",
+    "before the release",
+    "in March",
+    "after lunch",
+    "tomorrow",
+    "at 4pm",
+];
 
 fn new_text(rng: &mut impl rand::Rng) -> String {
     format!(
@@ -165,9 +214,19 @@ struct LoadResult {
     elapsed: Duration,
 }
 
-async fn run_load(endpoint: &str, clients: usize, seconds: u64, spaces: u32, repeat_share: f64) -> anyhow::Result<LoadResult> {
-    let channel = tonic::transport::Channel::from_shared(endpoint.to_owned())?.connect().await?;
-    let histogram = Arc::new(Mutex::new(Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?));
+async fn run_load(
+    endpoint: &str,
+    clients: usize,
+    seconds: u64,
+    spaces: u32,
+    repeat_share: f64,
+) -> anyhow::Result<LoadResult> {
+    let channel = tonic::transport::Channel::from_shared(endpoint.to_owned())?
+        .connect()
+        .await?;
+    let histogram = Arc::new(Mutex::new(Histogram::<u64>::new_with_bounds(
+        1, 60_000_000, 3,
+    )?));
     let tally = Arc::new(Mutex::new(Tally::default()));
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let started = Instant::now();
@@ -191,13 +250,18 @@ async fn run_load(endpoint: &str, clients: usize, seconds: u64, spaces: u32, rep
                     (space, text)
                 };
                 let request = v1::RememberRequest {
-                    scope: Some(v1::Scope { user_id: space_user(space), space: SPACE.into() }),
+                    scope: Some(v1::Scope {
+                        user_id: space_user(space),
+                        space: SPACE.into(),
+                    }),
                     text,
                     ..Default::default()
                 };
                 let sent = Instant::now();
                 let response = client.remember(request).await;
-                local.record(sent.elapsed().as_micros() as u64).expect("in range");
+                local
+                    .record(sent.elapsed().as_micros() as u64)
+                    .expect("in range");
                 match response {
                     Ok(response) => {
                         let response = response.into_inner();
@@ -216,7 +280,11 @@ async fn run_load(endpoint: &str, clients: usize, seconds: u64, spaces: u32, rep
                     }
                 }
             }
-            histogram.lock().await.add(&local).expect("compatible histograms");
+            histogram
+                .lock()
+                .await
+                .add(&local)
+                .expect("compatible histograms");
             let mut tally = tally.lock().await;
             tally.created += local_tally.created;
             tally.merged += local_tally.merged;
@@ -229,9 +297,17 @@ async fn run_load(endpoint: &str, clients: usize, seconds: u64, spaces: u32, rep
         task.await?;
     }
     let elapsed = started.elapsed();
-    let histogram = Arc::try_unwrap(histogram).map_err(|_| anyhow::anyhow!("histogram still shared"))?.into_inner();
-    let tally = Arc::try_unwrap(tally).map_err(|_| anyhow::anyhow!("tally still shared"))?.into_inner();
-    Ok(LoadResult { histogram, tally, elapsed })
+    let histogram = Arc::try_unwrap(histogram)
+        .map_err(|_| anyhow::anyhow!("histogram still shared"))?
+        .into_inner();
+    let tally = Arc::try_unwrap(tally)
+        .map_err(|_| anyhow::anyhow!("tally still shared"))?
+        .into_inner();
+    Ok(LoadResult {
+        histogram,
+        tally,
+        elapsed,
+    })
 }
 
 struct LookupCost {
@@ -242,7 +318,12 @@ struct LookupCost {
 
 /// Times the near-duplicate lookup itself (the store function the write path calls), for random
 /// fingerprints, and captures one EXPLAIN (ANALYZE, BUFFERS).
-async fn measure_lookup(url: &str, user: &str, space: &str, samples: usize) -> anyhow::Result<LookupCost> {
+async fn measure_lookup(
+    url: &str,
+    user: &str,
+    space: &str,
+    samples: usize,
+) -> anyhow::Result<LookupCost> {
     let pool = PgPoolOptions::new().max_connections(1).connect(url).await?;
     let scope = Scope::parse("scope", user, space)?;
     let entries = engram_store::memories::count(&pool, &scope).await?;
@@ -264,7 +345,11 @@ async fn measure_lookup(url: &str, user: &str, space: &str, samples: usize) -> a
     )))
     .fetch_all(&mut *connection)
     .await?;
-    Ok(LookupCost { entries, histogram, plan: plan.join("\n") })
+    Ok(LookupCost {
+        entries,
+        histogram,
+        plan: plan.join("\n"),
+    })
 }
 
 fn micros(value: u64) -> String {
@@ -274,25 +359,54 @@ fn micros(value: u64) -> String {
 async fn machine_summary() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|info| info.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned()))
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+        })
         .unwrap_or_else(|| "unknown cpu".into());
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
-    format!("{cores} cores ({cpu}); Postgres, the ingest service (release build) and the load generator share them")
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    format!(
+        "{cores} cores ({cpu}); Postgres, the ingest service (release build) and the load generator share them"
+    )
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Seed { spaces, entries_per_space, big_space_entries } => {
-            seed(&cli.database_url, spaces, entries_per_space, big_space_entries).await
+        Command::Seed {
+            spaces,
+            entries_per_space,
+            big_space_entries,
+        } => {
+            seed(
+                &cli.database_url,
+                spaces,
+                entries_per_space,
+                big_space_entries,
+            )
+            .await
         }
-        Command::Run { endpoint, clients, seconds, spaces, repeat_share, report, command_line } => {
+        Command::Run {
+            endpoint,
+            clients,
+            seconds,
+            spaces,
+            repeat_share,
+            report,
+            command_line,
+        } => {
             eprintln!("load: {clients} clients for {seconds}s over {spaces} spaces");
             let load = run_load(&endpoint, clients, seconds, spaces, repeat_share).await?;
             let requests = load.histogram.len();
             let throughput = requests as f64 / load.elapsed.as_secs_f64();
-            eprintln!("{requests} requests, {throughput:.0}/s, p99 {}", micros(load.histogram.value_at_quantile(0.99)));
+            eprintln!(
+                "{requests} requests, {throughput:.0}/s, p99 {}",
+                micros(load.histogram.value_at_quantile(0.99))
+            );
 
             let small = measure_lookup(&cli.database_url, &space_user(0), SPACE, 2000).await?;
             let big = measure_lookup(&cli.database_url, BIG_SPACE_USER, BIG_SPACE, 2000).await?;
@@ -345,7 +459,8 @@ async fn main() -> anyhow::Result<()> {
                 big_plan = big.plan,
                 small_plan = small.plan,
             );
-            std::fs::write(&report, text).with_context(|| format!("writing {}", report.display()))?;
+            std::fs::write(&report, text)
+                .with_context(|| format!("writing {}", report.display()))?;
             eprintln!("report written to {}", report.display());
             Ok(())
         }

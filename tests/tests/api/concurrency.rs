@@ -1,6 +1,6 @@
 //! Concurrent writes of the same text leave one row.
 
-use engram_e2e::Sandbox;
+use engram_e2e::{Sandbox, SandboxOptions};
 use engram_proto::v1;
 
 use crate::helpers::{new_scope, outcome, remember};
@@ -37,4 +37,49 @@ async fn parallel_writes_of_the_same_text_leave_one_row() {
             .iter()
             .all(|r| r.memory.as_ref().unwrap().id == rows[0].0)
     );
+}
+
+/// A connection with more requests in flight than its limit is refused at once, not queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn requests_beyond_the_connection_limit_get_resource_exhausted() {
+    let sandbox = Sandbox::start_with(SandboxOptions {
+        max_concurrent_requests_per_connection: Some(8),
+        ..Default::default()
+    })
+    .await;
+    let scope = new_scope("work");
+    let core_scope = engram_core::Scope::parse("scope", &scope.user_id, &scope.space).unwrap();
+    // Hold the space's write lock so that writes to it wait.
+    let mut blocker = sandbox.pool.begin().await.unwrap();
+    engram_store::lock_space(&mut blocker, &core_scope)
+        .await
+        .unwrap();
+
+    let waiting: Vec<_> = (0..8)
+        .map(|index| {
+            let mut client = sandbox.ingest.clone();
+            let request = remember(
+                &scope,
+                &format!("waiting write number {index} about topic {index}"),
+            );
+            tokio::spawn(async move { client.remember(request).await })
+        })
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let mut client = sandbox.ingest.clone();
+    let refused = client
+        .remember(remember(&new_scope("other"), "one too many"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+
+    blocker.rollback().await.unwrap();
+    for write in waiting {
+        let response = write.await.unwrap().unwrap().into_inner();
+        assert_eq!(outcome(&response), v1::RememberOutcome::Created);
+    }
 }
