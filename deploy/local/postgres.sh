@@ -167,7 +167,7 @@ start_server() {
     # Loopback only; the unix socket lives in the data dir, not /run/postgresql.
     # 9>&-: the server must not inherit our lock fd, or it holds it forever.
     if ! as_pg "$ENGRAM_PG_BIN/pg_ctl" -D "$ENGRAM_PGDATA" -l "$pg_log" -w -t 60 \
-        -o "-p $ENGRAM_PG_PORT -c listen_addresses=127.0.0.1 -k '$ENGRAM_PGDATA'" start >/dev/null 9>&-; then
+        -o "-p $ENGRAM_PG_PORT -c listen_addresses=127.0.0.1 -k '$ENGRAM_PGDATA' $ENGRAM_PG_SETTINGS" start >/dev/null 9>&-; then
         tail -n 20 "$pg_log" >&2
         die "Postgres did not start (log: $pg_log)"
     fi

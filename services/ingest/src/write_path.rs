@@ -5,7 +5,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use engram_core::normalize::normalize_for_fingerprint;
 use engram_core::{
-    Category, ConversationId, MemoryText, Scope, SimHash, SpeakerRole, importance, metadata,
+    Category, ConversationId, MemoryText, RetentionPolicy, Scope, SimHash, SpeakerRole, importance, metadata,
 };
 use engram_store::audit::{self, AuditAction};
 use engram_store::memories::{self, MemoryRecord, MergeUpdate, NewSemanticMemory};
@@ -162,7 +162,8 @@ impl MemoryWriter {
         if let Some(existing) =
             memories::find_near_duplicate(&mut transaction, scope, analysis.simhash).await?
         {
-            let memory = merge(&mut transaction, &command, &analysis, &existing).await?;
+            let retention = self.settings.retention();
+            let memory = merge(&mut transaction, &command, &analysis, &existing, &retention).await?;
             transaction.commit().await?;
             self.metrics.record_merged();
             return Ok(RememberResult::Merged { memory });
@@ -181,6 +182,11 @@ impl MemoryWriter {
             importance: analysis.importance,
             pinned: command.pin,
             manually_saved: analysis.manually_saved,
+            last_scores: self.settings.retention().scores_without_query(
+                Utc::now(),
+                analysis.importance,
+                Utc::now(),
+            ),
         };
         let memory = write_path::insert_semantic_audited(
             &mut transaction,
@@ -248,15 +254,18 @@ async fn merge(
     command: &RememberCommand,
     analysis: &Analysis,
     existing: &MemoryRecord,
+    retention: &RetentionPolicy,
 ) -> Result<MemoryRecord, IngestError> {
     let repeat_count = existing.repeat_count.saturating_add(1);
+    let merged_importance = importance::merged_importance(
+        existing.importance,
+        analysis.importance,
+        u32::try_from(repeat_count).unwrap_or(u32::MAX),
+    );
     let update = MergeUpdate {
         repeat_count,
-        importance: importance::merged_importance(
-            existing.importance,
-            analysis.importance,
-            u32::try_from(repeat_count).unwrap_or(u32::MAX),
-        ),
+        importance: merged_importance,
+        last_scores: retention.scores_without_query(existing.created_at, merged_importance, Utc::now()),
         manually_saved: existing.manually_saved || analysis.manually_saved,
         // Pinning policy: an explicit pin request pins the canonical entry; nothing unpins it here.
         pinned: existing.pinned || command.pin,

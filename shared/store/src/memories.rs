@@ -81,6 +81,14 @@ pub struct NewSemanticMemory {
     pub importance: f64,
     pub pinned: bool,
     pub manually_saved: bool,
+    /// Scores as of creation (relevance 0 outside a retrieval), cached so the capacity policy
+    /// need not compute them.
+    pub last_scores: Scores,
+}
+
+/// Encodes scores for the `last_scores` column.
+pub(crate) fn scores_json(scores: &Scores) -> Result<serde_json::Value, StoreError> {
+    serde_json::to_value(scores).map_err(|error| StoreError::Corrupt(format!("cannot encode scores: {error}")))
 }
 
 /// The closest semantic memory of the space within the near-duplicate distance, if any.
@@ -127,6 +135,8 @@ pub struct MergeUpdate {
     pub tags: Vec<String>,
     pub source_ids: Vec<String>,
     pub metadata_confidence: f64,
+    /// Recomputed with the new importance.
+    pub last_scores: Scores,
 }
 
 pub async fn apply_merge(
@@ -137,7 +147,7 @@ pub async fn apply_merge(
 ) -> Result<MemoryRecord, StoreError> {
     let sql = concat!(
         "UPDATE memories SET repeat_count = $4, importance = $5, manually_saved = $6, pinned = $7, \
-             tags = $8, source_ids = $9, metadata_confidence = $10, updated_at = now() \
+             tags = $8, source_ids = $9, metadata_confidence = $10, last_scores = $11, updated_at = now() \
          WHERE user_id = $1 AND space = $2 AND id = $3 \
          RETURNING ",
         memory_columns!(),
@@ -154,6 +164,7 @@ pub async fn apply_merge(
         .bind(&update.tags)
         .bind(&update.source_ids)
         .bind(update.metadata_confidence)
+        .bind(scores_json(&update.last_scores)?)
         .fetch_one(connection)
         .await?;
     Ok(record)

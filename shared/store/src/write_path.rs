@@ -71,8 +71,8 @@ pub async fn insert_semantic_audited(
         "WITH inserted AS ( \
              INSERT INTO memories (id, user_id, space, kind, conversation_id, text, role, category, \
                  valid_at, simhash, tags, source_ids, metadata_confidence, importance, pinned, \
-                 manually_saved, needs_embedding) \
-             VALUES ($1, $2, $3, 'semantic', $4, $5, $6, $7, now(), $8, $9, $10, $11, $12, $13, $14, true) \
+                 manually_saved, needs_embedding, last_scores) \
+             VALUES ($1, $2, $3, 'semantic', $4, $5, $6, $7, now(), $8, $9, $10, $11, $12, $13, $14, true, $16) \
              RETURNING *), \
          audited AS ( \
              INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \
@@ -97,6 +97,7 @@ pub async fn insert_semantic_audited(
         .bind(memory.pinned)
         .bind(memory.manually_saved)
         .bind(audit_detail)
+        .bind(crate::memories::scores_json(&memory.last_scores)?)
         .fetch_one(connection)
         .await?;
     Ok(record)
@@ -130,11 +131,7 @@ pub async fn enforce_soft_cap(
         "WITH candidates AS ( \
              SELECT id, created_at, importance, pinned OR manually_saved AS protected, \
                     exp(-greatest(extract(epoch FROM now() - created_at)::float8, 0) / $4) AS recency, \
-                    CASE WHEN last_scores IS NULL \
-                              OR jsonb_typeof(last_scores -> 'total') IS DISTINCT FROM 'number' \
-                              OR jsonb_typeof(last_scores -> 'computed_at') IS DISTINCT FROM 'string' THEN NULL \
-                         WHEN (last_scores ->> 'computed_at')::timestamptz < now() - make_interval(secs => $5) THEN NULL \
-                         ELSE (last_scores ->> 'total')::float8 END AS cached_total \
+                    CASE WHEN last_scored_at >= now() - make_interval(secs => $5) THEN last_total END AS cached_total \
              FROM memories WHERE user_id = $1 AND space = $2), \
          ranked AS ( \
              SELECT *, COALESCE(cached_total, recency + importance) AS total, \

@@ -61,6 +61,12 @@ enum Command {
         repeat_share: f64,
         #[arg(long)]
         report: std::path::PathBuf,
+        /// Offered loads (Remember/s) measured open-loop after the closed-loop run, each for
+        /// `rate_seconds`; latency counts from the scheduled send time (no coordinated omission).
+        #[arg(long, value_delimiter = ',', default_value = "250,500,750")]
+        rates: Vec<u32>,
+        #[arg(long, default_value_t = 15)]
+        rate_seconds: u64,
         /// The command line to record in the report.
         #[arg(long, default_value = "make bench-ingest")]
         command_line: String,
@@ -310,6 +316,43 @@ async fn run_load(
     })
 }
 
+/// Sends Remember at a fixed rate; latency is measured from when each request was due.
+async fn run_at_rate(endpoint: &str, rate: u32, seconds: u64, spaces: u32) -> anyhow::Result<(Histogram<u64>, u64)> {
+    let channel = tonic::transport::Channel::from_shared(endpoint.to_owned())?.connect().await?;
+    let histogram = Arc::new(Mutex::new(Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?));
+    let errors = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(512));
+    let interval = Duration::from_secs_f64(1.0 / f64::from(rate));
+    let start = tokio::time::Instant::now();
+    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::from_os_rng();
+    let mut tasks = tokio::task::JoinSet::new();
+    for index in 0..u64::from(rate) * seconds {
+        let due = start + interval.mul_f64(index as f64);
+        tokio::time::sleep_until(due).await;
+        let permit = in_flight.clone().acquire_owned().await?;
+        let mut client = IngestServiceClient::new(channel.clone());
+        let request = v1::RememberRequest {
+            scope: Some(v1::Scope { user_id: space_user(rng.random_range(0..spaces)), space: SPACE.into() }),
+            text: new_text(&mut rng),
+            ..Default::default()
+        };
+        let histogram = histogram.clone();
+        let errors = errors.clone();
+        tasks.spawn(async move {
+            let result = client.remember(request).await;
+            let latency = due.elapsed();
+            drop(permit);
+            if result.is_err() {
+                errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            histogram.lock().await.record(latency.as_micros() as u64).expect("in range");
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    let histogram = Arc::try_unwrap(histogram).map_err(|_| anyhow::anyhow!("histogram still shared"))?.into_inner();
+    Ok((histogram, errors.load(std::sync::atomic::Ordering::Relaxed)))
+}
+
 struct LookupCost {
     entries: i64,
     histogram: Histogram<u64>,
@@ -396,6 +439,8 @@ async fn main() -> anyhow::Result<()> {
             seconds,
             spaces,
             repeat_share,
+            rates,
+            rate_seconds,
             report,
             command_line,
         } => {
@@ -407,6 +452,20 @@ async fn main() -> anyhow::Result<()> {
                 "{requests} requests, {throughput:.0}/s, p99 {}",
                 micros(load.histogram.value_at_quantile(0.99))
             );
+
+            let mut rate_rows = Vec::new();
+            for rate in rates {
+                eprintln!("open loop: {rate} Remember/s for {rate_seconds}s");
+                let (histogram, errors) = run_at_rate(&endpoint, rate, rate_seconds, spaces).await?;
+                rate_rows.push(format!(
+                    "| {rate} /s | {} | {} | {} | {} | {} | {errors} |",
+                    histogram.len(),
+                    micros(histogram.value_at_quantile(0.5)),
+                    micros(histogram.value_at_quantile(0.95)),
+                    micros(histogram.value_at_quantile(0.99)),
+                    micros(histogram.max()),
+                ));
+            }
 
             let small = measure_lookup(&cli.database_url, &space_user(0), SPACE, 2000).await?;
             let big = measure_lookup(&cli.database_url, BIG_SPACE_USER, BIG_SPACE, 2000).await?;
@@ -436,6 +495,10 @@ async fn main() -> anyhow::Result<()> {
                  | requests | throughput | p50 | p90 | p99 | p99.9 | max | created | merged | trimmed | errors |\n\
                  |---|---|---|---|---|---|---|---|---|---|---|\n\
                  | {requests} | {throughput:.0} Remember/s | {p50} | {p90} | {p99} | {p999} | {max} | {created} | {merged} | {trimmed} | {errors} |\n\n\
+                 With 16 clients each waiting for its answer before sending again, mean latency is 16 / throughput, \
+                 so this run shows the saturation throughput, not the latency at a given load. Latency at fixed \
+                 offered loads (open loop, {rate_seconds} s each, measured from when each request was due):\n\n\
+                 | offered load | requests | p50 | p95 | p99 | max | errors |\n|---|---|---|---|---|---|---|\n{rate_rows}\n\n\
                  ## Near-duplicate lookup cost\n\n\
                  The write path's lookup (`engram_store::memories::find_near_duplicate`), 2,000 random fingerprints \
                  per space, one connection, timed from the client:\n\n\
@@ -454,6 +517,7 @@ async fn main() -> anyhow::Result<()> {
                 merged = load.tally.merged,
                 trimmed = load.tally.trimmed,
                 errors = load.tally.errors + load.tally.other,
+                rate_rows = rate_rows.join("\n"),
                 small_row = lookup_row(&small),
                 big_row = lookup_row(&big),
                 big_plan = big.plan,
