@@ -29,14 +29,7 @@ impl From<IngestError> for Status {
             IngestError::Invalid(error) => Status::invalid_argument(error.to_string()),
             IngestError::NotFound(message) => Status::not_found(message),
             IngestError::FailedPrecondition(message) => Status::failed_precondition(message),
-            IngestError::Store(error) => {
-                tracing::error!(error = %error, retryable = error.is_retryable(), "store operation failed");
-                if error.is_retryable() {
-                    Status::unavailable("the memory store is temporarily unavailable; retry")
-                } else {
-                    Status::internal("internal error")
-                }
-            }
+            IngestError::Store(error) => engram_server::status::from_store_error(&error),
         }
     }
 }

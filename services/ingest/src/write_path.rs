@@ -5,7 +5,8 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use engram_core::normalize::normalize_for_fingerprint;
 use engram_core::{
-    Category, ConversationId, MemoryText, RetentionPolicy, Scope, SimHash, SpeakerRole, importance, metadata,
+    Category, ConversationId, MemoryText, RetentionPolicy, Scope, SimHash, SpeakerRole, importance,
+    metadata,
 };
 use engram_store::audit::{self, AuditAction};
 use engram_store::memories::{self, MemoryRecord, MergeUpdate, NewSemanticMemory};
@@ -163,7 +164,8 @@ impl MemoryWriter {
             memories::find_near_duplicate(&mut transaction, scope, analysis.simhash).await?
         {
             let retention = self.settings.retention();
-            let memory = merge(&mut transaction, &command, &analysis, &existing, &retention).await?;
+            let memory =
+                merge(&mut transaction, &command, &analysis, &existing, &retention).await?;
             transaction.commit().await?;
             self.metrics.record_merged();
             return Ok(RememberResult::Merged { memory });
@@ -265,7 +267,11 @@ async fn merge(
     let update = MergeUpdate {
         repeat_count,
         importance: merged_importance,
-        last_scores: retention.scores_without_query(existing.created_at, merged_importance, Utc::now()),
+        last_scores: retention.scores_without_query(
+            existing.created_at,
+            merged_importance,
+            Utc::now(),
+        ),
         manually_saved: existing.manually_saved || analysis.manually_saved,
         // Pinning policy: an explicit pin request pins the canonical entry; nothing unpins it here.
         pinned: existing.pinned || command.pin,

@@ -16,14 +16,7 @@ impl From<RetrievalError> for Status {
     fn from(error: RetrievalError) -> Self {
         match error {
             RetrievalError::Invalid(error) => Status::invalid_argument(error.to_string()),
-            RetrievalError::Store(error) => {
-                tracing::error!(error = %error, retryable = error.is_retryable(), "store operation failed");
-                if error.is_retryable() {
-                    Status::unavailable("the memory store is temporarily unavailable; retry")
-                } else {
-                    Status::internal("internal error")
-                }
-            }
+            RetrievalError::Store(error) => engram_server::status::from_store_error(&error),
         }
     }
 }

@@ -22,14 +22,7 @@ impl From<ReviewError> for Status {
             ReviewError::Invalid(error) => Status::invalid_argument(error.to_string()),
             ReviewError::NotFound(message) => Status::not_found(message),
             ReviewError::FailedPrecondition(message) => Status::failed_precondition(message),
-            ReviewError::Store(error) => {
-                tracing::error!(error = %error, retryable = error.is_retryable(), "store operation failed");
-                if error.is_retryable() {
-                    Status::unavailable("the memory store is temporarily unavailable; retry")
-                } else {
-                    Status::internal("internal error")
-                }
-            }
+            ReviewError::Store(error) => engram_server::status::from_store_error(&error),
         }
     }
 }

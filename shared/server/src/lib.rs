@@ -10,6 +10,7 @@ pub mod database;
 pub mod grpc;
 pub mod settings;
 pub mod shutdown;
+pub mod status;
 pub mod time;
 
 pub use auth::{AccessGrant, AuthLayer, TokenRegistry};

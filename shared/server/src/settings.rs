@@ -82,10 +82,7 @@ pub fn common_defaults(default_port: u16) -> Vec<(&'static str, config::Value)> 
 pub fn load_settings<T: DeserializeOwned>(
     defaults: Vec<(&'static str, config::Value)>,
 ) -> Result<T, config::ConfigError> {
-    let mut builder = Config::builder();
-    for (key, value) in defaults {
-        builder = builder.set_default(key, value)?;
-    }
+    let mut builder = builder_with_defaults(defaults)?;
     if let Ok(path) = std::env::var(CONFIG_FILE_ENV) {
         builder = builder.add_source(File::new(&path, FileFormat::Toml).required(true));
     }
@@ -104,9 +101,15 @@ pub fn load_settings<T: DeserializeOwned>(
 pub fn load_defaults_only<T: DeserializeOwned>(
     defaults: Vec<(&'static str, config::Value)>,
 ) -> Result<T, config::ConfigError> {
-    let mut builder = Config::builder();
-    for (key, value) in defaults {
-        builder = builder.set_default(key, value)?;
-    }
-    builder.build()?.try_deserialize()
+    builder_with_defaults(defaults)?.build()?.try_deserialize()
+}
+
+fn builder_with_defaults(
+    defaults: Vec<(&'static str, config::Value)>,
+) -> Result<config::ConfigBuilder<config::builder::DefaultState>, config::ConfigError> {
+    defaults
+        .into_iter()
+        .try_fold(Config::builder(), |builder, (key, value)| {
+            builder.set_default(key, value)
+        })
 }

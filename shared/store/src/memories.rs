@@ -88,7 +88,8 @@ pub struct NewSemanticMemory {
 
 /// Encodes scores for the `last_scores` column.
 pub(crate) fn scores_json(scores: &Scores) -> Result<serde_json::Value, StoreError> {
-    serde_json::to_value(scores).map_err(|error| StoreError::Corrupt(format!("cannot encode scores: {error}")))
+    serde_json::to_value(scores)
+        .map_err(|error| StoreError::Corrupt(format!("cannot encode scores: {error}")))
 }
 
 /// The closest semantic memory of the space within the near-duplicate distance, if any.

@@ -317,9 +317,18 @@ async fn run_load(
 }
 
 /// Sends Remember at a fixed rate; latency is measured from when each request was due.
-async fn run_at_rate(endpoint: &str, rate: u32, seconds: u64, spaces: u32) -> anyhow::Result<(Histogram<u64>, u64)> {
-    let channel = tonic::transport::Channel::from_shared(endpoint.to_owned())?.connect().await?;
-    let histogram = Arc::new(Mutex::new(Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?));
+async fn run_at_rate(
+    endpoint: &str,
+    rate: u32,
+    seconds: u64,
+    spaces: u32,
+) -> anyhow::Result<(Histogram<u64>, u64)> {
+    let channel = tonic::transport::Channel::from_shared(endpoint.to_owned())?
+        .connect()
+        .await?;
+    let histogram = Arc::new(Mutex::new(Histogram::<u64>::new_with_bounds(
+        1, 60_000_000, 3,
+    )?));
     let errors = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let in_flight = Arc::new(tokio::sync::Semaphore::new(512));
     let interval = Duration::from_secs_f64(1.0 / f64::from(rate));
@@ -332,7 +341,10 @@ async fn run_at_rate(endpoint: &str, rate: u32, seconds: u64, spaces: u32) -> an
         let permit = in_flight.clone().acquire_owned().await?;
         let mut client = IngestServiceClient::new(channel.clone());
         let request = v1::RememberRequest {
-            scope: Some(v1::Scope { user_id: space_user(rng.random_range(0..spaces)), space: SPACE.into() }),
+            scope: Some(v1::Scope {
+                user_id: space_user(rng.random_range(0..spaces)),
+                space: SPACE.into(),
+            }),
             text: new_text(&mut rng),
             ..Default::default()
         };
@@ -345,11 +357,17 @@ async fn run_at_rate(endpoint: &str, rate: u32, seconds: u64, spaces: u32) -> an
             if result.is_err() {
                 errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
-            histogram.lock().await.record(latency.as_micros() as u64).expect("in range");
+            histogram
+                .lock()
+                .await
+                .record(latency.as_micros() as u64)
+                .expect("in range");
         });
     }
     while tasks.join_next().await.is_some() {}
-    let histogram = Arc::try_unwrap(histogram).map_err(|_| anyhow::anyhow!("histogram still shared"))?.into_inner();
+    let histogram = Arc::try_unwrap(histogram)
+        .map_err(|_| anyhow::anyhow!("histogram still shared"))?
+        .into_inner();
     Ok((histogram, errors.load(std::sync::atomic::Ordering::Relaxed)))
 }
 
@@ -456,7 +474,8 @@ async fn main() -> anyhow::Result<()> {
             let mut rate_rows = Vec::new();
             for rate in rates {
                 eprintln!("open loop: {rate} Remember/s for {rate_seconds}s");
-                let (histogram, errors) = run_at_rate(&endpoint, rate, rate_seconds, spaces).await?;
+                let (histogram, errors) =
+                    run_at_rate(&endpoint, rate, rate_seconds, spaces).await?;
                 rate_rows.push(format!(
                     "| {rate} /s | {} | {} | {} | {} | {} | {errors} |",
                     histogram.len(),
