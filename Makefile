@@ -22,6 +22,10 @@ help: ## List the targets
 up: ## Bring up Postgres 18 + pgvector (port 55432) and RabbitMQ (5672), reusing what runs
 	@bash $(LOCAL)/up.sh >/dev/null
 
+.PHONY: models
+models: ## Install the local embedding model (all-MiniLM-L6-v2) into $(ENGRAM_LOCAL_DIR)/models
+	@bash $(LOCAL)/models.sh >/dev/null
+
 .PHONY: tools
 tools: ## Install grpcurl and buf into $(ENGRAM_LOCAL_DIR)/tools/bin
 	@bash $(LOCAL)/tools.sh >/dev/null
@@ -31,7 +35,7 @@ build: ## Build the three services ($(PROFILE) profile; PROFILE=release for opti
 	cargo build $(CARGO_PROFILE_FLAG) --bin ingest --bin retrieval --bin review
 
 .PHONY: run
-run: up tools build ## Bring up everything and run Engram in the background on 50051-50053
+run: up tools models build ## Bring up everything and run Engram in the background on 50051-50053
 	@bash $(LOCAL)/services.sh start
 	@bash $(LOCAL)/examples.sh
 
@@ -54,7 +58,7 @@ migrate: up build ## Apply database migrations
 	@source $(ENGRAM_LOCAL_DIR)/env && $(ENGRAM_BIN_DIR)/ingest migrate
 
 .PHONY: test
-test: up ## Run the whole test suite against the real Postgres and RabbitMQ
+test: up models ## Run the whole test suite against the real Postgres and RabbitMQ
 	@bash $(LOCAL)/drop-test-databases.sh
 	@if cargo nextest --version >/dev/null 2>&1; then \
 		cargo nextest run --workspace --profile ci; \

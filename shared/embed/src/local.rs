@@ -1,0 +1,175 @@
+//! all-MiniLM-L6-v2 on the CPU with candle.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::bert::{BertModel, Config};
+use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+
+use crate::{EmbedError, EmbedFuture, Embedder, normalize};
+
+/// Where the model lives and how it is run.
+#[derive(Debug, Clone)]
+pub struct LocalModelSettings {
+    /// Directory with `model.safetensors`, `tokenizer.json` and `config.json`.
+    pub model_dir: PathBuf,
+    /// Texts per forward pass; larger batches are split.
+    pub max_batch: usize,
+    /// Tokens per text (sentence-transformers uses 256 for this model); longer texts are cut.
+    pub max_tokens: usize,
+}
+
+struct Model {
+    bert: BertModel,
+    tokenizer: Tokenizer,
+    device: Device,
+    dimension: usize,
+}
+
+/// The local embedding model; cheap to clone.
+#[derive(Clone)]
+pub struct LocalEmbedder {
+    model: Arc<Model>,
+    model_id: String,
+    max_batch: usize,
+}
+
+fn load_error(path: &Path, reason: impl ToString) -> EmbedError {
+    EmbedError::Load {
+        path: path.display().to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+impl LocalEmbedder {
+    /// Loads weights, tokenizer and config (blocking: call at start-up or in `spawn_blocking`).
+    pub fn load(settings: &LocalModelSettings) -> Result<Self, EmbedError> {
+        let dir = &settings.model_dir;
+        let config_path = dir.join("config.json");
+        let config: Config = serde_json::from_str(
+            &std::fs::read_to_string(&config_path).map_err(|e| load_error(&config_path, e))?,
+        )
+        .map_err(|e| load_error(&config_path, e))?;
+        let dimension = config.hidden_size;
+
+        let tokenizer_path = dir.join("tokenizer.json");
+        let mut tokenizer =
+            Tokenizer::from_file(&tokenizer_path).map_err(|e| load_error(&tokenizer_path, e))?;
+        // The shipped tokenizer pads and cuts every text to a fixed 128 tokens; pad to the longest
+        // text of a batch instead (padding is masked out, so it does not change an embedding) and
+        // cut at the model's sequence limit.
+        tokenizer.with_padding(Some(PaddingParams {
+            strategy: PaddingStrategy::BatchLongest,
+            ..Default::default()
+        }));
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: settings.max_tokens,
+                ..Default::default()
+            }))
+            .map_err(|e| load_error(&tokenizer_path, e))?;
+
+        let weights_path = dir.join("model.safetensors");
+        let weights = std::fs::read(&weights_path).map_err(|e| load_error(&weights_path, e))?;
+        let device = Device::Cpu;
+        let vars = VarBuilder::from_buffered_safetensors(weights, DType::F32, &device)
+            .map_err(|e| load_error(&weights_path, e))?;
+        let bert = BertModel::load(vars, &config).map_err(|e| load_error(&weights_path, e))?;
+
+        Ok(Self {
+            model: Arc::new(Model {
+                bert,
+                tokenizer,
+                device,
+                dimension,
+            }),
+            model_id: "sentence-transformers/all-MiniLM-L6-v2".to_owned(),
+            max_batch: settings.max_batch.max(1),
+        })
+    }
+
+    /// Embeds synchronously (the caller is on a blocking thread).
+    pub fn embed_blocking(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let mut vectors = Vec::with_capacity(texts.len());
+        for batch in texts.chunks(self.max_batch) {
+            vectors.extend(self.model.forward(batch)?);
+        }
+        Ok(vectors)
+    }
+}
+
+impl Model {
+    fn forward(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let inference = |e: candle_core::Error| EmbedError::Inference(e.to_string());
+        let encodings = self
+            .tokenizer
+            .encode_batch(texts.to_vec(), true)
+            .map_err(|e| EmbedError::Inference(e.to_string()))?;
+        let rows = encodings.len();
+        let columns = encodings.first().map_or(0, |e| e.get_ids().len());
+        let flatten = |get: &dyn Fn(&tokenizers::Encoding) -> &[u32]| -> Vec<u32> {
+            encodings
+                .iter()
+                .flat_map(|e| get(e).iter().copied())
+                .collect()
+        };
+        let ids = Tensor::from_vec(flatten(&|e| e.get_ids()), (rows, columns), &self.device)
+            .map_err(inference)?;
+        let type_ids = Tensor::from_vec(
+            flatten(&|e| e.get_type_ids()),
+            (rows, columns),
+            &self.device,
+        )
+        .map_err(inference)?;
+        let mask = Tensor::from_vec(
+            flatten(&|e| e.get_attention_mask()),
+            (rows, columns),
+            &self.device,
+        )
+        .map_err(inference)?;
+
+        let hidden = self
+            .bert
+            .forward(&ids, &type_ids, Some(&mask))
+            .map_err(inference)?;
+        // Masked mean pooling: padding tokens do not count.
+        let mask = mask
+            .to_dtype(DType::F32)
+            .map_err(inference)?
+            .unsqueeze(2)
+            .map_err(inference)?;
+        let summed = hidden
+            .broadcast_mul(&mask)
+            .map_err(inference)?
+            .sum(1)
+            .map_err(inference)?;
+        let counts = mask.sum(1).map_err(inference)?;
+        let pooled = summed.broadcast_div(&counts).map_err(inference)?;
+        let mut vectors: Vec<Vec<f32>> = pooled.to_vec2().map_err(inference)?;
+        vectors.iter_mut().for_each(|vector| normalize(vector));
+        Ok(vectors)
+    }
+}
+
+impl Embedder for LocalEmbedder {
+    fn model_id(&self) -> &str {
+        &self.model_id
+    }
+
+    fn dimension(&self) -> usize {
+        self.model.dimension
+    }
+
+    fn embed<'a>(&'a self, texts: &'a [String]) -> EmbedFuture<'a> {
+        let embedder = self.clone();
+        let texts = texts.to_vec();
+        Box::pin(async move {
+            // Inference takes milliseconds per sentence: keep it off the async workers.
+            tokio::task::spawn_blocking(move || embedder.embed_blocking(&texts))
+                .await
+                .map_err(|e| EmbedError::Inference(format!("inference task failed: {e}")))?
+        })
+    }
+}
