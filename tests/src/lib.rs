@@ -84,6 +84,30 @@ pub struct SandboxOptions {
     pub soft_cap: Option<u32>,
     /// Requests one connection may have in flight; `None`: 64.
     pub max_concurrent_requests_per_connection: Option<usize>,
+    /// The embedding backfill of the ingest service (off unless a test needs it).
+    pub embedder: TestEmbedder,
+}
+
+/// Which embedder the sandbox's ingest service runs.
+#[derive(Debug, Default, Clone)]
+pub enum TestEmbedder {
+    #[default]
+    Disabled,
+    /// The local model, from `ENGRAM_EMBED__MODEL_DIR` or where `make models` installs it.
+    Local,
+    /// An OpenAI-compatible endpoint (a fake server of the test).
+    OpenAi { base_url: String, dimension: usize },
+}
+
+/// Where `make models` installs the local embedding model.
+pub fn local_model_dir() -> PathBuf {
+    std::env::var_os("ENGRAM_EMBED__MODEL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let local = std::env::var("ENGRAM_LOCAL_DIR")
+                .unwrap_or_else(|_| "/var/tmp/engram-local".into());
+            PathBuf::from(local).join("models/all-MiniLM-L6-v2")
+        })
 }
 
 /// One database and the three services over it.
@@ -139,6 +163,22 @@ impl Sandbox {
         if let Some(soft_cap) = options.soft_cap {
             ingest_settings.memory.soft_cap = soft_cap;
         }
+        ingest_settings.embed.poll_interval_ms = 100;
+        ingest_settings.embed.model_dir = local_model_dir();
+        ingest_settings.embed.provider = match &options.embedder {
+            TestEmbedder::Disabled => engram_ingest::config::EmbedProvider::Disabled,
+            TestEmbedder::Local => engram_ingest::config::EmbedProvider::Local,
+            TestEmbedder::OpenAi {
+                base_url,
+                dimension,
+            } => {
+                ingest_settings.embed.openai.base_url = base_url.clone();
+                ingest_settings.embed.openai.dimension = *dimension;
+                ingest_settings.embed.openai.max_retries = 1;
+                ingest_settings.embed.openai.timeout_secs = 5;
+                engram_ingest::config::EmbedProvider::Openai
+            }
+        };
         let ingest_app = engram_ingest::App::build(ingest_settings)
             .await
             .expect("ingest starts");

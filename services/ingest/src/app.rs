@@ -1,28 +1,38 @@
 //! Start-up of the ingest service. `App::build` is what `main` runs and what tests run: it
-//! connects to Postgres, applies migrations when this process owns them, and binds the gRPC port
-//! (port 0 picks a free one).
+//! connects to Postgres, applies migrations when this process owns them, loads the embedder and
+//! checks its dimension against the store, and binds the gRPC port (port 0 picks a free one).
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
+use anyhow::Context as _;
+use engram_embed::{Embedder, LocalEmbedder, LocalModelSettings, OpenAiEmbedder, OpenAiSettings};
 use engram_proto::v1::ingest_service_server::IngestServiceServer;
 use engram_server::{GrpcServer, TokenRegistry};
 use sqlx::PgPool;
+use tokio::sync::{Notify, watch};
 use tonic::service::Routes;
 
-use crate::config::IngestSettings;
+use crate::backfill::{BackfillSettings, EmbeddingBackfill};
+use crate::config::{EmbedProvider, EmbedSettings, IngestSettings};
 use crate::grpc::IngestApi;
 use crate::metrics::IngestMetrics;
 use crate::write_path::MemoryWriter;
 
 pub const SERVICE_NAME: &str = "engram.v1.IngestService";
 
+/// How often expired tombstones are deleted. They stop blocking writes the moment they expire;
+/// this only keeps the table small.
+const TOMBSTONE_PURGE_INTERVAL: Duration = Duration::from_secs(3600);
+
 pub struct App {
     server: GrpcServer,
     pool: PgPool,
     writer: MemoryWriter,
     tokens: TokenRegistry,
+    backfill: Option<EmbeddingBackfill>,
 }
 
 impl App {
@@ -32,17 +42,41 @@ impl App {
             None => TokenRegistry::open(),
         };
         let pool = engram_server::database::connect(&settings.database).await?;
-        let writer = MemoryWriter::new(
-            pool.clone(),
-            settings.memory.clone(),
-            Arc::new(IngestMetrics::default()),
-        );
+        let metrics = Arc::new(IngestMetrics::default());
+        let wake = Arc::new(Notify::new());
+        let backfill = match load_embedder(&settings.embed).await? {
+            Some(embedder) => {
+                check_dimension(&pool, embedder.as_ref()).await?;
+                tracing::info!(model = embedder.model_id(), "embedding backfill enabled");
+                let backfill_settings = BackfillSettings {
+                    batch_size: settings.embed.batch_size.max(1),
+                    poll_interval: Duration::from_millis(settings.embed.poll_interval_ms),
+                    max_failures: settings.embed.max_failures,
+                };
+                Some(EmbeddingBackfill::new(
+                    pool.clone(),
+                    embedder,
+                    backfill_settings,
+                    wake.clone(),
+                    metrics.clone(),
+                ))
+            }
+            None => {
+                tracing::warn!(
+                    "embedding backfill disabled: entries keep needs_embedding until an embedder runs"
+                );
+                None
+            }
+        };
+        let writer = MemoryWriter::new(pool.clone(), settings.memory.clone(), metrics)
+            .with_embedding_wake(backfill.as_ref().map(|_| wake));
         let server = GrpcServer::bind(&settings.grpc).await?;
         Ok(Self {
             server,
             pool,
             writer,
             tokens,
+            backfill,
         })
     }
 
@@ -58,14 +92,94 @@ impl App {
         self.writer.metrics.clone()
     }
 
-    /// Serves until `shutdown` resolves, then drains and closes the pool.
+    /// Serves until `shutdown` resolves, then drains, stops the background work and closes the
+    /// pool.
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+        let purger = tokio::spawn(purge_expired_tombstones(self.pool.clone()));
+        let (stop_backfill, backfill_stop) = watch::channel(false);
+        let backfill = self
+            .backfill
+            .map(|backfill| tokio::spawn(backfill.run(backfill_stop)));
+
         let routes = Routes::new(IngestServiceServer::new(IngestApi::new(self.writer)));
         let served = self
             .server
             .serve(routes, &[SERVICE_NAME], self.tokens, shutdown)
             .await;
+
+        // The backfill finishes the batch it holds (embedded and committed) before it stops.
+        let _ = stop_backfill.send(true);
+        if let Some(backfill) = backfill
+            && let Err(error) = backfill.await
+        {
+            tracing::error!(%error, "embedding backfill task failed");
+        }
+        purger.abort();
         self.pool.close().await;
         served
+    }
+}
+
+/// Builds the configured embedder; the local model loads on a blocking thread.
+async fn load_embedder(settings: &EmbedSettings) -> anyhow::Result<Option<Arc<dyn Embedder>>> {
+    match settings.provider {
+        EmbedProvider::Disabled => Ok(None),
+        EmbedProvider::Local => {
+            let local = LocalModelSettings {
+                model_dir: settings.model_dir.clone(),
+                max_batch: settings.batch_size.max(1),
+                max_tokens: settings.max_tokens,
+            };
+            let embedder = tokio::task::spawn_blocking(move || LocalEmbedder::load(&local))
+                .await?
+                .context("cannot load the local embedding model; run `make models` or set ENGRAM_EMBED__MODEL_DIR")?;
+            Ok(Some(Arc::new(embedder)))
+        }
+        EmbedProvider::Openai => {
+            let openai = &settings.openai;
+            let embedder = OpenAiEmbedder::new(OpenAiSettings {
+                base_url: openai.base_url.clone(),
+                model: openai.model.clone(),
+                api_key: openai.api_key.clone(),
+                dimension: openai.dimension,
+                max_batch: settings.batch_size.max(1),
+                timeout: Duration::from_secs(openai.timeout_secs),
+                max_retries: openai.max_retries,
+                min_backoff: Duration::from_millis(200),
+                max_backoff: Duration::from_secs(30),
+            })?;
+            Ok(Some(Arc::new(embedder)))
+        }
+    }
+}
+
+/// A model whose vectors do not fit the store would fail every write of an embedding: refuse to
+/// start instead.
+async fn check_dimension(pool: &PgPool, embedder: &dyn Embedder) -> anyhow::Result<()> {
+    let stored = engram_store::embeddings::stored_dimension(pool).await?;
+    if stored != embedder.dimension() {
+        anyhow::bail!(
+            "embedding dimension mismatch: {} produces {} dimensions, the store holds vector({stored}); \
+             choose a {stored}-dimension model or migrate the store",
+            embedder.model_id(),
+            embedder.dimension()
+        );
+    }
+    Ok(())
+}
+
+async fn purge_expired_tombstones(pool: PgPool) {
+    let mut interval = tokio::time::interval(TOMBSTONE_PURGE_INTERVAL);
+    loop {
+        interval.tick().await;
+        let purged = match pool.acquire().await {
+            Ok(mut connection) => engram_store::tombstones::purge_expired(&mut connection).await,
+            Err(error) => Err(error.into()),
+        };
+        match purged {
+            Ok(0) => {}
+            Ok(count) => tracing::info!(count, "purged expired tombstones"),
+            Err(error) => tracing::warn!(%error, "cannot purge expired tombstones; will retry"),
+        }
     }
 }

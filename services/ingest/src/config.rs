@@ -15,6 +15,47 @@ pub struct IngestSettings {
     #[serde(default)]
     pub auth: AuthSettings,
     pub memory: MemorySettings,
+    pub embed: EmbedSettings,
+}
+
+/// Which embedder fills in embeddings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EmbedProvider {
+    /// all-MiniLM-L6-v2 on the CPU, from `model_dir` (the default; no network, no key).
+    Local,
+    /// An OpenAI-compatible `/v1/embeddings` endpoint.
+    Openai,
+    /// No backfill: entries keep `needs_embedding` until an embedder runs.
+    Disabled,
+}
+
+/// The embedding backfill.
+#[derive(Debug, Clone, Deserialize)]
+pub struct EmbedSettings {
+    pub provider: EmbedProvider,
+    /// Directory with model.safetensors, tokenizer.json and config.json (`make models`).
+    pub model_dir: std::path::PathBuf,
+    /// Entries per embedding batch.
+    pub batch_size: usize,
+    /// Tokens per text for the local model; longer texts are cut.
+    pub max_tokens: usize,
+    /// How often the backfill looks for work when nothing woke it.
+    pub poll_interval_ms: u64,
+    /// Permanent failures after which an entry is left aside (dead-lettered).
+    pub max_failures: i32,
+    pub openai: OpenAiEmbedSettings,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct OpenAiEmbedSettings {
+    pub base_url: String,
+    pub model: String,
+    pub api_key: Option<secrecy::SecretString>,
+    /// Must equal the store's embedding dimension.
+    pub dimension: usize,
+    pub timeout_secs: u64,
+    pub max_retries: usize,
 }
 
 /// The write path's policy knobs.
@@ -63,6 +104,20 @@ impl IngestSettings {
             ("memory.recency_tau_secs", 604_800i64.into()),
             ("memory.score_staleness_secs", 86_400i64.into()),
             ("memory.max_text_chars", 8_192i64.into()),
+            ("embed.provider", "local".into()),
+            (
+                "embed.model_dir",
+                "/var/tmp/engram-local/models/all-MiniLM-L6-v2".into(),
+            ),
+            ("embed.batch_size", 32i64.into()),
+            ("embed.max_tokens", 256i64.into()),
+            ("embed.poll_interval_ms", 1_000i64.into()),
+            ("embed.max_failures", 5i64.into()),
+            ("embed.openai.base_url", "https://api.openai.com".into()),
+            ("embed.openai.model", "text-embedding-3-small".into()),
+            ("embed.openai.dimension", 384i64.into()),
+            ("embed.openai.timeout_secs", 30i64.into()),
+            ("embed.openai.max_retries", 5i64.into()),
         ]);
         defaults
     }

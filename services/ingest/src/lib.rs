@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod app;
+pub mod backfill;
 pub mod commands;
 pub mod config;
 pub mod controls;

@@ -14,7 +14,28 @@ pub struct IngestMetrics {
     merged_counter: Counter<u64>,
     trimmed_counter: Counter<u64>,
     pinned_trim_alert_counter: Counter<u64>,
+    embedding: EmbeddingMetrics,
 }
+
+/// Backfill metrics: readable here, exported through OpenTelemetry.
+#[derive(Debug)]
+struct EmbeddingMetrics {
+    embedded: AtomicU64,
+    failures: AtomicU64,
+    dead_lettered: AtomicU64,
+    backlog: AtomicU64,
+    oldest_pending_age_ms: AtomicU64,
+    latencies_ms: std::sync::Mutex<Vec<u64>>,
+    embedded_counter: Counter<u64>,
+    failure_counter: Counter<u64>,
+    dead_letter_counter: Counter<u64>,
+    latency_histogram: opentelemetry::metrics::Histogram<f64>,
+    backlog_gauge: opentelemetry::metrics::Gauge<u64>,
+    oldest_age_gauge: opentelemetry::metrics::Gauge<f64>,
+}
+
+/// Most recent write-to-embedding latencies kept for percentiles.
+const LATENCY_WINDOW: usize = 10_000;
 
 impl Default for IngestMetrics {
     fn default() -> Self {
@@ -37,6 +58,30 @@ impl Default for IngestMetrics {
                 .u64_counter("engram.ingest.pinned_trim_alerts")
                 .with_description("pinned or saved entries that would have been trimmed had they not been protected")
                 .build(),
+            embedding: EmbeddingMetrics {
+                embedded: AtomicU64::new(0),
+                failures: AtomicU64::new(0),
+                dead_lettered: AtomicU64::new(0),
+                backlog: AtomicU64::new(0),
+                oldest_pending_age_ms: AtomicU64::new(0),
+                latencies_ms: std::sync::Mutex::new(Vec::new()),
+                embedded_counter: meter.u64_counter("engram.embedding.embedded").build(),
+                failure_counter: meter
+                    .u64_counter("engram.embedding.failures")
+                    .with_description("backfill batches that failed (retried with backoff)")
+                    .build(),
+                dead_letter_counter: meter
+                    .u64_counter("engram.embedding.dead_lettered")
+                    .with_description("entries left aside after repeated permanent failures")
+                    .build(),
+                latency_histogram: meter
+                    .f64_histogram("engram.embedding.write_to_embedding")
+                    .with_unit("s")
+                    .with_description("time from an entry's write to its embedding")
+                    .build(),
+                backlog_gauge: meter.u64_gauge("engram.embedding.backlog").build(),
+                oldest_age_gauge: meter.f64_gauge("engram.embedding.oldest_pending_age").with_unit("s").build(),
+            },
         }
     }
 }
@@ -60,6 +105,85 @@ impl IngestMetrics {
     pub fn record_pinned_trim_alerts(&self, count: u64) {
         self.pinned_trim_alerts.fetch_add(count, Ordering::Relaxed);
         self.pinned_trim_alert_counter.add(count, &[]);
+    }
+
+    pub fn record_embedded(&self, count: u64) {
+        self.embedding.embedded.fetch_add(count, Ordering::Relaxed);
+        self.embedding.embedded_counter.add(count, &[]);
+    }
+
+    pub fn record_embedding_failure(&self) {
+        self.embedding.failures.fetch_add(1, Ordering::Relaxed);
+        self.embedding.failure_counter.add(1, &[]);
+    }
+
+    pub fn record_dead_lettered(&self) {
+        self.embedding.dead_lettered.fetch_add(1, Ordering::Relaxed);
+        self.embedding.dead_letter_counter.add(1, &[]);
+    }
+
+    pub fn record_embedding_latency(&self, latency: std::time::Duration) {
+        self.embedding
+            .latency_histogram
+            .record(latency.as_secs_f64(), &[]);
+        let mut window = self
+            .embedding
+            .latencies_ms
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if window.len() == LATENCY_WINDOW {
+            window.remove(0);
+        }
+        window.push(latency.as_millis() as u64);
+    }
+
+    pub fn record_backlog(&self, pending: i64, oldest: Option<chrono::DateTime<chrono::Utc>>) {
+        let pending = u64::try_from(pending).unwrap_or(0);
+        let age = oldest.map_or(0.0, |oldest| {
+            (chrono::Utc::now() - oldest).num_milliseconds().max(0) as f64 / 1000.0
+        });
+        self.embedding.backlog.store(pending, Ordering::Relaxed);
+        self.embedding
+            .oldest_pending_age_ms
+            .store((age * 1000.0) as u64, Ordering::Relaxed);
+        self.embedding.backlog_gauge.record(pending, &[]);
+        self.embedding.oldest_age_gauge.record(age, &[]);
+    }
+
+    pub fn embedded(&self) -> u64 {
+        self.embedding.embedded.load(Ordering::Relaxed)
+    }
+
+    pub fn embedding_failures(&self) -> u64 {
+        self.embedding.failures.load(Ordering::Relaxed)
+    }
+
+    pub fn dead_lettered(&self) -> u64 {
+        self.embedding.dead_lettered.load(Ordering::Relaxed)
+    }
+
+    /// Entries waiting for an embedding at the last check, and the age of the oldest (ms).
+    pub fn backlog(&self) -> (u64, u64) {
+        (
+            self.embedding.backlog.load(Ordering::Relaxed),
+            self.embedding.oldest_pending_age_ms.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Percentile (0–100) of recent write-to-embedding latencies, in milliseconds.
+    pub fn embedding_latency_percentile(&self, percentile: f64) -> Option<u64> {
+        let window = self
+            .embedding
+            .latencies_ms
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if window.is_empty() {
+            return None;
+        }
+        let mut sorted = window.clone();
+        sorted.sort_unstable();
+        let rank = ((percentile / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+        sorted.get(rank).copied()
     }
 
     pub fn created(&self) -> u64 {

@@ -30,6 +30,8 @@ pub struct MemoryWriter {
     pub(crate) pool: PgPool,
     pub(crate) settings: Arc<MemorySettings>,
     pub(crate) metrics: Arc<IngestMetrics>,
+    /// Wakes the embedding backfill after a new entry is committed.
+    embedding_wake: Option<Arc<tokio::sync::Notify>>,
 }
 
 /// A validated Remember.
@@ -122,7 +124,14 @@ impl MemoryWriter {
             pool,
             settings: Arc::new(settings),
             metrics,
+            embedding_wake: None,
         }
+    }
+
+    /// Wakes the embedding backfill after each new entry.
+    pub fn with_embedding_wake(mut self, wake: Option<Arc<tokio::sync::Notify>>) -> Self {
+        self.embedding_wake = wake;
+        self
     }
 
     pub fn metrics(&self) -> &IngestMetrics {
@@ -211,6 +220,9 @@ impl MemoryWriter {
         transaction.commit().await?;
 
         self.metrics.record_created();
+        if let Some(wake) = &self.embedding_wake {
+            wake.notify_one();
+        }
         if !trimmed.is_empty() {
             self.metrics.record_trimmed(trimmed.len() as u64);
         }

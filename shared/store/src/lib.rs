@@ -9,6 +9,7 @@
 
 pub mod audit;
 pub mod conversations;
+pub mod embeddings;
 pub mod error;
 #[macro_use]
 pub mod memories;

@@ -5,6 +5,7 @@ mod capacity;
 mod commands;
 mod concurrency;
 mod controls;
+mod embeddings;
 mod helpers;
 mod read_services;
 mod validation;

@@ -1,0 +1,178 @@
+//! The embedding backfill: every entry written with `needs_embedding` gets an embedding, in
+//! batches, without slowing the write path. The database flag is the truth, so the worker simply
+//! drains the oldest flagged entries; the write path wakes it after each new entry, and a poll
+//! catches everything else (other processes, restarts). Transient failures back off with jitter;
+//! an entry the embedder rejects for good is retried one by one and, after a few failures, left
+//! aside (dead-lettered) so it never blocks the others.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use backon::{BackoffBuilder as _, ExponentialBuilder};
+use chrono::Utc;
+use engram_embed::{EmbedError, Embedder};
+use engram_store::StoreError;
+use engram_store::embeddings::{self, PendingEmbedding};
+use sqlx::PgPool;
+use tokio::sync::{Notify, watch};
+
+use crate::metrics::IngestMetrics;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackfillError {
+    #[error(transparent)]
+    Embed(#[from] EmbedError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Tunables of the backfill.
+#[derive(Debug, Clone)]
+pub struct BackfillSettings {
+    pub batch_size: usize,
+    pub poll_interval: Duration,
+    pub max_failures: i32,
+}
+
+#[derive(Clone)]
+pub struct EmbeddingBackfill {
+    pool: PgPool,
+    embedder: Arc<dyn Embedder>,
+    settings: BackfillSettings,
+    wake: Arc<Notify>,
+    metrics: Arc<IngestMetrics>,
+}
+
+impl EmbeddingBackfill {
+    pub fn new(
+        pool: PgPool,
+        embedder: Arc<dyn Embedder>,
+        settings: BackfillSettings,
+        wake: Arc<Notify>,
+        metrics: Arc<IngestMetrics>,
+    ) -> Self {
+        Self {
+            pool,
+            embedder,
+            settings,
+            wake,
+            metrics,
+        }
+    }
+
+    /// Runs until `stop` turns true; a batch in progress is finished (embedded and committed)
+    /// first, so stopping never loses or duplicates work.
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        let backoff = || {
+            ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(200))
+                .with_max_delay(Duration::from_secs(30))
+                .without_max_times()
+                .with_jitter()
+                .build()
+        };
+        let mut delays = backoff();
+        loop {
+            if *stop.borrow() {
+                break;
+            }
+            let idle = match self.run_once().await {
+                Ok(embedded) => {
+                    delays = backoff();
+                    embedded < self.settings.batch_size
+                }
+                Err(error) => {
+                    self.metrics.record_embedding_failure();
+                    let delay = delays.next().unwrap_or(Duration::from_secs(30));
+                    tracing::warn!(%error, ?delay, "embedding backfill failed; backing off");
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        _ = stop.changed() => {}
+                    }
+                    continue;
+                }
+            };
+            if idle {
+                tokio::select! {
+                    () = self.wake.notified() => {}
+                    () = tokio::time::sleep(self.settings.poll_interval) => {}
+                    _ = stop.changed() => {}
+                }
+            }
+        }
+        tracing::info!("embedding backfill stopped");
+    }
+
+    /// Embeds one batch of the oldest pending entries; returns how many were embedded.
+    pub async fn run_once(&self) -> Result<usize, BackfillError> {
+        let backlog = embeddings::backlog(&self.pool, self.settings.max_failures).await?;
+        self.metrics
+            .record_backlog(backlog.pending, backlog.oldest_created_at);
+        if backlog.pending == 0 {
+            return Ok(0);
+        }
+        let batch = embeddings::oldest_pending(
+            &self.pool,
+            self.settings.batch_size as i64,
+            self.settings.max_failures,
+        )
+        .await?;
+        let inputs: Vec<String> = batch
+            .iter()
+            .map(PendingEmbedding::embedding_input)
+            .collect();
+        match self.embedder.embed(&inputs).await {
+            Ok(vectors) => self.store(&batch, vectors).await,
+            Err(error) if error.is_retryable() => Err(error.into()),
+            // The embedder rejects something in the batch: find which one, embed the rest.
+            Err(_) => self.embed_one_by_one(&batch).await,
+        }
+    }
+
+    async fn store(
+        &self,
+        batch: &[PendingEmbedding],
+        vectors: Vec<Vec<f32>>,
+    ) -> Result<usize, BackfillError> {
+        let pairs: Vec<(uuid::Uuid, Vec<f32>)> =
+            batch.iter().map(|entry| entry.id).zip(vectors).collect();
+        let mut transaction = self.pool.begin().await.map_err(StoreError::from)?;
+        let stored = embeddings::store(&mut transaction, &pairs, self.embedder.model_id()).await?;
+        transaction.commit().await.map_err(StoreError::from)?;
+        let now = Utc::now();
+        for entry in batch {
+            self.metrics
+                .record_embedding_latency((now - entry.created_at).to_std().unwrap_or_default());
+        }
+        self.metrics.record_embedded(stored);
+        Ok(batch.len())
+    }
+
+    async fn embed_one_by_one(&self, batch: &[PendingEmbedding]) -> Result<usize, BackfillError> {
+        let mut embedded = 0;
+        for entry in batch {
+            match self
+                .embedder
+                .embed(std::slice::from_ref(&entry.embedding_input()))
+                .await
+            {
+                Ok(vectors) => embedded += self.store(std::slice::from_ref(entry), vectors).await?,
+                Err(error) if error.is_retryable() => return Err(error.into()),
+                Err(error) => {
+                    let dead = embeddings::record_failure(
+                        &self.pool,
+                        entry.id,
+                        &error.to_string(),
+                        self.settings.max_failures,
+                    )
+                    .await?;
+                    tracing::warn!(memory = %entry.id, %error, dead_lettered = dead, "cannot embed entry");
+                    if dead {
+                        self.metrics.record_dead_lettered();
+                    }
+                }
+            }
+        }
+        Ok(embedded)
+    }
+}

@@ -1,0 +1,122 @@
+//! The embedding backfill's statements. `needs_embedding` is the truth: whatever wrote an entry,
+//! and whatever happened to any message about it, an entry with the flag set gets embedded.
+
+use chrono::{DateTime, Utc};
+use pgvector::Vector;
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use crate::StoreError;
+
+/// An entry waiting for its embedding: what to embed (text, or title and summary of an episode).
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct PendingEmbedding {
+    pub id: Uuid,
+    pub text: String,
+    pub title: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl PendingEmbedding {
+    /// The text the embedding represents.
+    pub fn embedding_input(&self) -> String {
+        match &self.title {
+            Some(title) if !title.is_empty() => format!("{title}\n{}", self.text),
+            _ => self.text.clone(),
+        }
+    }
+}
+
+/// The oldest entries still needing an embedding, across all spaces, skipping entries that
+/// failed `max_failures` times (dead-lettered).
+pub async fn oldest_pending(
+    pool: &PgPool,
+    limit: i64,
+    max_failures: i32,
+) -> Result<Vec<PendingEmbedding>, StoreError> {
+    let pending = sqlx::query_as::<_, PendingEmbedding>(
+        "SELECT id, text, title, created_at FROM memories \
+         WHERE needs_embedding AND embedding_failures < $2 ORDER BY created_at LIMIT $1",
+    )
+    .bind(limit)
+    .bind(max_failures)
+    .fetch_all(pool)
+    .await?;
+    Ok(pending)
+}
+
+/// Records a failure that retrying cannot fix; returns whether the entry is now dead-lettered.
+pub async fn record_failure(
+    pool: &PgPool,
+    id: Uuid,
+    reason: &str,
+    max_failures: i32,
+) -> Result<bool, StoreError> {
+    let failures: Option<i32> = sqlx::query_scalar(
+        "UPDATE memories SET embedding_failures = embedding_failures + 1, embedding_error = $2 \
+         WHERE id = $1 AND needs_embedding RETURNING embedding_failures",
+    )
+    .bind(id)
+    .bind(reason)
+    .fetch_optional(pool)
+    .await?;
+    Ok(failures.is_some_and(|failures| failures >= max_failures))
+}
+
+/// Stores embeddings and clears the flag. Rows embedded meanwhile (flag already clear) are left
+/// alone, so the same work done twice changes nothing. Returns how many rows were updated.
+pub async fn store(
+    connection: &mut PgConnection,
+    embeddings: &[(Uuid, Vec<f32>)],
+    model: &str,
+) -> Result<u64, StoreError> {
+    if embeddings.is_empty() {
+        return Ok(0);
+    }
+    let ids: Vec<Uuid> = embeddings.iter().map(|(id, _)| *id).collect();
+    let vectors: Vec<Vector> = embeddings
+        .iter()
+        .map(|(_, vector)| Vector::from(vector.clone()))
+        .collect();
+    let result = sqlx::query(
+        "UPDATE memories m SET embedding = e.embedding, embedding_model = $3, needs_embedding = false, \
+             embedded_at = now(), embedding_failures = 0, embedding_error = NULL \
+         FROM UNNEST($1::uuid[], $2::vector[]) AS e(id, embedding) \
+         WHERE m.id = e.id AND m.needs_embedding",
+    )
+    .bind(&ids)
+    .bind(&vectors)
+    .bind(model)
+    .execute(connection)
+    .await?;
+    Ok(result.rows_affected())
+}
+
+/// Backlog size and the age of the oldest pending entry.
+#[derive(Debug, Clone, Copy, PartialEq, sqlx::FromRow)]
+pub struct Backlog {
+    pub pending: i64,
+    pub oldest_created_at: Option<DateTime<Utc>>,
+}
+
+pub async fn backlog(pool: &PgPool, max_failures: i32) -> Result<Backlog, StoreError> {
+    let backlog = sqlx::query_as::<_, Backlog>(
+        "SELECT count(*) AS pending, min(created_at) AS oldest_created_at FROM memories \
+         WHERE needs_embedding AND embedding_failures < $1",
+    )
+    .bind(max_failures)
+    .fetch_one(pool)
+    .await?;
+    Ok(backlog)
+}
+
+/// The dimension of the `embedding` column, as the schema declares it.
+pub async fn stored_dimension(pool: &PgPool) -> Result<usize, StoreError> {
+    let typmod: i32 = sqlx::query_scalar(
+        "SELECT atttypmod FROM pg_attribute WHERE attrelid = 'memories'::regclass AND attname = 'embedding'",
+    )
+    .fetch_one(pool)
+    .await?;
+    usize::try_from(typmod)
+        .map_err(|_| StoreError::Corrupt(format!("embedding column has no dimension ({typmod})")))
+}
