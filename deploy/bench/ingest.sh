@@ -25,10 +25,12 @@ if [[ "${BENCH_REUSE:-0}" != 1 || -z "$exists" ]]; then
     "$bin/bench-ingest" --database-url "$url" seed
 fi
 
-log "starting a release ingest service on 127.0.0.1:$port"
+# The write path is measured alone: the embedding backfill (which would compete for the same two
+# cores, and is measured by its own benchmark) is off.
+log "starting a release ingest service on 127.0.0.1:$port (embedding backfill off)"
 # shellcheck disable=SC2086  # BENCH_SERVER_ENV holds extra VAR=value words for the server
 env ENGRAM_DATABASE__URL="$url" ENGRAM_GRPC__LISTEN_ADDR="127.0.0.1:$port" ENGRAM_DATABASE__MAX_CONNECTIONS=16 \
-    RUST_LOG=warn ${BENCH_SERVER_ENV:-} "$bin/ingest" >"$ENGRAM_LOG_DIR/bench-ingest-server.log" 2>&1 &
+    ENGRAM_EMBED__PROVIDER=disabled RUST_LOG=warn ${BENCH_SERVER_ENV:-} "$bin/ingest" >"$ENGRAM_LOG_DIR/bench-ingest-server.log" 2>&1 &
 server=$!
 trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
 wait_for_port 127.0.0.1 "$port" 60 || die "the ingest service did not start (see $ENGRAM_LOG_DIR/bench-ingest-server.log)"
