@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let proto_root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    let proto_root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../proto")
+        .canonicalize()?;
     let files = ["common", "ingest", "retrieval", "review", "events"]
         .map(|name| proto_root.join(format!("engram/v1/{name}.proto")));
 

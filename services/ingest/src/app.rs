@@ -44,10 +44,12 @@ impl App {
         let pool = engram_server::database::connect(&settings.database).await?;
         let metrics = Arc::new(IngestMetrics::default());
         let wake = Arc::new(Notify::new());
+        let mut writer = MemoryWriter::new(pool.clone(), settings.memory.clone(), metrics.clone());
         let backfill = match load_embedder(&settings.embed).await? {
             Some(embedder) => {
                 check_dimension(&pool, embedder.as_ref()).await?;
                 tracing::info!(model = embedder.model_id(), "embedding backfill enabled");
+                writer = writer.with_backfill(wake.clone(), embedder.model_id().to_owned());
                 let backfill_settings = BackfillSettings {
                     batch_size: settings.embed.batch_size.max(1),
                     poll_interval: Duration::from_millis(settings.embed.poll_interval_ms),
@@ -68,8 +70,6 @@ impl App {
                 None
             }
         };
-        let writer = MemoryWriter::new(pool.clone(), settings.memory.clone(), metrics)
-            .with_embedding_wake(backfill.as_ref().map(|_| wake));
         let server = GrpcServer::bind(&settings.grpc).await?;
         Ok(Self {
             server,

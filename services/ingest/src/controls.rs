@@ -192,3 +192,32 @@ impl MemoryWriter {
         Ok(audit::list(&self.pool, scope, before_id, i64::from(limit)).await?)
     }
 }
+
+impl MemoryWriter {
+    /// Queues entries of one space (or of all, with `None`) for a fresh embedding and wakes the
+    /// backfill. Returns how many entries were queued.
+    #[tracing::instrument(skip_all, fields(space = ?scope.map(|s| s.space.as_str())), err(Display))]
+    pub async fn request_reembedding(
+        &self,
+        scope: Option<&Scope>,
+        only_other_models: bool,
+    ) -> Result<u64, IngestError> {
+        let only_other_than = if only_other_models {
+            self.embedding_model.as_deref()
+        } else {
+            None
+        };
+        let queued =
+            engram_store::embeddings::request_reembedding(&self.pool, scope, only_other_than)
+                .await?;
+        tracing::info!(queued, only_other_models, "re-embedding requested");
+        if let Some(wake) = &self.embedding_wake {
+            wake.notify_one();
+        }
+        Ok(queued)
+    }
+
+    pub fn embedding_model(&self) -> Option<&str> {
+        self.embedding_model.as_deref()
+    }
+}

@@ -394,4 +394,33 @@ impl IngestService for IngestApi {
             next_page_token,
         }))
     }
+
+    async fn reembed(
+        &self,
+        request: Request<v1::ReembedRequest>,
+    ) -> Result<Response<v1::ReembedResponse>, Status> {
+        let grant = AccessGrant::of_request(&request)?;
+        let message = request.into_inner();
+        let scope = match message.scope {
+            Some(scope) => {
+                let scope = scope_from_proto(Some(scope)).map_err(IngestError::from)?;
+                grant.authorize(&scope)?;
+                Some(scope)
+            }
+            None if grant == AccessGrant::Unrestricted => None,
+            None => {
+                return Err(Status::permission_denied(
+                    "re-embedding every space needs an unrestricted token",
+                ));
+            }
+        };
+        let queued = self
+            .writer
+            .request_reembedding(scope.as_ref(), message.only_other_models)
+            .await?;
+        Ok(Response::new(v1::ReembedResponse {
+            queued,
+            model: self.writer.embedding_model().unwrap_or_default().to_owned(),
+        }))
+    }
 }

@@ -31,7 +31,9 @@ pub struct MemoryWriter {
     pub(crate) settings: Arc<MemorySettings>,
     pub(crate) metrics: Arc<IngestMetrics>,
     /// Wakes the embedding backfill after a new entry is committed.
-    embedding_wake: Option<Arc<tokio::sync::Notify>>,
+    pub(crate) embedding_wake: Option<Arc<tokio::sync::Notify>>,
+    /// The model the backfill embeds with; `None` when it is disabled.
+    pub(crate) embedding_model: Option<String>,
 }
 
 /// A validated Remember.
@@ -125,12 +127,14 @@ impl MemoryWriter {
             settings: Arc::new(settings),
             metrics,
             embedding_wake: None,
+            embedding_model: None,
         }
     }
 
-    /// Wakes the embedding backfill after each new entry.
-    pub fn with_embedding_wake(mut self, wake: Option<Arc<tokio::sync::Notify>>) -> Self {
-        self.embedding_wake = wake;
+    /// Connects the writer to a running backfill: it is woken after each new entry.
+    pub fn with_backfill(mut self, wake: Arc<tokio::sync::Notify>, model: String) -> Self {
+        self.embedding_wake = Some(wake);
+        self.embedding_model = Some(model);
         self
     }
 

@@ -120,3 +120,24 @@ pub async fn stored_dimension(pool: &PgPool) -> Result<usize, StoreError> {
     usize::try_from(typmod)
         .map_err(|_| StoreError::Corrupt(format!("embedding column has no dimension ({typmod})")))
 }
+
+/// Flags entries for a fresh embedding (one space, or all when `scope` is `None`), optionally only
+/// those not embedded by `current_model`; failure counts are reset. Existing embeddings stay until
+/// replaced. Returns how many entries were flagged.
+pub async fn request_reembedding(
+    pool: &PgPool,
+    scope: Option<&engram_core::Scope>,
+    only_other_than: Option<&str>,
+) -> Result<u64, StoreError> {
+    let result = sqlx::query(
+        "UPDATE memories SET needs_embedding = true, embedding_failures = 0, embedding_error = NULL \
+         WHERE ($1::uuid IS NULL OR (user_id = $1 AND space = $2)) \
+           AND ($3::text IS NULL OR embedding_model IS DISTINCT FROM $3)",
+    )
+    .bind(scope.map(|s| s.user_id.as_uuid()))
+    .bind(scope.map(|s| s.space.as_str()))
+    .bind(only_other_than)
+    .execute(pool)
+    .await?;
+    Ok(result.rows_affected())
+}

@@ -129,6 +129,31 @@ async fn tokens_are_required_and_limited_to_their_grant() {
         .into_inner();
     assert_eq!(listed.entries.len(), 1);
 
+    // Re-embedding every space needs an unrestricted token; the limited one may re-embed its own.
+    let denied = sandbox
+        .ingest
+        .reembed(authorized(
+            v1::ReembedRequest {
+                scope: None,
+                only_other_models: false,
+            },
+            CRM_TOKEN,
+        ))
+        .await
+        .unwrap_err();
+    assert_status(denied, Code::PermissionDenied, "unrestricted token");
+    sandbox
+        .ingest
+        .reembed(authorized(
+            v1::ReembedRequest {
+                scope: Some(crm_scope.clone()),
+                only_other_models: false,
+            },
+            CRM_TOKEN,
+        ))
+        .await
+        .unwrap();
+
     // Health needs no token (Kubernetes probes).
     let mut health = HealthClient::new(sandbox.ingest_service().channel().await);
     let status = health

@@ -233,3 +233,70 @@ async fn a_model_of_the_wrong_dimension_stops_the_service_at_start() {
         "{message}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reembed_replaces_embeddings_of_other_models_without_removing_them_first() {
+    let mut sandbox = Sandbox::start_with(SandboxOptions {
+        embedder: TestEmbedder::Local,
+        ..Default::default()
+    })
+    .await;
+    let scope = new_scope("work");
+    for text in [
+        "I prefer window seats",
+        "The standup is at 9:30",
+        "My sister lives in Madrid",
+    ] {
+        sandbox
+            .ingest
+            .remember(remember(&scope, text))
+            .await
+            .unwrap();
+    }
+    wait_until_embedded(&sandbox, Duration::from_secs(30)).await;
+    // Pretend two entries came from an older model.
+    sqlx::query(
+        "UPDATE memories SET embedding_model = 'old-model' WHERE id IN (SELECT id FROM memories ORDER BY created_at LIMIT 2)",
+    )
+    .execute(&sandbox.pool)
+    .await
+    .unwrap();
+
+    let response = sandbox
+        .ingest
+        .reembed(engram_proto::v1::ReembedRequest {
+            scope: Some(scope.clone()),
+            only_other_models: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(response.queued, 2);
+    assert_eq!(response.model, "sentence-transformers/all-MiniLM-L6-v2");
+    // Queued entries keep their old embedding (still searchable) until the new one lands.
+    let searchable: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM memories WHERE embedding IS NOT NULL")
+            .fetch_one(&sandbox.pool)
+            .await
+            .unwrap();
+    assert_eq!(searchable, 3);
+    wait_until_embedded(&sandbox, Duration::from_secs(30)).await;
+    let old: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM memories WHERE embedding_model = 'old-model'")
+            .fetch_one(&sandbox.pool)
+            .await
+            .unwrap();
+    assert_eq!(old, 0);
+
+    // Every space at once is for unrestricted callers only; with open access that is everyone.
+    let all = sandbox
+        .ingest
+        .reembed(engram_proto::v1::ReembedRequest {
+            scope: None,
+            only_other_models: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(all.queued, 3);
+}
