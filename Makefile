@@ -81,3 +81,8 @@ k8s-validate: ## Validate the Kubernetes manifests offline
 bench-ingest: up ## Ingest benchmark: Remember throughput/latency, near-duplicate lookup cost (release build)
 	cargo build --release --bin ingest --bin bench-ingest
 	@bash deploy/bench/ingest.sh
+
+.PHONY: bench-embed
+bench-embed: up models ## Embedding benchmark: raw model throughput, backfill throughput, write-to-embedding latency (release build)
+	cargo build --release --bin ingest --bin bench-embed
+	@bash deploy/bench/embed.sh
