@@ -1,0 +1,244 @@
+//! Engram's RabbitMQ bus.
+//!
+//! - [`Topology`] names and declares everything in one place: a durable topic exchange for Engram
+//!   events, one durable quorum queue per consumer, a retry exchange whose per-queue delay queues
+//!   hand messages back after a TTL, and a dead-letter exchange and queue. A test prefix keeps
+//!   tests from touching each other's (or production's) names.
+//! - [`Publisher`] publishes in confirm mode: a publish returns only once the broker confirmed it,
+//!   and a nack is an error. Every message carries a message id, its protobuf type, a content type
+//!   and the W3C trace context of the publishing span.
+//! - [`Deliveries`] hands out messages; a handler acks after its own work committed, sends a
+//!   message back for a delayed retry, or dead-letters it with the reason.
+
+#![forbid(unsafe_code)]
+
+mod error;
+mod publisher;
+mod topology;
+
+use std::collections::HashMap;
+
+pub use error::BusError;
+use futures::StreamExt as _;
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{Channel, Connection, ConnectionProperties};
+pub use publisher::{OutgoingEvent, Publisher};
+pub use topology::{QueueSpec, Topology};
+
+/// Header counting how many times a message was sent back for a retry.
+pub const ATTEMPTS_HEADER: &str = "x-engram-attempts";
+/// Header holding why a message was dead-lettered.
+pub const FAILURE_REASON_HEADER: &str = "x-engram-failure-reason";
+/// Content type of every Engram event (the type name is in the `type` property).
+pub const CONTENT_TYPE: &str = "application/x-protobuf";
+
+/// A connection to the broker with its topology.
+pub struct Bus {
+    connection: Connection,
+    topology: Topology,
+}
+
+impl Bus {
+    pub async fn connect(url: &str, topology: Topology) -> Result<Self, BusError> {
+        let connection = Connection::connect(url, ConnectionProperties::default()).await?;
+        Ok(Self {
+            connection,
+            topology,
+        })
+    }
+
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    /// Declares the exchanges and the given consumers' queues (idempotent).
+    pub async fn declare(&self, queues: &[QueueSpec]) -> Result<(), BusError> {
+        let channel = self.connection.create_channel().await?;
+        self.topology.declare(&channel, queues).await?;
+        let _ = channel.close(200, "topology declared".into()).await;
+        Ok(())
+    }
+
+    pub async fn publisher(&self) -> Result<Publisher, BusError> {
+        Publisher::new(
+            self.connection.create_channel().await?,
+            self.topology.clone(),
+        )
+        .await
+    }
+
+    /// Starts consuming a queue with at most `prefetch` unacknowledged messages.
+    pub async fn consume(&self, queue: &QueueSpec, prefetch: u16) -> Result<Deliveries, BusError> {
+        let channel = self.connection.create_channel().await?;
+        channel
+            .basic_qos(prefetch, BasicQosOptions::default())
+            .await?;
+        // Retries and dead-letters are re-published from this channel: confirm them too.
+        channel
+            .confirm_select(lapin::options::ConfirmSelectOptions::default())
+            .await?;
+        let consumer = channel
+            .basic_consume(
+                self.topology.queue(queue.name).into(),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        Ok(Deliveries {
+            consumer,
+            channel,
+            topology: self.topology.clone(),
+            queue: queue.clone(),
+        })
+    }
+
+    pub async fn close(self) {
+        let _ = self.connection.close(200, "bye".into()).await;
+    }
+}
+
+/// Messages of one queue.
+pub struct Deliveries {
+    consumer: lapin::Consumer,
+    channel: Channel,
+    topology: Topology,
+    queue: QueueSpec,
+}
+
+/// One message, with what its handler may do with it.
+pub struct Delivery {
+    inner: lapin::message::Delivery,
+    channel: Channel,
+    topology: Topology,
+    queue: QueueSpec,
+}
+
+impl Deliveries {
+    /// The next message; `None` when the consumer was cancelled or the channel closed.
+    pub async fn next(&mut self) -> Option<Result<Delivery, BusError>> {
+        let next = self.consumer.next().await?;
+        Some(next.map_err(BusError::from).map(|inner| Delivery {
+            inner,
+            channel: self.channel.clone(),
+            topology: self.topology.clone(),
+            queue: self.queue.clone(),
+        }))
+    }
+}
+
+fn header_string(headers: &FieldTable, name: &str) -> Option<String> {
+    match headers.inner().get(name)? {
+        AMQPValue::LongString(value) => {
+            Some(String::from_utf8_lossy(value.as_bytes()).into_owned())
+        }
+        AMQPValue::ShortString(value) => Some(value.as_str().to_owned()),
+        _ => None,
+    }
+}
+
+impl Delivery {
+    pub fn payload(&self) -> &[u8] {
+        &self.inner.data
+    }
+
+    pub fn message_id(&self) -> Option<&str> {
+        self.inner
+            .properties
+            .message_id()
+            .as_ref()
+            .map(|id| id.as_str())
+    }
+
+    /// The protobuf type the payload claims to be.
+    pub fn type_name(&self) -> Option<&str> {
+        self.inner
+            .properties
+            .kind()
+            .as_ref()
+            .map(|kind| kind.as_str())
+    }
+
+    pub fn content_type(&self) -> Option<&str> {
+        self.inner
+            .properties
+            .content_type()
+            .as_ref()
+            .map(|kind| kind.as_str())
+    }
+
+    /// How many times this message was already retried.
+    pub fn attempts(&self) -> u32 {
+        let headers = self.inner.properties.headers().clone().unwrap_or_default();
+        match headers.inner().get(ATTEMPTS_HEADER) {
+            Some(AMQPValue::LongUInt(value)) => *value,
+            Some(AMQPValue::LongLongInt(value)) => u32::try_from(*value).unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    pub fn header(&self, name: &str) -> Option<String> {
+        header_string(self.inner.properties.headers().as_ref()?, name)
+    }
+
+    /// The W3C trace context the publisher sent, to continue its trace.
+    pub fn trace_context(&self) -> opentelemetry::Context {
+        let headers: HashMap<String, String> = ["traceparent", "tracestate"]
+            .into_iter()
+            .filter_map(|name| self.header(name).map(|value| (name.to_owned(), value)))
+            .collect();
+        opentelemetry::global::get_text_map_propagator(|propagator| propagator.extract(&headers))
+    }
+
+    /// The work is done and committed.
+    pub async fn ack(self) -> Result<(), BusError> {
+        self.inner.acker.ack(BasicAckOptions::default()).await?;
+        Ok(())
+    }
+
+    /// Sends the message to this queue's delay queue; it comes back after the queue's retry delay
+    /// with its attempt count raised. The original is acked once the copy is confirmed.
+    pub async fn retry_later(self) -> Result<(), BusError> {
+        let mut headers = self.inner.properties.headers().clone().unwrap_or_default();
+        headers.insert(
+            ATTEMPTS_HEADER.into(),
+            AMQPValue::LongUInt(self.attempts() + 1),
+        );
+        let properties = self.inner.properties.clone().with_headers(headers);
+        publisher::publish_confirmed(
+            &self.channel,
+            &self.topology.retry_exchange(),
+            &self.topology.queue(self.queue.name),
+            &self.inner.data,
+            properties,
+        )
+        .await?;
+        self.ack().await
+    }
+
+    /// Moves the message to the dead-letter queue with the reason, so that it never blocks the
+    /// queue again. The original is acked once the copy is confirmed.
+    pub async fn dead_letter(self, reason: &str) -> Result<(), BusError> {
+        let mut headers = self.inner.properties.headers().clone().unwrap_or_default();
+        headers.insert(
+            FAILURE_REASON_HEADER.into(),
+            AMQPValue::LongString(reason.into()),
+        );
+        headers.insert(
+            "x-engram-queue".into(),
+            AMQPValue::LongString(self.topology.queue(self.queue.name).into()),
+        );
+        let properties = self.inner.properties.clone().with_headers(headers);
+        publisher::publish_confirmed(
+            &self.channel,
+            &self.topology.dead_letter_exchange(),
+            &self.topology.queue(self.queue.name),
+            &self.inner.data,
+            properties,
+        )
+        .await?;
+        tracing::warn!(queue = self.queue.name, reason, "message dead-lettered");
+        self.ack().await
+    }
+}

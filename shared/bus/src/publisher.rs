@@ -1,0 +1,93 @@
+//! Publishing with publisher confirms.
+
+use std::collections::HashMap;
+
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel};
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+use uuid::Uuid;
+
+use crate::{BusError, CONTENT_TYPE, Topology};
+
+/// An event ready to publish: a protobuf payload and what identifies it.
+#[derive(Debug, Clone)]
+pub struct OutgoingEvent {
+    pub routing_key: String,
+    /// Consumers use it to recognise a message they already handled.
+    pub message_id: Uuid,
+    /// Fully qualified protobuf type, e.g. `engram.v1.EmbeddingRequested`.
+    pub type_name: String,
+    pub payload: Vec<u8>,
+    /// W3C trace context to send; the current span's when empty.
+    pub trace_headers: HashMap<String, String>,
+}
+
+/// Publishes to the events exchange in confirm mode.
+pub struct Publisher {
+    channel: Channel,
+    topology: Topology,
+}
+
+impl Publisher {
+    pub(crate) async fn new(channel: Channel, topology: Topology) -> Result<Self, BusError> {
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await?;
+        Ok(Self { channel, topology })
+    }
+
+    /// Returns once the broker confirmed the message (persistent, routed to the events exchange).
+    pub async fn publish(&self, event: &OutgoingEvent) -> Result<(), BusError> {
+        let mut trace_headers = event.trace_headers.clone();
+        if trace_headers.is_empty() {
+            let context = tracing::Span::current().context();
+            opentelemetry::global::get_text_map_propagator(|propagator| {
+                propagator.inject_context(&context, &mut trace_headers);
+            });
+        }
+        let mut headers = FieldTable::default();
+        for (name, value) in trace_headers {
+            headers.insert(name.into(), AMQPValue::LongString(value.into()));
+        }
+        let properties = BasicProperties::default()
+            .with_message_id(event.message_id.to_string().into())
+            .with_type(event.type_name.clone().into())
+            .with_content_type(CONTENT_TYPE.into())
+            .with_delivery_mode(2)
+            .with_headers(headers);
+        publish_confirmed(
+            &self.channel,
+            &self.topology.events_exchange(),
+            &event.routing_key,
+            &event.payload,
+            properties,
+        )
+        .await
+    }
+}
+
+/// Publishes on a confirm-mode channel and waits for the broker's answer; a nack is an error.
+pub(crate) async fn publish_confirmed(
+    channel: &Channel,
+    exchange: &str,
+    routing_key: &str,
+    payload: &[u8],
+    properties: BasicProperties,
+) -> Result<(), BusError> {
+    let confirmation = channel
+        .basic_publish(
+            exchange.into(),
+            routing_key.into(),
+            BasicPublishOptions::default(),
+            payload,
+            properties,
+        )
+        .await?
+        .await?;
+    if confirmation.is_nack() {
+        Err(BusError::Nacked)
+    } else {
+        Ok(())
+    }
+}
