@@ -86,6 +86,35 @@ pub struct SandboxOptions {
     pub max_concurrent_requests_per_connection: Option<usize>,
     /// The embedding backfill of the ingest service (off unless a test needs it).
     pub embedder: TestEmbedder,
+    /// The RabbitMQ bus (off unless a test needs it), under a topology prefix of its own.
+    pub bus: Option<TestBus>,
+}
+
+/// The bus of a sandbox.
+#[derive(Debug, Clone)]
+pub struct TestBus {
+    /// Broker URL (a test may point it at a proxy it can cut).
+    pub url: String,
+    /// Exchange and queue names start with it; unique per test.
+    pub topology_prefix: String,
+    /// Only entries at least this old are swept (set it high to prove the consumer did the work).
+    pub sweep_min_age_ms: u64,
+}
+
+impl TestBus {
+    /// The local broker of `make up` (`ENGRAM_AMQP__URL` overrides), a fresh prefix.
+    pub fn local() -> Self {
+        Self {
+            url: amqp_url(),
+            topology_prefix: format!("test-{}", uuid::Uuid::new_v4().simple()),
+            sweep_min_age_ms: 60_000,
+        }
+    }
+}
+
+pub fn amqp_url() -> String {
+    std::env::var("ENGRAM_AMQP__URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
 }
 
 /// Which embedder the sandbox's ingest service runs.
@@ -164,6 +193,15 @@ impl Sandbox {
             ingest_settings.memory.soft_cap = soft_cap;
         }
         ingest_settings.embed.poll_interval_ms = 100;
+        ingest_settings.amqp.enabled = options.bus.is_some();
+        if let Some(bus) = &options.bus {
+            ingest_settings.amqp.url = SecretString::from(bus.url.clone());
+            ingest_settings.amqp.topology_prefix = bus.topology_prefix.clone();
+            ingest_settings.embed.sweep_min_age_ms = bus.sweep_min_age_ms;
+            ingest_settings.amqp.relay_poll_ms = 100;
+            ingest_settings.amqp.retry_delay_ms = 200;
+            ingest_settings.amqp.reconnect_max_backoff_ms = 500;
+        }
         ingest_settings.embed.model_dir = local_model_dir();
         ingest_settings.embed.provider = match &options.embedder {
             TestEmbedder::Disabled => engram_ingest::config::EmbedProvider::Disabled,

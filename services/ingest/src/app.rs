@@ -16,6 +16,7 @@ use tokio::sync::{Notify, watch};
 use tonic::service::Routes;
 
 use crate::backfill::{BackfillSettings, EmbeddingBackfill};
+use crate::bus::{EmbeddingConsumer, OutboxRelay};
 use crate::config::{EmbedProvider, EmbedSettings, IngestSettings};
 use crate::grpc::IngestApi;
 use crate::metrics::IngestMetrics;
@@ -33,6 +34,7 @@ pub struct App {
     writer: MemoryWriter,
     tokens: TokenRegistry,
     backfill: Option<EmbeddingBackfill>,
+    bus: Option<(OutboxRelay, EmbeddingConsumer)>,
 }
 
 impl App {
@@ -43,32 +45,67 @@ impl App {
         };
         let pool = engram_server::database::connect(&settings.database).await?;
         let metrics = Arc::new(IngestMetrics::default());
-        let wake = Arc::new(Notify::new());
         let mut writer = MemoryWriter::new(pool.clone(), settings.memory.clone(), metrics.clone());
-        let backfill = match load_embedder(&settings.embed).await? {
-            Some(embedder) => {
-                check_dimension(&pool, embedder.as_ref()).await?;
-                tracing::info!(model = embedder.model_id(), "embedding backfill enabled");
-                writer = writer.with_backfill(wake.clone(), embedder.model_id().to_owned());
-                let backfill_settings = BackfillSettings {
-                    batch_size: settings.embed.batch_size.max(1),
-                    poll_interval: Duration::from_millis(settings.embed.poll_interval_ms),
-                    max_failures: settings.embed.max_failures,
-                };
-                Some(EmbeddingBackfill::new(
-                    pool.clone(),
-                    embedder,
-                    backfill_settings,
-                    wake.clone(),
-                    metrics.clone(),
-                ))
-            }
-            None => {
-                tracing::warn!(
-                    "embedding backfill disabled: entries keep needs_embedding until an embedder runs"
-                );
-                None
-            }
+
+        let Some(embedder) = load_embedder(&settings.embed).await? else {
+            tracing::warn!(
+                "embedding backfill disabled: entries keep needs_embedding until an embedder runs"
+            );
+            let server = GrpcServer::bind(&settings.grpc).await?;
+            return Ok(Self {
+                server,
+                pool,
+                writer,
+                tokens,
+                backfill: None,
+                bus: None,
+            });
+        };
+        check_dimension(&pool, embedder.as_ref()).await?;
+        let model = embedder.model_id().to_owned();
+        tracing::info!(model = %model, bus = settings.amqp.enabled, "embedding backfill enabled");
+
+        // With the bus, new entries are announced through the outbox and embedded by the consumer;
+        // the sweep only takes what is older than `sweep_min_age_ms` (lost messages, broker down).
+        // Without it, the write path wakes the sweep directly.
+        let bus_enabled = settings.amqp.enabled;
+        let min_age = if bus_enabled {
+            Duration::from_millis(settings.embed.sweep_min_age_ms)
+        } else {
+            Duration::ZERO
+        };
+        let sweep_wake = Arc::new(Notify::new());
+        let backfill = EmbeddingBackfill::new(
+            pool.clone(),
+            embedder,
+            BackfillSettings {
+                batch_size: settings.embed.batch_size.max(1),
+                poll_interval: Duration::from_millis(settings.embed.poll_interval_ms),
+                max_failures: settings.embed.max_failures,
+                min_age,
+            },
+            sweep_wake.clone(),
+            metrics.clone(),
+        );
+        let bus = if bus_enabled {
+            let relay_wake = Arc::new(Notify::new());
+            writer = writer
+                .with_backfill(relay_wake.clone(), model)
+                .publishing_events();
+            let relay = OutboxRelay {
+                pool: pool.clone(),
+                settings: settings.amqp.clone(),
+                wake: relay_wake,
+            };
+            let consumer = EmbeddingConsumer {
+                backfill: backfill.clone(),
+                settings: settings.amqp.clone(),
+                batch_size: settings.embed.batch_size.max(1),
+            };
+            Some((relay, consumer))
+        } else {
+            writer = writer.with_backfill(sweep_wake, model);
+            None
         };
         let server = GrpcServer::bind(&settings.grpc).await?;
         Ok(Self {
@@ -76,7 +113,8 @@ impl App {
             pool,
             writer,
             tokens,
-            backfill,
+            backfill: Some(backfill),
+            bus,
         })
     }
 
@@ -92,14 +130,19 @@ impl App {
         self.writer.metrics.clone()
     }
 
-    /// Serves until `shutdown` resolves, then drains, stops the background work and closes the
-    /// pool.
+    /// Serves until `shutdown` resolves, then drains, stops the background work (each finishes
+    /// what it holds) and closes the pool.
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let purger = tokio::spawn(purge_expired_tombstones(self.pool.clone()));
-        let (stop_backfill, backfill_stop) = watch::channel(false);
-        let backfill = self
-            .backfill
-            .map(|backfill| tokio::spawn(backfill.run(backfill_stop)));
+        let (stop_background, background_stop) = watch::channel(false);
+        let mut background = Vec::new();
+        if let Some(backfill) = self.backfill {
+            background.push(tokio::spawn(backfill.run(background_stop.clone())));
+        }
+        if let Some((relay, consumer)) = self.bus {
+            background.push(tokio::spawn(relay.run(background_stop.clone())));
+            background.push(tokio::spawn(consumer.run(background_stop.clone())));
+        }
 
         let routes = Routes::new(IngestServiceServer::new(IngestApi::new(self.writer)));
         let served = self
@@ -107,12 +150,11 @@ impl App {
             .serve(routes, &[SERVICE_NAME], self.tokens, shutdown)
             .await;
 
-        // The backfill finishes the batch it holds (embedded and committed) before it stops.
-        let _ = stop_backfill.send(true);
-        if let Some(backfill) = backfill
-            && let Err(error) = backfill.await
-        {
-            tracing::error!(%error, "embedding backfill task failed");
+        let _ = stop_background.send(true);
+        for task in background {
+            if let Err(error) = task.await {
+                tracing::error!(%error, "background task failed");
+            }
         }
         purger.abort();
         self.pool.close().await;

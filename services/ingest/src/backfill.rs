@@ -32,6 +32,9 @@ pub struct BackfillSettings {
     pub batch_size: usize,
     pub poll_interval: Duration,
     pub max_failures: i32,
+    /// Only entries at least this old: with the bus on, new entries are the consumer's, and the
+    /// sweep only catches what a lost message or a stopped broker left behind.
+    pub min_age: Duration,
 }
 
 #[derive(Clone)]
@@ -115,18 +118,32 @@ impl EmbeddingBackfill {
             &self.pool,
             self.settings.batch_size as i64,
             self.settings.max_failures,
+            self.settings.min_age,
         )
         .await?;
+        if batch.is_empty() {
+            return Ok(0);
+        }
+        self.embed_batch(&batch).await
+    }
+
+    /// Embeds and stores the given entries (the bus consumer calls this with the entries its
+    /// messages name); returns how many were embedded.
+    pub async fn embed_batch(&self, batch: &[PendingEmbedding]) -> Result<usize, BackfillError> {
         let inputs: Vec<String> = batch
             .iter()
             .map(PendingEmbedding::embedding_input)
             .collect();
         match self.embedder.embed(&inputs).await {
-            Ok(vectors) => self.store(&batch, vectors).await,
+            Ok(vectors) => self.store(batch, vectors).await,
             Err(error) if error.is_retryable() => Err(error.into()),
             // The embedder rejects something in the batch: find which one, embed the rest.
-            Err(_) => self.embed_one_by_one(&batch).await,
+            Err(_) => self.embed_one_by_one(batch).await,
         }
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
     }
 
     async fn store(

@@ -16,6 +16,7 @@ pub struct IngestSettings {
     pub auth: AuthSettings,
     pub memory: MemorySettings,
     pub embed: EmbedSettings,
+    pub amqp: AmqpSettings,
 }
 
 /// Which embedder fills in embeddings.
@@ -44,6 +45,9 @@ pub struct EmbedSettings {
     pub poll_interval_ms: u64,
     /// Permanent failures after which an entry is left aside (dead-lettered).
     pub max_failures: i32,
+    /// With the bus on, the sweep only takes entries at least this old (newer ones are the
+    /// consumer's); with the bus off it takes everything at once.
+    pub sweep_min_age_ms: u64,
     pub openai: OpenAiEmbedSettings,
 }
 
@@ -118,7 +122,42 @@ impl IngestSettings {
             ("embed.openai.dimension", 384i64.into()),
             ("embed.openai.timeout_secs", 30i64.into()),
             ("embed.openai.max_retries", 5i64.into()),
+            ("embed.sweep_min_age_ms", 10_000i64.into()),
+            ("amqp.enabled", true.into()),
+            ("amqp.url", "amqp://guest:guest@127.0.0.1:5672/%2f".into()),
+            ("amqp.topology_prefix", "engram".into()),
+            ("amqp.relay_batch", 100i64.into()),
+            ("amqp.relay_poll_ms", 500i64.into()),
+            ("amqp.prefetch", 64i64.into()),
+            ("amqp.batch_window_ms", 50i64.into()),
+            ("amqp.max_attempts", 5i64.into()),
+            ("amqp.retry_delay_ms", 2_000i64.into()),
+            ("amqp.reconnect_max_backoff_ms", 10_000i64.into()),
         ]);
         defaults
     }
+}
+
+/// The RabbitMQ bus: the outbox relay and the embedding-requested consumer.
+#[derive(Debug, Clone, Deserialize)]
+pub struct AmqpSettings {
+    /// Off: no events are written or published; the sweep alone fills in embeddings.
+    pub enabled: bool,
+    pub url: secrecy::SecretString,
+    /// Names of exchanges and queues start with it (`engram.events`, ...).
+    pub topology_prefix: String,
+    /// Outbox events published per relay round.
+    pub relay_batch: i64,
+    /// How often the relay looks for events it was not woken for.
+    pub relay_poll_ms: u64,
+    /// Unacknowledged messages the consumer holds.
+    pub prefetch: u16,
+    /// How long the consumer gathers messages into one embedding batch.
+    pub batch_window_ms: u64,
+    /// Deliveries of a message before it is dead-lettered.
+    pub max_attempts: u32,
+    /// Delay before a failed message is delivered again.
+    pub retry_delay_ms: u64,
+    /// Longest wait between reconnection attempts when the broker is away.
+    pub reconnect_max_backoff_ms: u64,
 }

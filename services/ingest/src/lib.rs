@@ -10,6 +10,7 @@
 
 pub mod app;
 pub mod backfill;
+pub mod bus;
 pub mod commands;
 pub mod config;
 pub mod controls;

@@ -34,6 +34,8 @@ pub struct MemoryWriter {
     pub(crate) embedding_wake: Option<Arc<tokio::sync::Notify>>,
     /// The model the backfill embeds with; `None` when it is disabled.
     pub(crate) embedding_model: Option<String>,
+    /// Whether new entries are announced on the bus (an EmbeddingRequested event in the outbox).
+    publish_events: bool,
 }
 
 /// A validated Remember.
@@ -128,7 +130,14 @@ impl MemoryWriter {
             metrics,
             embedding_wake: None,
             embedding_model: None,
+            publish_events: false,
         }
+    }
+
+    /// New entries get an EmbeddingRequested event in the outbox, in the writing transaction.
+    pub fn publishing_events(mut self) -> Self {
+        self.publish_events = true;
+        self
     }
 
     /// Connects the writer to a running backfill: it is woken after each new entry.
@@ -203,11 +212,15 @@ impl MemoryWriter {
                 Utc::now(),
             ),
         };
+        let event = self
+            .publish_events
+            .then(|| crate::bus::embedding_requested(new_memory.id, scope));
         let memory = write_path::insert_semantic_audited(
             &mut transaction,
             scope,
             &new_memory,
             json!({ "importance": analysis.importance, "category": analysis.category.as_str() }),
+            event.as_ref(),
         )
         .await?;
 

@@ -27,19 +27,38 @@ impl PendingEmbedding {
     }
 }
 
-/// The oldest entries still needing an embedding, across all spaces, skipping entries that
-/// failed `max_failures` times (dead-lettered).
+/// The oldest entries still needing an embedding, across all spaces, written at least `min_age`
+/// ago, skipping entries that failed `max_failures` times (dead-lettered).
 pub async fn oldest_pending(
     pool: &PgPool,
     limit: i64,
     max_failures: i32,
+    min_age: std::time::Duration,
 ) -> Result<Vec<PendingEmbedding>, StoreError> {
     let pending = sqlx::query_as::<_, PendingEmbedding>(
         "SELECT id, text, title, created_at FROM memories \
-         WHERE needs_embedding AND embedding_failures < $2 ORDER BY created_at LIMIT $1",
+         WHERE needs_embedding AND embedding_failures < $2 \
+           AND created_at <= now() - make_interval(secs => $3) \
+         ORDER BY created_at LIMIT $1",
     )
     .bind(limit)
     .bind(max_failures)
+    .bind(min_age.as_secs_f64())
+    .fetch_all(pool)
+    .await?;
+    Ok(pending)
+}
+
+/// The given entries, of those that still need an embedding (the rest were embedded already:
+/// handling the same request twice changes nothing).
+pub async fn pending_by_ids(
+    pool: &PgPool,
+    ids: &[Uuid],
+) -> Result<Vec<PendingEmbedding>, StoreError> {
+    let pending = sqlx::query_as::<_, PendingEmbedding>(
+        "SELECT id, text, title, created_at FROM memories WHERE id = ANY($1) AND needs_embedding ORDER BY created_at",
+    )
+    .bind(ids)
     .fetch_all(pool)
     .await?;
     Ok(pending)

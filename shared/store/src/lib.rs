@@ -13,6 +13,7 @@ pub mod embeddings;
 pub mod error;
 #[macro_use]
 pub mod memories;
+pub mod outbox;
 pub mod spaces;
 pub mod tombstones;
 pub mod write_path;

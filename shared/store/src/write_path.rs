@@ -60,12 +60,14 @@ pub async fn write_context(
     Ok(context)
 }
 
-/// Inserts a semantic memory and its `create` audit event in one statement.
+/// Inserts a semantic memory, its `create` audit event and (when given) the outbox event that asks
+/// for its embedding, in one statement and so in one transaction.
 pub async fn insert_semantic_audited(
     connection: &mut PgConnection,
     scope: &Scope,
     memory: &NewSemanticMemory,
     audit_detail: serde_json::Value,
+    event: Option<&crate::outbox::NewOutboxEvent>,
 ) -> Result<MemoryRecord, StoreError> {
     let sql = concat!(
         "WITH inserted AS ( \
@@ -76,7 +78,10 @@ pub async fn insert_semantic_audited(
              RETURNING *), \
          audited AS ( \
              INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \
-             SELECT user_id, space, 'create', id, conversation_id, $15 FROM inserted) \
+             SELECT user_id, space, 'create', id, conversation_id, $15 FROM inserted), \
+         outboxed AS ( \
+             INSERT INTO outbox_events (message_id, routing_key, type_name, payload, trace_headers) \
+             SELECT $17, $18, $19, $20, $21 FROM inserted WHERE $17::uuid IS NOT NULL) \
          SELECT ",
         memory_columns!(),
         " FROM inserted"
@@ -98,6 +103,11 @@ pub async fn insert_semantic_audited(
         .bind(memory.manually_saved)
         .bind(audit_detail)
         .bind(crate::memories::scores_json(&memory.last_scores)?)
+        .bind(event.map(|e| e.message_id))
+        .bind(event.map(|e| e.routing_key.as_str()))
+        .bind(event.map(|e| e.type_name.as_str()))
+        .bind(event.map(|e| e.payload.as_slice()))
+        .bind(event.map(|e| e.trace_headers_json()))
         .fetch_one(connection)
         .await?;
     Ok(record)

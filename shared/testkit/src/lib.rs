@@ -7,7 +7,10 @@
 
 #![forbid(unsafe_code)]
 
+mod proxy;
+
 use anyhow::Context as _;
+pub use proxy::TcpProxy;
 use sqlx::{Connection as _, Executor as _, PgConnection};
 
 pub const TEST_DATABASE_URL_ENV: &str = "ENGRAM_TEST_DATABASE_URL";

@@ -1,6 +1,7 @@
 //! The gRPC API of all three services against a real Postgres (one database per test).
 
 mod access;
+mod bus;
 mod capacity;
 mod commands;
 mod concurrency;

@@ -1,0 +1,328 @@
+//! The ingest service on the bus: the outbox relay publishes the events the write path stored,
+//! and the embedding consumer embeds the entries those events name. Both reconnect on their own
+//! with jittered backoff, so the broker can come and go; nothing the write path does waits for it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use backon::{BackoffBuilder as _, ExponentialBuilder};
+use engram_bus::{Bus, BusError, Delivery, OutgoingEvent, QueueSpec, Topology};
+use engram_proto::v1;
+use engram_store::{StoreError, embeddings, outbox};
+use prost::Message as _;
+use secrecy::{ExposeSecret as _, SecretString};
+use sqlx::PgPool;
+use tokio::sync::{Notify, watch};
+use uuid::Uuid;
+
+use crate::backfill::EmbeddingBackfill;
+use crate::config::AmqpSettings;
+
+/// Routing key and protobuf type of an embedding request.
+pub const EMBEDDING_REQUESTED_KEY: &str = "memory.embedding.requested";
+pub const EMBEDDING_REQUESTED_TYPE: &str = "engram.v1.EmbeddingRequested";
+
+/// The ingest service's consumer queue.
+pub fn embedding_queue(settings: &AmqpSettings) -> QueueSpec {
+    QueueSpec {
+        name: "ingest.embedding-requested",
+        bindings: vec![EMBEDDING_REQUESTED_KEY],
+        retry_delay: Duration::from_millis(settings.retry_delay_ms),
+    }
+}
+
+fn reconnect_backoff(settings: &AmqpSettings) -> impl Iterator<Item = Duration> {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(100))
+        .with_max_delay(Duration::from_millis(settings.reconnect_max_backoff_ms))
+        .without_max_times()
+        .with_jitter()
+        .build()
+}
+
+/// Waits `delay` unless asked to stop first; returns whether to stop.
+async fn sleep_or_stop(delay: Duration, stop: &mut watch::Receiver<bool>) -> bool {
+    tokio::select! {
+        () = tokio::time::sleep(delay) => *stop.borrow(),
+        _ = stop.changed() => true,
+    }
+}
+
+async fn connect(settings: &AmqpSettings, url: &SecretString) -> Result<Bus, BusError> {
+    let bus = Bus::connect(
+        url.expose_secret(),
+        Topology::new(settings.topology_prefix.clone()),
+    )
+    .await?;
+    bus.declare(&[embedding_queue(settings)]).await?;
+    Ok(bus)
+}
+
+/// The EmbeddingRequested event for a new entry, ready for the outbox.
+pub fn embedding_requested(memory_id: Uuid, scope: &engram_core::Scope) -> outbox::NewOutboxEvent {
+    let event = v1::EmbeddingRequested {
+        memory_id: memory_id.to_string(),
+        scope: Some(v1::Scope {
+            user_id: scope.user_id.to_string(),
+            space: scope.space.to_string(),
+        }),
+        kind: v1::MemoryKind::Semantic.into(),
+        requested_at: Some(engram_server::time::to_proto(chrono::Utc::now())),
+    };
+    let mut trace_headers = std::collections::HashMap::new();
+    {
+        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+        let context = tracing::Span::current().context();
+        opentelemetry::global::get_text_map_propagator(|propagator| {
+            propagator.inject_context(&context, &mut trace_headers);
+        });
+    }
+    outbox::NewOutboxEvent {
+        message_id: Uuid::now_v7(),
+        routing_key: EMBEDDING_REQUESTED_KEY.into(),
+        type_name: EMBEDDING_REQUESTED_TYPE.into(),
+        payload: event.encode_to_vec(),
+        trace_headers,
+    }
+}
+
+/// Publishes outbox events with publisher confirms and marks them published.
+pub struct OutboxRelay {
+    pub pool: PgPool,
+    pub settings: AmqpSettings,
+    pub wake: Arc<Notify>,
+}
+
+impl OutboxRelay {
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        let mut delays = reconnect_backoff(&self.settings);
+        'connection: loop {
+            if *stop.borrow() {
+                break;
+            }
+            let bus = match connect(&self.settings, &self.settings.url).await {
+                Ok(bus) => bus,
+                Err(error) => {
+                    let delay = delays.next().unwrap_or(Duration::from_secs(10));
+                    tracing::warn!(%error, ?delay, "outbox relay cannot reach the broker; events wait in the outbox");
+                    if sleep_or_stop(delay, &mut stop).await {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            let publisher = match bus.publisher().await {
+                Ok(publisher) => publisher,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot open a publisher channel");
+                    continue;
+                }
+            };
+            delays = reconnect_backoff(&self.settings);
+            tracing::info!("outbox relay connected");
+            loop {
+                match self.publish_round(&publisher).await {
+                    Ok(published) if published as i64 == self.settings.relay_batch => continue,
+                    Ok(_) => {}
+                    Err(error) => {
+                        tracing::warn!(%error, "outbox relay lost the broker; reconnecting");
+                        bus.close().await;
+                        continue 'connection;
+                    }
+                }
+                tokio::select! {
+                    () = self.wake.notified() => {}
+                    () = tokio::time::sleep(Duration::from_millis(self.settings.relay_poll_ms)) => {}
+                    _ = stop.changed() => {
+                        // One last round so that what is committed goes out before we stop.
+                        let _ = self.publish_round(&publisher).await;
+                        bus.close().await;
+                        break 'connection;
+                    }
+                }
+            }
+        }
+        tracing::info!("outbox relay stopped");
+    }
+
+    /// Publishes one batch inside a transaction that holds the rows; only confirmed events are
+    /// marked published, so a failure leaves the rest for the next round (at-least-once).
+    async fn publish_round(&self, publisher: &engram_bus::Publisher) -> Result<usize, RelayError> {
+        let mut transaction = self.pool.begin().await.map_err(StoreError::from)?;
+        let events = outbox::lock_unpublished(&mut transaction, self.settings.relay_batch).await?;
+        let mut published = Vec::with_capacity(events.len());
+        let mut failure = None;
+        for event in &events {
+            let outgoing = OutgoingEvent {
+                routing_key: event.routing_key.clone(),
+                message_id: event.message_id,
+                type_name: event.type_name.clone(),
+                payload: event.payload.clone(),
+                trace_headers: event.trace_headers(),
+            };
+            match publisher.publish(&outgoing).await {
+                Ok(()) => published.push(event.id),
+                Err(error) => {
+                    failure = Some((event.id, error));
+                    break;
+                }
+            }
+        }
+        outbox::mark_published(&mut transaction, &published).await?;
+        transaction.commit().await.map_err(StoreError::from)?;
+        match failure {
+            None => Ok(published.len()),
+            Some((id, error)) => {
+                let _ = outbox::record_publish_failure(&self.pool, id, &error.to_string()).await;
+                Err(error.into())
+            }
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+enum RelayError {
+    #[error(transparent)]
+    Bus(#[from] BusError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Embeds the entries named by EmbeddingRequested messages, in batches gathered by size and time
+/// window; acks only after the embeddings are committed.
+pub struct EmbeddingConsumer {
+    pub backfill: EmbeddingBackfill,
+    pub settings: AmqpSettings,
+    pub batch_size: usize,
+}
+
+impl EmbeddingConsumer {
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        let mut delays = reconnect_backoff(&self.settings);
+        loop {
+            if *stop.borrow() {
+                break;
+            }
+            let consumed = async {
+                let bus = connect(&self.settings, &self.settings.url).await?;
+                let deliveries = bus
+                    .consume(&embedding_queue(&self.settings), self.settings.prefetch)
+                    .await?;
+                Ok::<_, BusError>((bus, deliveries))
+            }
+            .await;
+            let (bus, mut deliveries) = match consumed {
+                Ok(connected) => connected,
+                Err(error) => {
+                    let delay = delays.next().unwrap_or(Duration::from_secs(10));
+                    tracing::warn!(%error, ?delay, "embedding consumer cannot reach the broker; the sweep covers meanwhile");
+                    if sleep_or_stop(delay, &mut stop).await {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            delays = reconnect_backoff(&self.settings);
+            tracing::info!("embedding consumer connected");
+            let stopped = self.consume(&mut deliveries, &mut stop).await;
+            bus.close().await;
+            if stopped {
+                break;
+            }
+        }
+        tracing::info!("embedding consumer stopped");
+    }
+
+    /// Handles batches until the consumer closes (returns false: reconnect) or stop (true).
+    async fn consume(
+        &self,
+        deliveries: &mut engram_bus::Deliveries,
+        stop: &mut watch::Receiver<bool>,
+    ) -> bool {
+        loop {
+            // Wait for the first message of a batch, or stop.
+            let first = tokio::select! {
+                next = deliveries.next() => next,
+                _ = stop.changed() => return true,
+            };
+            let Some(Ok(first)) = first else { return false };
+            let mut batch = vec![first];
+            let window = tokio::time::sleep(Duration::from_millis(self.settings.batch_window_ms));
+            tokio::pin!(window);
+            while batch.len() < self.batch_size {
+                tokio::select! {
+                    next = deliveries.next() => match next {
+                        Some(Ok(delivery)) => batch.push(delivery),
+                        _ => break,
+                    },
+                    () = &mut window => break,
+                }
+            }
+            // A batch in hand is finished even when stop arrives meanwhile.
+            if let Err(error) = self.handle(batch).await {
+                tracing::warn!(%error, "embedding batch failed");
+                return false;
+            }
+        }
+    }
+
+    async fn handle(&self, batch: Vec<Delivery>) -> Result<(), BusError> {
+        let mut requests: Vec<(Uuid, Delivery)> = Vec::with_capacity(batch.len());
+        for delivery in batch {
+            match decode(&delivery) {
+                Ok(id) => requests.push((id, delivery)),
+                Err(reason) => delivery.dead_letter(&reason).await?,
+            }
+        }
+        if requests.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<Uuid> = requests.iter().map(|(id, _)| *id).collect();
+        let outcome = match embeddings::pending_by_ids(self.backfill.pool(), &ids).await {
+            // Entries already embedded (or gone) need nothing: the same request twice is a no-op.
+            Ok(pending) if pending.is_empty() => Ok(0),
+            Ok(pending) => self
+                .backfill
+                .embed_batch(&pending)
+                .await
+                .map_err(|error| error.to_string()),
+            Err(error) => Err(error.to_string()),
+        };
+        match outcome {
+            Ok(_) => {
+                for (_, delivery) in requests {
+                    delivery.ack().await?;
+                }
+            }
+            Err(reason) => {
+                for (_, delivery) in requests {
+                    if delivery.attempts() + 1 >= self.settings.max_attempts {
+                        delivery
+                            .dead_letter(&format!(
+                                "gave up after {} attempts: {reason}",
+                                self.settings.max_attempts
+                            ))
+                            .await?;
+                    } else {
+                        delivery.retry_later().await?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The memory id of an EmbeddingRequested message, or why it is not one.
+fn decode(delivery: &Delivery) -> Result<Uuid, String> {
+    if delivery.type_name() != Some(EMBEDDING_REQUESTED_TYPE) {
+        return Err(format!(
+            "unexpected message type {:?}",
+            delivery.type_name()
+        ));
+    }
+    let event = v1::EmbeddingRequested::decode(delivery.payload())
+        .map_err(|e| format!("malformed payload: {e}"))?;
+    Uuid::parse_str(&event.memory_id)
+        .map_err(|_| format!("memory_id {:?} is not a UUID", event.memory_id))
+}
