@@ -147,6 +147,7 @@ pub struct Sandbox {
     pub ingest_metrics: Arc<IngestMetrics>,
     pub pool: PgPool,
     pub services: Vec<RunningService>,
+    pub options: SandboxOptions,
     // Last: dropped after the services stopped using it.
     pub database: TestDatabase,
 }
@@ -172,6 +173,47 @@ fn grpc_settings(options: &SandboxOptions) -> engram_server::GrpcSettings {
     }
 }
 
+/// The ingest settings a sandbox runs with.
+fn ingest_settings(database_url: &str, options: &SandboxOptions) -> IngestSettings {
+    let mut ingest_settings: IngestSettings =
+        engram_server::settings::load_defaults_only(IngestSettings::defaults())
+            .expect("ingest defaults");
+    ingest_settings.grpc = grpc_settings(options);
+    ingest_settings.database = database_settings(database_url, true);
+    ingest_settings.auth = engram_server::AuthSettings {
+        tokens_file: options.tokens_file.clone(),
+    };
+    if let Some(soft_cap) = options.soft_cap {
+        ingest_settings.memory.soft_cap = soft_cap;
+    }
+    ingest_settings.embed.poll_interval_ms = 100;
+    ingest_settings.amqp.enabled = options.bus.is_some();
+    if let Some(bus) = &options.bus {
+        ingest_settings.amqp.url = SecretString::from(bus.url.clone());
+        ingest_settings.amqp.topology_prefix = bus.topology_prefix.clone();
+        ingest_settings.embed.sweep_min_age_ms = bus.sweep_min_age_ms;
+        ingest_settings.amqp.relay_poll_ms = 100;
+        ingest_settings.amqp.retry_delay_ms = 200;
+        ingest_settings.amqp.reconnect_max_backoff_ms = 500;
+    }
+    ingest_settings.embed.model_dir = local_model_dir();
+    ingest_settings.embed.provider = match &options.embedder {
+        TestEmbedder::Disabled => engram_ingest::config::EmbedProvider::Disabled,
+        TestEmbedder::Local => engram_ingest::config::EmbedProvider::Local,
+        TestEmbedder::OpenAi {
+            base_url,
+            dimension,
+        } => {
+            ingest_settings.embed.openai.base_url = base_url.clone();
+            ingest_settings.embed.openai.dimension = *dimension;
+            ingest_settings.embed.openai.max_retries = 1;
+            ingest_settings.embed.openai.timeout_secs = 5;
+            engram_ingest::config::EmbedProvider::Openai
+        }
+    };
+    ingest_settings
+}
+
 impl Sandbox {
     pub async fn start() -> Self {
         Self::start_with(SandboxOptions::default()).await
@@ -183,40 +225,7 @@ impl Sandbox {
             tokens_file: options.tokens_file.clone(),
         };
 
-        let mut ingest_settings: IngestSettings =
-            engram_server::settings::load_defaults_only(IngestSettings::defaults())
-                .expect("ingest defaults");
-        ingest_settings.grpc = grpc_settings(&options);
-        ingest_settings.database = database_settings(database.url(), true);
-        ingest_settings.auth = auth.clone();
-        if let Some(soft_cap) = options.soft_cap {
-            ingest_settings.memory.soft_cap = soft_cap;
-        }
-        ingest_settings.embed.poll_interval_ms = 100;
-        ingest_settings.amqp.enabled = options.bus.is_some();
-        if let Some(bus) = &options.bus {
-            ingest_settings.amqp.url = SecretString::from(bus.url.clone());
-            ingest_settings.amqp.topology_prefix = bus.topology_prefix.clone();
-            ingest_settings.embed.sweep_min_age_ms = bus.sweep_min_age_ms;
-            ingest_settings.amqp.relay_poll_ms = 100;
-            ingest_settings.amqp.retry_delay_ms = 200;
-            ingest_settings.amqp.reconnect_max_backoff_ms = 500;
-        }
-        ingest_settings.embed.model_dir = local_model_dir();
-        ingest_settings.embed.provider = match &options.embedder {
-            TestEmbedder::Disabled => engram_ingest::config::EmbedProvider::Disabled,
-            TestEmbedder::Local => engram_ingest::config::EmbedProvider::Local,
-            TestEmbedder::OpenAi {
-                base_url,
-                dimension,
-            } => {
-                ingest_settings.embed.openai.base_url = base_url.clone();
-                ingest_settings.embed.openai.dimension = *dimension;
-                ingest_settings.embed.openai.max_retries = 1;
-                ingest_settings.embed.openai.timeout_secs = 5;
-                engram_ingest::config::EmbedProvider::Openai
-            }
-        };
+        let ingest_settings = ingest_settings(database.url(), &options);
         let ingest_app = engram_ingest::App::build(ingest_settings)
             .await
             .expect("ingest starts");
@@ -269,8 +278,25 @@ impl Sandbox {
             ingest_metrics,
             pool,
             services: vec![ingest, retrieval, review],
+            options,
             database,
         }
+    }
+
+    /// Starts one more ingest service over the same database and bus (a second replica, or a
+    /// replacement after the first stopped).
+    pub async fn start_another_ingest(&self) -> (RunningService, Arc<IngestMetrics>) {
+        let app = engram_ingest::App::build(ingest_settings(self.database.url(), &self.options))
+            .await
+            .expect("ingest starts");
+        let metrics = app.metrics();
+        let service = RunningService::spawn(app.local_addr(), |signal| async move {
+            app.run_until(async {
+                let _ = signal.await;
+            })
+            .await
+        });
+        (service, metrics)
     }
 
     pub fn ingest_service(&self) -> &RunningService {

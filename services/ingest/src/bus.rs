@@ -267,6 +267,21 @@ impl EmbeddingConsumer {
     }
 
     async fn handle(&self, batch: Vec<Delivery>) -> Result<(), BusError> {
+        use tracing::Instrument as _;
+        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+        // The batch continues the trace of its first message (gRPC write -> outbox -> here).
+        let span = tracing::info_span!(
+            "embedding.batch",
+            otel.kind = "consumer",
+            messages = batch.len()
+        );
+        if let Some(first) = batch.first() {
+            let _ = span.set_parent(first.trace_context());
+        }
+        self.handle_batch(batch).instrument(span).await
+    }
+
+    async fn handle_batch(&self, batch: Vec<Delivery>) -> Result<(), BusError> {
         let mut requests: Vec<(Uuid, Delivery)> = Vec::with_capacity(batch.len());
         for delivery in batch {
             match decode(&delivery) {

@@ -24,10 +24,11 @@ async fn wait_for(description: &str, limit: Duration, mut check: impl AsyncFnMut
 }
 
 async fn count(sandbox: &Sandbox, sql: &'static str) -> i64 {
-    sqlx::query_scalar(sql)
-        .fetch_one(&sandbox.pool)
-        .await
-        .unwrap()
+    count_in(&sandbox.pool, sql).await
+}
+
+async fn count_in(pool: &sqlx::PgPool, sql: &'static str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
 }
 
 async fn delete_topology(bus: &TestBus) {
@@ -283,6 +284,197 @@ async fn a_broker_outage_neither_slows_writes_nor_loses_or_duplicates_work() {
     assert_eq!(
         sandbox.ingest_metrics.embedded(),
         11,
+        "each entry embedded exactly once"
+    );
+    drop(sandbox);
+    delete_topology(&bus).await;
+}
+
+/// An embedding endpoint that is down: the consumer retries each message a few times, then
+/// dead-letters it with the reason; writes keep answering at their normal speed meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_embedder_leads_to_retries_then_the_dead_letter_queue() {
+    use axum::http::StatusCode;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base_url = format!("http://{}", listener.local_addr().unwrap());
+    let requests = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = requests.clone();
+    let app = axum::Router::new().route(
+        "/v1/embeddings",
+        axum::routing::post(move || {
+            let seen = seen.clone();
+            async move {
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                (StatusCode::SERVICE_UNAVAILABLE, "embedding backend down")
+            }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let bus = TestBus::local();
+    let mut sandbox = Sandbox::start_with(SandboxOptions {
+        embedder: TestEmbedder::OpenAi {
+            base_url,
+            dimension: 384,
+        },
+        bus: Some(bus.clone()),
+        ..Default::default()
+    })
+    .await;
+    let started = Instant::now();
+    let response = sandbox
+        .ingest
+        .remember(remember(&new_scope("work"), "the endpoint is down today"))
+        .await
+        .unwrap();
+    assert_eq!(outcome(response.get_ref()), v1::RememberOutcome::Created);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "the write does not wait for the embedder"
+    );
+
+    let connection = lapin::Connection::connect(&bus.url, Default::default())
+        .await
+        .unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    let dead_letters = Topology::new(bus.topology_prefix.clone()).dead_letter_queue();
+    let mut dead = None;
+    let waited = Instant::now();
+    while dead.is_none() {
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "the message never reached the dead-letter queue"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        dead = channel
+            .basic_get(dead_letters.clone().into(), Default::default())
+            .await
+            .unwrap();
+    }
+    let dead = dead.unwrap();
+    let headers = dead.delivery.properties.headers().clone().unwrap();
+    let reason = match headers
+        .inner()
+        .get(engram_bus::FAILURE_REASON_HEADER)
+        .unwrap()
+    {
+        lapin::types::AMQPValue::LongString(value) => {
+            String::from_utf8_lossy(value.as_bytes()).into_owned()
+        }
+        other => panic!("unexpected {other:?}"),
+    };
+    assert!(reason.contains("gave up after 5 attempts"), "{reason}");
+    assert!(reason.contains("503"), "{reason}");
+    // Each attempt retried the endpoint itself (first try + one retry) before giving the message back.
+    assert!(requests.load(std::sync::atomic::Ordering::SeqCst) >= 5);
+    // The entry keeps its flag: when the endpoint recovers, the sweep still embeds it.
+    assert_eq!(
+        count(
+            &sandbox,
+            "SELECT count(*) FROM memories WHERE needs_embedding"
+        )
+        .await,
+        1
+    );
+    drop(sandbox);
+    delete_topology(&bus).await;
+}
+
+/// SIGTERM while the consumer holds a batch: it finishes that batch (embedded, committed, acked);
+/// what it had not taken stays in the queue for the next replica. Nothing lost, nothing twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_stopped_mid_batch_finishes_it_and_leaves_the_rest_to_the_next() {
+    use axum::Json;
+    use serde_json::{Value, json};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base_url = format!("http://{}", listener.local_addr().unwrap());
+    let started_batches = std::sync::Arc::new(tokio::sync::Notify::new());
+    let signal = started_batches.clone();
+    // A slow embedder: each batch takes a second, so a stop can land in the middle of one.
+    let app = axum::Router::new().route(
+        "/v1/embeddings",
+        axum::routing::post(move |Json(body): Json<Value>| {
+            let signal = signal.clone();
+            async move {
+                signal.notify_one();
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let inputs = body["input"].as_array().unwrap().len();
+                let data: Vec<Value> = (0..inputs)
+                    .map(|index| {
+                        let mut vector = vec![0.0f32; 384];
+                        vector[index] = 1.0;
+                        json!({ "index": index, "embedding": vector })
+                    })
+                    .collect();
+                Json(json!({ "data": data }))
+            }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let bus = TestBus::local();
+    let mut sandbox = Sandbox::start_with(SandboxOptions {
+        embedder: TestEmbedder::OpenAi {
+            base_url,
+            dimension: 384,
+        },
+        bus: Some(bus.clone()),
+        ..Default::default()
+    })
+    .await;
+    let scope = new_scope("work");
+    let texts = [
+        "The quarterly budget review moved to Thursday",
+        "My sister is visiting from Madrid next month",
+        "I prefer aisle seats on short flights",
+        "The staging database runs out of disk every Sunday",
+        "Our team lunch is on the first Friday of the month",
+        "I am allergic to penicillin",
+    ];
+    sandbox
+        .ingest
+        .remember(remember(&scope, texts[0]))
+        .await
+        .unwrap();
+    // The consumer is now inside a batch; more work arrives, then the stop.
+    tokio::time::timeout(Duration::from_secs(30), started_batches.notified())
+        .await
+        .expect("a batch started");
+    for text in &texts[1..] {
+        sandbox
+            .ingest
+            .remember(remember(&scope, text))
+            .await
+            .unwrap();
+    }
+    let first_metrics = sandbox.ingest_metrics.clone();
+    // The sandbox's pool belongs to the first service, which is about to stop: use our own.
+    let pool = sqlx::PgPool::connect(sandbox.database.url()).await.unwrap();
+    let first = sandbox.services.remove(0);
+    first.stop().await.expect("graceful stop");
+    let embedded_by_first = first_metrics.embedded();
+    assert!(embedded_by_first >= 1, "the batch in hand was finished");
+    assert_eq!(
+        count_in(
+            &pool,
+            "SELECT count(*) FROM memories WHERE embedding IS NOT NULL"
+        )
+        .await as u64,
+        embedded_by_first
+    );
+
+    // A replacement takes the rest from the queue.
+    let (_second, second_metrics) = sandbox.start_another_ingest().await;
+    wait_for(
+        "the rest embedded by the replacement",
+        Duration::from_secs(60),
+        async || count_in(&pool, "SELECT count(*) FROM memories WHERE needs_embedding").await == 0,
+    )
+    .await;
+    pool.close().await;
+    assert_eq!(
+        embedded_by_first + second_metrics.embedded(),
+        texts.len() as u64,
         "each entry embedded exactly once"
     );
     drop(sandbox);
