@@ -18,6 +18,10 @@ use tokio::sync::{Notify, watch};
 
 use crate::metrics::IngestMetrics;
 
+/// How long a worker owns the entries it claimed; longer than any batch takes (retries included),
+/// and short enough that a worker that died releases its entries soon.
+pub const CLAIM_LEASE: Duration = Duration::from_secs(120);
+
 #[derive(Debug, thiserror::Error)]
 pub enum BackfillError {
     #[error(transparent)]
@@ -114,11 +118,12 @@ impl EmbeddingBackfill {
         if backlog.pending == 0 {
             return Ok(0);
         }
-        let batch = embeddings::oldest_pending(
+        let batch = embeddings::claim_oldest_pending(
             &self.pool,
             self.settings.batch_size as i64,
             self.settings.max_failures,
             self.settings.min_age,
+            CLAIM_LEASE,
         )
         .await?;
         if batch.is_empty() {
@@ -136,7 +141,13 @@ impl EmbeddingBackfill {
             .collect();
         match self.embedder.embed(&inputs).await {
             Ok(vectors) => self.store(batch, vectors).await,
-            Err(error) if error.is_retryable() => Err(error.into()),
+            Err(error) if error.is_retryable() => {
+                // Give the entries back so that the next attempt (ours or another worker's) can
+                // take them at once.
+                let ids: Vec<uuid::Uuid> = batch.iter().map(|entry| entry.id).collect();
+                embeddings::release_claims(&self.pool, &ids).await?;
+                Err(error.into())
+            }
             // The embedder rejects something in the batch: find which one, embed the rest.
             Err(_) => self.embed_one_by_one(batch).await,
         }
@@ -144,6 +155,10 @@ impl EmbeddingBackfill {
 
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    pub fn metrics(&self) -> &IngestMetrics {
+        &self.metrics
     }
 
     async fn store(

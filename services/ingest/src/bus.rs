@@ -150,24 +150,23 @@ impl OutboxRelay {
     async fn publish_round(&self, publisher: &engram_bus::Publisher) -> Result<usize, RelayError> {
         let mut transaction = self.pool.begin().await.map_err(StoreError::from)?;
         let events = outbox::lock_unpublished(&mut transaction, self.settings.relay_batch).await?;
-        let mut published = Vec::with_capacity(events.len());
-        let mut failure = None;
-        for event in &events {
-            let outgoing = OutgoingEvent {
+        let outgoing: Vec<OutgoingEvent> = events
+            .iter()
+            .map(|event| OutgoingEvent {
                 routing_key: event.routing_key.clone(),
                 message_id: event.message_id,
                 type_name: event.type_name.clone(),
                 payload: event.payload.clone(),
                 trace_headers: event.trace_headers(),
-            };
-            match publisher.publish(&outgoing).await {
-                Ok(()) => published.push(event.id),
-                Err(error) => {
-                    failure = Some((event.id, error));
-                    break;
-                }
-            }
-        }
+            })
+            .collect();
+        let (confirmed, error) = publisher.publish_all(&outgoing).await;
+        let published: Vec<i64> = events
+            .iter()
+            .take(confirmed)
+            .map(|event| event.id)
+            .collect();
+        let failure = error.map(|error| (events[confirmed].id, error));
         outbox::mark_published(&mut transaction, &published).await?;
         transaction.commit().await.map_err(StoreError::from)?;
         match failure {
@@ -286,14 +285,23 @@ impl EmbeddingConsumer {
         for delivery in batch {
             match decode(&delivery) {
                 Ok(id) => requests.push((id, delivery)),
-                Err(reason) => delivery.dead_letter(&reason).await?,
+                Err(reason) => {
+                    self.backfill.metrics().record_dead_lettered();
+                    delivery.dead_letter(&reason).await?;
+                }
             }
         }
         if requests.is_empty() {
             return Ok(());
         }
         let ids: Vec<Uuid> = requests.iter().map(|(id, _)| *id).collect();
-        let outcome = match embeddings::pending_by_ids(self.backfill.pool(), &ids).await {
+        let outcome = match embeddings::claim_by_ids(
+            self.backfill.pool(),
+            &ids,
+            crate::backfill::CLAIM_LEASE,
+        )
+        .await
+        {
             // Entries already embedded (or gone) need nothing: the same request twice is a no-op.
             Ok(pending) if pending.is_empty() => Ok(0),
             Ok(pending) => self
@@ -312,6 +320,7 @@ impl EmbeddingConsumer {
             Err(reason) => {
                 for (_, delivery) in requests {
                     if delivery.attempts() + 1 >= self.settings.max_attempts {
+                        self.backfill.metrics().record_dead_lettered();
                         delivery
                             .dead_letter(&format!(
                                 "gave up after {} attempts: {reason}",

@@ -39,32 +39,74 @@ impl Publisher {
 
     /// Returns once the broker confirmed the message (persistent, routed to the events exchange).
     pub async fn publish(&self, event: &OutgoingEvent) -> Result<(), BusError> {
-        let mut trace_headers = event.trace_headers.clone();
-        if trace_headers.is_empty() {
-            let context = tracing::Span::current().context();
-            opentelemetry::global::get_text_map_propagator(|propagator| {
-                propagator.inject_context(&context, &mut trace_headers);
-            });
+        match self.publish_all(std::slice::from_ref(event)).await {
+            (_, Some(error)) => Err(error),
+            (_, None) => Ok(()),
         }
-        let mut headers = FieldTable::default();
-        for (name, value) in trace_headers {
-            headers.insert(name.into(), AMQPValue::LongString(value.into()));
-        }
-        let properties = BasicProperties::default()
-            .with_message_id(event.message_id.to_string().into())
-            .with_type(event.type_name.clone().into())
-            .with_content_type(CONTENT_TYPE.into())
-            .with_delivery_mode(2)
-            .with_headers(headers);
-        publish_confirmed(
-            &self.channel,
-            &self.topology.events_exchange(),
-            &event.routing_key,
-            &event.payload,
-            properties,
-        )
-        .await
     }
+
+    /// Publishes a batch with the confirms pipelined (all sent, then all awaited) and returns how
+    /// many leading events the broker confirmed, with the error that stopped the rest if any.
+    /// Only the confirmed prefix may be considered published.
+    pub async fn publish_all(&self, events: &[OutgoingEvent]) -> (usize, Option<BusError>) {
+        let mut pending = Vec::with_capacity(events.len());
+        for event in events {
+            let sent = self
+                .channel
+                .basic_publish(
+                    self.topology.events_exchange().into(),
+                    event.routing_key.clone().into(),
+                    BasicPublishOptions::default(),
+                    &event.payload,
+                    properties_of(event),
+                )
+                .await;
+            match sent {
+                Ok(confirm) => pending.push(confirm),
+                Err(error) => return (confirmed_prefix(pending).await, Some(error.into())),
+            }
+        }
+        let total = pending.len();
+        let confirmed = confirmed_prefix(pending).await;
+        if confirmed == total {
+            (confirmed, None)
+        } else {
+            (confirmed, Some(BusError::Nacked))
+        }
+    }
+}
+
+/// How many of the leading confirms were acks.
+async fn confirmed_prefix(pending: Vec<lapin::PublisherConfirm>) -> usize {
+    let mut confirmed = 0;
+    for confirm in pending {
+        match confirm.await {
+            Ok(confirmation) if !confirmation.is_nack() => confirmed += 1,
+            _ => break,
+        }
+    }
+    confirmed
+}
+
+/// Message id, protobuf type, content type, persistence and trace context of an event.
+fn properties_of(event: &OutgoingEvent) -> BasicProperties {
+    let mut trace_headers = event.trace_headers.clone();
+    if trace_headers.is_empty() {
+        let context = tracing::Span::current().context();
+        opentelemetry::global::get_text_map_propagator(|propagator| {
+            propagator.inject_context(&context, &mut trace_headers);
+        });
+    }
+    let mut headers = FieldTable::default();
+    for (name, value) in trace_headers {
+        headers.insert(name.into(), AMQPValue::LongString(value.into()));
+    }
+    BasicProperties::default()
+        .with_message_id(event.message_id.to_string().into())
+        .with_type(event.type_name.clone().into())
+        .with_content_type(CONTENT_TYPE.into())
+        .with_delivery_mode(2)
+        .with_headers(headers)
 }
 
 /// Publishes on a confirm-mode channel and waits for the broker's answer; a nack is an error.

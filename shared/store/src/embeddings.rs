@@ -27,41 +27,66 @@ impl PendingEmbedding {
     }
 }
 
-/// The oldest entries still needing an embedding, across all spaces, written at least `min_age`
-/// ago, skipping entries that failed `max_failures` times (dead-lettered).
-pub async fn oldest_pending(
+/// Claims (for `lease`) the oldest entries still needing an embedding, written at least
+/// `min_age` ago, not claimed by another worker, and not set aside after `max_failures`.
+pub async fn claim_oldest_pending(
     pool: &PgPool,
     limit: i64,
     max_failures: i32,
     min_age: std::time::Duration,
+    lease: std::time::Duration,
 ) -> Result<Vec<PendingEmbedding>, StoreError> {
-    let pending = sqlx::query_as::<_, PendingEmbedding>(
-        "SELECT id, text, title, created_at FROM memories \
-         WHERE needs_embedding AND embedding_failures < $2 \
-           AND created_at <= now() - make_interval(secs => $3) \
-         ORDER BY created_at LIMIT $1",
+    let mut pending = sqlx::query_as::<_, PendingEmbedding>(
+        "UPDATE memories SET embedding_claimed_until = now() + make_interval(secs => $4) \
+         WHERE id IN ( \
+             SELECT id FROM memories \
+             WHERE needs_embedding AND embedding_failures < $2 \
+               AND created_at <= now() - make_interval(secs => $3) \
+               AND (embedding_claimed_until IS NULL OR embedding_claimed_until < now()) \
+             ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED) \
+         RETURNING id, text, title, created_at",
     )
     .bind(limit)
     .bind(max_failures)
     .bind(min_age.as_secs_f64())
+    .bind(lease.as_secs_f64())
     .fetch_all(pool)
     .await?;
+    pending.sort_by_key(|entry| entry.created_at);
     Ok(pending)
 }
 
-/// The given entries, of those that still need an embedding (the rest were embedded already:
-/// handling the same request twice changes nothing).
-pub async fn pending_by_ids(
+/// Claims (for `lease`) those of the given entries that still need an embedding and are not
+/// claimed by another worker. Entries already embedded are not returned: handling the same
+/// request twice changes nothing.
+pub async fn claim_by_ids(
     pool: &PgPool,
     ids: &[Uuid],
+    lease: std::time::Duration,
 ) -> Result<Vec<PendingEmbedding>, StoreError> {
-    let pending = sqlx::query_as::<_, PendingEmbedding>(
-        "SELECT id, text, title, created_at FROM memories WHERE id = ANY($1) AND needs_embedding ORDER BY created_at",
+    let mut pending = sqlx::query_as::<_, PendingEmbedding>(
+        "UPDATE memories SET embedding_claimed_until = now() + make_interval(secs => $2) \
+         WHERE id IN ( \
+             SELECT id FROM memories WHERE id = ANY($1) AND needs_embedding \
+               AND (embedding_claimed_until IS NULL OR embedding_claimed_until < now()) \
+             FOR UPDATE SKIP LOCKED) \
+         RETURNING id, text, title, created_at",
     )
     .bind(ids)
+    .bind(lease.as_secs_f64())
     .fetch_all(pool)
     .await?;
+    pending.sort_by_key(|entry| entry.created_at);
     Ok(pending)
+}
+
+/// Gives claimed entries back (after a failure that a later attempt may overcome).
+pub async fn release_claims(pool: &PgPool, ids: &[Uuid]) -> Result<(), StoreError> {
+    sqlx::query("UPDATE memories SET embedding_claimed_until = NULL WHERE id = ANY($1)")
+        .bind(ids)
+        .execute(pool)
+        .await?;
+    Ok(())
 }
 
 /// Records a failure that retrying cannot fix; returns whether the entry is now dead-lettered.
@@ -72,7 +97,8 @@ pub async fn record_failure(
     max_failures: i32,
 ) -> Result<bool, StoreError> {
     let failures: Option<i32> = sqlx::query_scalar(
-        "UPDATE memories SET embedding_failures = embedding_failures + 1, embedding_error = $2 \
+        "UPDATE memories SET embedding_failures = embedding_failures + 1, embedding_error = $2, \
+             embedding_claimed_until = NULL \
          WHERE id = $1 AND needs_embedding RETURNING embedding_failures",
     )
     .bind(id)
@@ -99,7 +125,7 @@ pub async fn store(
         .collect();
     let result = sqlx::query(
         "UPDATE memories m SET embedding = e.embedding, embedding_model = $3, needs_embedding = false, \
-             embedded_at = now(), embedding_failures = 0, embedding_error = NULL \
+             embedded_at = now(), embedding_failures = 0, embedding_error = NULL, embedding_claimed_until = NULL \
          FROM UNNEST($1::uuid[], $2::vector[]) AS e(id, embedding) \
          WHERE m.id = e.id AND m.needs_embedding",
     )
@@ -149,7 +175,8 @@ pub async fn request_reembedding(
     only_other_than: Option<&str>,
 ) -> Result<u64, StoreError> {
     let result = sqlx::query(
-        "UPDATE memories SET needs_embedding = true, embedding_failures = 0, embedding_error = NULL \
+        "UPDATE memories SET needs_embedding = true, embedding_failures = 0, embedding_error = NULL, \
+             embedding_claimed_until = NULL \
          WHERE ($1::uuid IS NULL OR (user_id = $1 AND space = $2)) \
            AND ($3::text IS NULL OR embedding_model IS DISTINCT FROM $3)",
     )
