@@ -130,13 +130,7 @@ pub enum TestEmbedder {
 
 /// Where `make models` installs the local embedding model.
 pub fn local_model_dir() -> PathBuf {
-    std::env::var_os("ENGRAM_EMBED__MODEL_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let local = std::env::var("ENGRAM_LOCAL_DIR")
-                .unwrap_or_else(|_| "/var/tmp/engram-local".into());
-            PathBuf::from(local).join("models/all-MiniLM-L6-v2")
-        })
+    engram_embed::installed_model_dir()
 }
 
 /// One database and the three services over it.

@@ -57,3 +57,16 @@ pub(crate) fn normalize(vector: &mut [f32]) {
         vector.iter_mut().for_each(|x| *x /= norm);
     }
 }
+
+/// Where `make models` installs the local model: `ENGRAM_EMBED__MODEL_DIR` if set, else
+/// `$ENGRAM_LOCAL_DIR/models/all-MiniLM-L6-v2` (`ENGRAM_LOCAL_DIR` defaults to
+/// `/var/tmp/engram-local`). Tests and tools use it; services take the directory from settings.
+pub fn installed_model_dir() -> std::path::PathBuf {
+    std::env::var_os("ENGRAM_EMBED__MODEL_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            let local = std::env::var("ENGRAM_LOCAL_DIR")
+                .unwrap_or_else(|_| "/var/tmp/engram-local".into());
+            std::path::PathBuf::from(local).join("models/all-MiniLM-L6-v2")
+        })
+}

@@ -1,24 +1,11 @@
 //! The local model is really all-MiniLM-L6-v2: it reproduces the similarities sentence-transformers
 //! publishes, ranks related pairs above unrelated ones, and batching does not change embeddings.
 
-use std::path::PathBuf;
-
 use engram_embed::{Embedder, LocalEmbedder, LocalModelSettings, cosine};
-
-/// Where `make` installs the model (`deploy/local/models.sh`); `ENGRAM_EMBED__MODEL_DIR` overrides.
-fn model_dir() -> PathBuf {
-    std::env::var_os("ENGRAM_EMBED__MODEL_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let local = std::env::var("ENGRAM_LOCAL_DIR")
-                .unwrap_or_else(|_| "/var/tmp/engram-local".into());
-            PathBuf::from(local).join("models/all-MiniLM-L6-v2")
-        })
-}
 
 fn embedder() -> LocalEmbedder {
     LocalEmbedder::load(&LocalModelSettings {
-        model_dir: model_dir(),
+        model_dir: engram_embed::installed_model_dir(),
         max_batch: 32,
         max_tokens: 256,
     })
