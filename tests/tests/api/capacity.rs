@@ -3,7 +3,7 @@
 use engram_e2e::{Sandbox, SandboxOptions};
 use engram_proto::v1;
 
-use crate::helpers::{audit_actions, new_scope, outcome, remember};
+use crate::helpers::{audit, audit_actions, entries, new_scope, outcome, remember, space_settings};
 
 #[tokio::test]
 async fn exceeding_the_soft_cap_trims_the_lowest_scores_and_spares_pinned_entries() {
@@ -85,16 +85,7 @@ async fn exceeding_the_soft_cap_trims_the_lowest_scores_and_spares_pinned_entrie
         "the pinned entry raised an alert"
     );
 
-    let listed = sandbox
-        .retrieval
-        .list_entries(v1::ListEntriesRequest {
-            scope: Some(scope.clone()),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .entries;
+    let listed = entries(&mut sandbox, &scope).await;
     let remaining: Vec<&str> = listed.iter().map(|m| m.id.as_str()).collect();
     assert_eq!(remaining.len(), 3);
     assert!(
@@ -112,16 +103,7 @@ async fn exceeding_the_soft_cap_trims_the_lowest_scores_and_spares_pinned_entrie
     assert!((scores.total - (scores.recency + scores.importance)).abs() < 1e-9);
 
     // Trims are audited; the live count matches the rows.
-    let events = sandbox
-        .ingest
-        .list_audit(v1::ListAuditRequest {
-            scope: Some(scope.clone()),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .events;
+    let events = audit(&mut sandbox, &scope).await;
     assert_eq!(
         audit_actions(&events)
             .iter()
@@ -129,16 +111,7 @@ async fn exceeding_the_soft_cap_trims_the_lowest_scores_and_spares_pinned_entrie
             .count(),
         2
     );
-    let settings = sandbox
-        .ingest
-        .get_settings(v1::GetSettingsRequest {
-            scope: Some(scope.clone()),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .settings
-        .unwrap();
+    let settings = space_settings(&mut sandbox, &scope).await;
     assert_eq!(settings.memory_count, 3);
 }
 
@@ -200,16 +173,7 @@ async fn manually_saved_entries_are_never_trimmed() {
             .await
             .unwrap();
     }
-    let entries = sandbox
-        .retrieval
-        .list_entries(v1::ListEntriesRequest {
-            scope: Some(scope.clone()),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .entries;
+    let entries = entries(&mut sandbox, &scope).await;
     assert!(
         entries.iter().all(|m| m.pinned || m.manually_saved),
         "only protected entries remain"

@@ -4,7 +4,7 @@ use engram_e2e::Sandbox;
 use engram_proto::v1;
 use uuid::Uuid;
 
-use crate::helpers::{new_scope, remember};
+use crate::helpers::{audit, new_scope, remember};
 
 fn command(scope: &v1::Scope, conversation: &str, message: &str) -> v1::ApplyCommandRequest {
     v1::ApplyCommandRequest {
@@ -212,17 +212,7 @@ async fn ordinary_messages_are_no_command_and_change_nothing() {
         })
         .await
         .unwrap();
-    let audit_before = sandbox
-        .ingest
-        .list_audit(v1::ListAuditRequest {
-            scope: Some(scope.clone()),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .events
-        .len();
+    let audit_before = audit(&mut sandbox, &scope).await.len();
     for message in [
         "I always forget that my keys are in the car",
         "what's the weather in Lisbon?",
@@ -238,17 +228,7 @@ async fn ordinary_messages_are_no_command_and_change_nothing() {
         assert!(!response.applied);
         assert_eq!(response.reply, "no command");
     }
-    let audit_after = sandbox
-        .ingest
-        .list_audit(v1::ListAuditRequest {
-            scope: Some(scope.clone()),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .events
-        .len();
+    let audit_after = audit(&mut sandbox, &scope).await.len();
     assert_eq!(audit_before, audit_after);
     assert_eq!(memory_count(&sandbox).await, 1);
 }

@@ -5,20 +5,20 @@ use engram_proto::v1;
 use tonic::Code;
 use uuid::Uuid;
 
-use crate::helpers::{assert_status, audit_actions, new_scope, outcome, remember};
+use crate::helpers::{
+    assert_status, audit_actions, new_scope, outcome, remember, remember_memory, space_settings,
+};
 
 #[tokio::test]
 async fn forget_deletes_and_a_tombstone_blocks_recreation() {
     let mut sandbox = Sandbox::start().await;
     let scope = new_scope("work");
-    let memory = sandbox
-        .ingest
-        .remember(remember(&scope, "My passport number is in the blue folder"))
-        .await
-        .unwrap()
-        .into_inner()
-        .memory
-        .unwrap();
+    let memory = remember_memory(
+        &mut sandbox,
+        &scope,
+        "My passport number is in the blue folder",
+    )
+    .await;
     let forgotten = sandbox
         .ingest
         .forget(v1::ForgetRequest {
@@ -102,14 +102,7 @@ async fn forget_deletes_and_a_tombstone_blocks_recreation() {
 async fn pin_and_unpin() {
     let mut sandbox = Sandbox::start().await;
     let scope = new_scope("work");
-    let memory = sandbox
-        .ingest
-        .remember(remember(&scope, "standup is at 9:30"))
-        .await
-        .unwrap()
-        .into_inner()
-        .memory
-        .unwrap();
+    let memory = remember_memory(&mut sandbox, &scope, "standup is at 9:30").await;
     let pinned = sandbox
         .ingest
         .pin(v1::PinRequest {
@@ -196,16 +189,7 @@ async fn memory_off_stores_nothing_until_turned_back_on() {
         .await
         .unwrap();
     assert_eq!(outcome(response.get_ref()), v1::RememberOutcome::Created);
-    let settings = sandbox
-        .ingest
-        .get_settings(v1::GetSettingsRequest {
-            scope: Some(scope.clone()),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .settings
-        .unwrap();
+    let settings = space_settings(&mut sandbox, &scope).await;
     assert!(settings.memory_enabled);
     assert_eq!(settings.effective_soft_cap, 200, "the global default");
     assert_eq!(settings.memory_count, 1);
@@ -301,14 +285,7 @@ async fn every_user_action_is_audited_and_pages() {
     let mut sandbox = Sandbox::start().await;
     let scope = new_scope("work");
     let conversation = Uuid::new_v4().to_string();
-    let memory = sandbox
-        .ingest
-        .remember(remember(&scope, "the build box is slow"))
-        .await
-        .unwrap()
-        .into_inner()
-        .memory
-        .unwrap();
+    let memory = remember_memory(&mut sandbox, &scope, "the build box is slow").await;
     sandbox
         .ingest
         .remember(remember(&scope, "The build box is slow!"))

@@ -11,7 +11,7 @@ use engram_e2e::{Sandbox, SandboxOptions, TestEmbedder, local_model_dir};
 use engram_embed::{Embedder, LocalEmbedder, LocalModelSettings, cosine};
 use serde_json::{Value, json};
 
-use crate::helpers::{new_scope, remember};
+use crate::helpers::{new_scope, remember, remember_memory};
 
 /// Waits until no entry needs an embedding (or fails the test after `limit`).
 async fn wait_until_embedded(sandbox: &Sandbox, limit: Duration) {
@@ -43,14 +43,7 @@ async fn new_memories_get_embeddings_from_the_local_model() {
     .await;
     let scope = new_scope("work");
     let text = "My flight to Lisbon leaves on Friday at 7am";
-    let memory = sandbox
-        .ingest
-        .remember(remember(&scope, text))
-        .await
-        .unwrap()
-        .into_inner()
-        .memory
-        .unwrap();
+    let memory = remember_memory(&mut sandbox, &scope, text).await;
     assert!(
         memory.needs_embedding,
         "the write path does not wait for the embedding"

@@ -1,5 +1,6 @@
 //! Request builders shared by the API tests.
 
+use engram_e2e::Sandbox;
 use engram_proto::v1;
 use tonic::{Code, Status};
 use uuid::Uuid;
@@ -40,4 +41,64 @@ pub(crate) fn assert_status(status: Status, code: Code, needle: &str) {
         "message {:?} should mention {needle:?}",
         status.message()
     );
+}
+
+/// Remembers a text and returns the stored (created or merged) memory.
+pub(crate) async fn remember_memory(
+    sandbox: &mut Sandbox,
+    scope: &v1::Scope,
+    text: &str,
+) -> v1::Memory {
+    sandbox
+        .ingest
+        .remember(remember(scope, text))
+        .await
+        .unwrap()
+        .into_inner()
+        .memory
+        .expect("a stored memory")
+}
+
+/// Every entry of the space, newest first (one page).
+pub(crate) async fn entries(sandbox: &mut Sandbox, scope: &v1::Scope) -> Vec<v1::Memory> {
+    let request = v1::ListEntriesRequest {
+        scope: Some(scope.clone()),
+        ..Default::default()
+    };
+    sandbox
+        .retrieval
+        .list_entries(request)
+        .await
+        .unwrap()
+        .into_inner()
+        .entries
+}
+
+pub(crate) async fn space_settings(sandbox: &mut Sandbox, scope: &v1::Scope) -> v1::SpaceSettings {
+    let request = v1::GetSettingsRequest {
+        scope: Some(scope.clone()),
+    };
+    sandbox
+        .ingest
+        .get_settings(request)
+        .await
+        .unwrap()
+        .into_inner()
+        .settings
+        .expect("settings")
+}
+
+/// The space's audit trail, newest first (one page).
+pub(crate) async fn audit(sandbox: &mut Sandbox, scope: &v1::Scope) -> Vec<v1::AuditEvent> {
+    let request = v1::ListAuditRequest {
+        scope: Some(scope.clone()),
+        ..Default::default()
+    };
+    sandbox
+        .ingest
+        .list_audit(request)
+        .await
+        .unwrap()
+        .into_inner()
+        .events
 }

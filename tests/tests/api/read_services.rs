@@ -5,7 +5,7 @@ use engram_proto::v1;
 use tonic::Code;
 use uuid::Uuid;
 
-use crate::helpers::{assert_status, new_scope, remember};
+use crate::helpers::{assert_status, new_scope, remember, remember_memory};
 
 #[tokio::test]
 async fn list_entries_filters_and_pages_newest_first() {
@@ -150,14 +150,7 @@ async fn memory_state_of_an_episode() {
     );
     assert!((state.fsrs.unwrap().stability - 2.3065).abs() < 1e-9);
 
-    let fact = sandbox
-        .ingest
-        .remember(remember(&scope, "the build box is slow"))
-        .await
-        .unwrap()
-        .into_inner()
-        .memory
-        .unwrap();
+    let fact = remember_memory(&mut sandbox, &scope, "the build box is slow").await;
     let status = sandbox
         .review
         .get_memory_state(v1::GetMemoryStateRequest {
