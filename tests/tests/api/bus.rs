@@ -121,8 +121,22 @@ async fn a_malformed_message_is_dead_lettered_and_later_messages_are_processed()
     let broker = Bus::connect(&bus.url, Topology::new(bus.topology_prefix.clone()))
         .await
         .unwrap();
-    // Wait until the service declared its queue, then slip a malformed message in.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Declare the topology as the service does (idempotent), so the malformed message has its
+    // queue whether or not the service got there first.
+    let amqp = engram_server::settings::load_defaults_only::<engram_ingest::IngestSettings>(
+        engram_ingest::IngestSettings::defaults(),
+    )
+    .unwrap()
+    .amqp;
+    // The sandbox runs with a 200 ms retry delay; a different one would be an inequivalent queue.
+    let amqp = engram_ingest::config::AmqpSettings {
+        retry_delay_ms: 200,
+        ..amqp
+    };
+    broker
+        .declare(&[engram_ingest::bus::embedding_queue(&amqp)])
+        .await
+        .unwrap();
     broker
         .publisher()
         .await
