@@ -49,8 +49,10 @@ async fn requests_beyond_the_connection_limit_get_resource_exhausted() {
     .await;
     let scope = new_scope("work");
     let core_scope = engram_core::Scope::parse("scope", &scope.user_id, &scope.space).unwrap();
-    // Hold the space's write lock so that writes to it wait.
-    let mut blocker = sandbox.pool.begin().await.unwrap();
+    // Hold the space's write lock so that writes to it wait (on a pool of our own: the service's
+    // connections are all needed by the writes).
+    let own_pool = sqlx::PgPool::connect(sandbox.database.url()).await.unwrap();
+    let mut blocker = own_pool.begin().await.unwrap();
     engram_store::lock_space(&mut blocker, &core_scope)
         .await
         .unwrap();
@@ -65,7 +67,25 @@ async fn requests_beyond_the_connection_limit_get_resource_exhausted() {
             tokio::spawn(async move { client.remember(request).await })
         })
         .collect();
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    // Wait until all eight are in flight: blocked on the space's lock in Postgres.
+    let started = std::time::Instant::now();
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        )
+        .fetch_one(&own_pool)
+        .await
+        .unwrap();
+        if waiting >= 8 {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "only {waiting} writes waiting"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     let mut client = sandbox.ingest.clone();
     let refused = client
         .remember(remember(&new_scope("other"), "one too many"))
