@@ -13,10 +13,7 @@ db=engram_bench_embed
 url="postgres://postgres@127.0.0.1:$ENGRAM_PG_PORT/$db"
 port=50062
 model_dir="$(bash "$here/../local/models.sh")"
-psql_admin() {
-    "$ENGRAM_PG_BIN/psql" -X -q -A -t -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$ENGRAM_PG_PORT" -U postgres -d postgres "$@"
-}
-psql_admin -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db TEMPLATE template1"
+pg_psql postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db TEMPLATE template1"
 
 log "starting a release ingest service with the local embedder on 127.0.0.1:$port"
 env ENGRAM_DATABASE__URL="$url" ENGRAM_GRPC__LISTEN_ADDR="127.0.0.1:$port" ENGRAM_EMBED__PROVIDER=local \

@@ -13,14 +13,11 @@ bin="${CARGO_TARGET_DIR:?}/release"
 db=engram_bench
 url="postgres://postgres@127.0.0.1:$ENGRAM_PG_PORT/$db"
 port=50061
-psql_admin() {
-    "$ENGRAM_PG_BIN/psql" -X -q -A -t -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$ENGRAM_PG_PORT" -U postgres -d postgres "$@"
-}
 
-exists="$(psql_admin -c "SELECT 1 FROM pg_database WHERE datname = '$db'")"
+exists="$(pg_psql postgres -c "SELECT 1 FROM pg_database WHERE datname = '$db'")"
 if [[ "${BENCH_REUSE:-0}" != 1 || -z "$exists" ]]; then
     log "creating a fresh $db database"
-    psql_admin -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db TEMPLATE template1"
+    pg_psql postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db TEMPLATE template1"
     ENGRAM_DATABASE__URL="$url" "$bin/ingest" migrate
     "$bin/bench-ingest" --database-url "$url" seed
 fi

@@ -117,3 +117,13 @@ pip_cmd() {
     fi
     python3 -m pip "$@"
 }
+
+# pg_psql DB [psql args...]: the wheel's own psql, so no Debian client is needed.
+# client_min_messages=warning hides "extension already exists" notices.
+pg_psql() {
+    local db="$1"
+    shift
+    PGCONNECT_TIMEOUT=5 PGOPTIONS='-c client_min_messages=warning' \
+        "$ENGRAM_PG_BIN/psql" -X -q -A -t -v ON_ERROR_STOP=1 \
+        -h 127.0.0.1 -p "$ENGRAM_PG_PORT" -U "$ENGRAM_PG_SUPERUSER" -d "$db" "$@"
+}

@@ -90,7 +90,7 @@ impl App {
         let bus = if bus_enabled {
             let relay_wake = Arc::new(Notify::new());
             writer = writer
-                .with_backfill(relay_wake.clone(), model)
+                .with_backfill(relay_wake.clone(), sweep_wake.clone(), model)
                 .publishing_events();
             let relay = OutboxRelay {
                 pool: pool.clone(),
@@ -104,7 +104,7 @@ impl App {
             };
             Some((relay, consumer))
         } else {
-            writer = writer.with_backfill(sweep_wake, model);
+            writer = writer.with_backfill(sweep_wake.clone(), sweep_wake, model);
             None
         };
         let server = GrpcServer::bind(&settings.grpc).await?;

@@ -69,20 +69,12 @@ pub fn embedding_requested(memory_id: Uuid, scope: &engram_core::Scope) -> outbo
         kind: v1::MemoryKind::Semantic.into(),
         requested_at: Some(engram_server::time::to_proto(chrono::Utc::now())),
     };
-    let mut trace_headers = std::collections::HashMap::new();
-    {
-        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
-        let context = tracing::Span::current().context();
-        opentelemetry::global::get_text_map_propagator(|propagator| {
-            propagator.inject_context(&context, &mut trace_headers);
-        });
-    }
     outbox::NewOutboxEvent {
         message_id: Uuid::now_v7(),
         routing_key: EMBEDDING_REQUESTED_KEY.into(),
         type_name: EMBEDDING_REQUESTED_TYPE.into(),
         payload: event.encode_to_vec(),
-        trace_headers,
+        trace_headers: engram_bus::current_trace_headers(),
     }
 }
 

@@ -211,7 +211,7 @@ impl MemoryWriter {
             engram_store::embeddings::request_reembedding(&self.pool, scope, only_other_than)
                 .await?;
         tracing::info!(queued, only_other_models, "re-embedding requested");
-        if let Some(wake) = &self.embedding_wake {
+        if let Some(wake) = &self.sweep_wake {
             wake.notify_one();
         }
         Ok(queued)

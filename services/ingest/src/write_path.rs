@@ -30,8 +30,10 @@ pub struct MemoryWriter {
     pub(crate) pool: PgPool,
     pub(crate) settings: Arc<MemorySettings>,
     pub(crate) metrics: Arc<IngestMetrics>,
-    /// Wakes the embedding backfill after a new entry is committed.
-    pub(crate) embedding_wake: Option<Arc<tokio::sync::Notify>>,
+    /// Woken after a new entry is committed: the outbox relay (bus on) or the sweep (bus off).
+    pub(crate) new_entry_wake: Option<Arc<tokio::sync::Notify>>,
+    /// Wakes the sweep itself (re-embedding requests are found by it, not announced on the bus).
+    pub(crate) sweep_wake: Option<Arc<tokio::sync::Notify>>,
     /// The model the backfill embeds with; `None` when it is disabled.
     pub(crate) embedding_model: Option<String>,
     /// Whether new entries are announced on the bus (an EmbeddingRequested event in the outbox).
@@ -128,7 +130,8 @@ impl MemoryWriter {
             pool,
             settings: Arc::new(settings),
             metrics,
-            embedding_wake: None,
+            new_entry_wake: None,
+            sweep_wake: None,
             embedding_model: None,
             publish_events: false,
         }
@@ -140,9 +143,16 @@ impl MemoryWriter {
         self
     }
 
-    /// Connects the writer to a running backfill: it is woken after each new entry.
-    pub fn with_backfill(mut self, wake: Arc<tokio::sync::Notify>, model: String) -> Self {
-        self.embedding_wake = Some(wake);
+    /// Connects the writer to a running backfill: `new_entry_wake` is woken after each new entry,
+    /// `sweep_wake` after a re-embedding request.
+    pub fn with_backfill(
+        mut self,
+        new_entry_wake: Arc<tokio::sync::Notify>,
+        sweep_wake: Arc<tokio::sync::Notify>,
+        model: String,
+    ) -> Self {
+        self.new_entry_wake = Some(new_entry_wake);
+        self.sweep_wake = Some(sweep_wake);
         self.embedding_model = Some(model);
         self
     }
@@ -193,6 +203,7 @@ impl MemoryWriter {
             return Ok(RememberResult::Merged { memory });
         }
 
+        let now = Utc::now();
         let new_memory = NewSemanticMemory {
             id: Uuid::now_v7(),
             conversation_id: command.conversation.map(|c| c.as_uuid()),
@@ -207,9 +218,9 @@ impl MemoryWriter {
             pinned: command.pin,
             manually_saved: analysis.manually_saved,
             last_scores: self.settings.retention().scores_without_query(
-                Utc::now(),
+                now,
                 analysis.importance,
-                Utc::now(),
+                now,
             ),
         };
         let event = self
@@ -237,7 +248,7 @@ impl MemoryWriter {
         transaction.commit().await?;
 
         self.metrics.record_created();
-        if let Some(wake) = &self.embedding_wake {
+        if let Some(wake) = &self.new_entry_wake {
             wake.notify_one();
         }
         if !trimmed.is_empty() {

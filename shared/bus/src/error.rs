@@ -1,5 +1,5 @@
-//! Bus failures. All of them are worth retrying after a reconnect except a broker's nack of a
-//! publish, which says the broker could not take the message.
+//! Bus failures. Callers treat every one the same way: reconnect with backoff and try again
+//! (events wait in the outbox, messages in their queue).
 
 #[derive(Debug, thiserror::Error)]
 pub enum BusError {
@@ -7,12 +7,4 @@ pub enum BusError {
     Broker(#[from] lapin::Error),
     #[error("the broker refused (nacked) the message")]
     Nacked,
-}
-
-impl BusError {
-    pub fn is_retryable(&self) -> bool {
-        match self {
-            BusError::Broker(_) | BusError::Nacked => true,
-        }
-    }
 }

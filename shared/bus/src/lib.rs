@@ -23,7 +23,7 @@ use futures::StreamExt as _;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection, ConnectionProperties};
-pub use publisher::{OutgoingEvent, Publisher};
+pub use publisher::{OutgoingEvent, Publisher, current_trace_headers};
 pub use topology::{QueueSpec, Topology};
 
 /// Header counting how many times a message was sent back for a retry.

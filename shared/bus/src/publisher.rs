@@ -90,13 +90,11 @@ async fn confirmed_prefix(pending: Vec<lapin::PublisherConfirm>) -> usize {
 
 /// Message id, protobuf type, content type, persistence and trace context of an event.
 fn properties_of(event: &OutgoingEvent) -> BasicProperties {
-    let mut trace_headers = event.trace_headers.clone();
-    if trace_headers.is_empty() {
-        let context = tracing::Span::current().context();
-        opentelemetry::global::get_text_map_propagator(|propagator| {
-            propagator.inject_context(&context, &mut trace_headers);
-        });
-    }
+    let trace_headers = if event.trace_headers.is_empty() {
+        current_trace_headers()
+    } else {
+        event.trace_headers.clone()
+    };
     let mut headers = FieldTable::default();
     for (name, value) in trace_headers {
         headers.insert(name.into(), AMQPValue::LongString(value.into()));
@@ -107,6 +105,17 @@ fn properties_of(event: &OutgoingEvent) -> BasicProperties {
         .with_content_type(CONTENT_TYPE.into())
         .with_delivery_mode(2)
         .with_headers(headers)
+}
+
+/// The W3C trace context (`traceparent`, `tracestate`) of the current span, to send with a message
+/// or store beside an outbox event.
+pub fn current_trace_headers() -> HashMap<String, String> {
+    let mut headers = HashMap::new();
+    let context = tracing::Span::current().context();
+    opentelemetry::global::get_text_map_propagator(|propagator| {
+        propagator.inject_context(&context, &mut headers)
+    });
+    headers
 }
 
 /// Publishes on a confirm-mode channel and waits for the broker's answer; a nack is an error.
