@@ -19,6 +19,8 @@ pub enum MemoryCommand {
     MemoryOn,
     IncognitoStart,
     IncognitoEnd,
+    /// "What do you remember about X": answer with what retrieval finds for X.
+    Recall(String),
 }
 
 struct Grammar {
@@ -31,6 +33,7 @@ struct Grammar {
     memory_on: Regex,
     incognito_start: Regex,
     incognito_end: Regex,
+    recall: Regex,
 }
 
 fn rule(pattern: &str) -> Regex {
@@ -64,6 +67,9 @@ static GRAMMAR: LazyLock<Grammar> = LazyLock::new(|| Grammar {
     ),
     incognito_end: rule(
         r"(?i)^(?:stop|end|exit|leave|disable|turn\s+off|quit)\s+incognito(?:\s+mode)?(?:\s+(?:for|in)\s+this\s+(?:chat|conversation))?$|^(?:关闭|结束|退出|停止)(?:无痕|隐身)(?:模式)?$",
+    ),
+    recall: rule(
+        r"(?is)^(?:what|which\s+things)\s+do\s+you\s+(?:remember|know|recall)\s+about\s+(?P<topic>.+)$|^(?:tell\s+me\s+)?what\s+you\s+(?:remember|know|recall)\s+about\s+(?P<topic2>.+)$|^do\s+you\s+(?:still\s+)?remember\s+(?:anything\s+about\s+)?(?P<topic3>.+)$|^你(?:还)?(?:记得|记住了)(?:关于)?(?P<topic_zh>.+?)(?:的(?:什么|哪些(?:事|事情|东西)?)|什么)?$|^关于(?P<topic_zh2>.+?)你(?:还)?(?:记得|知道)(?:些)?什么$",
     ),
 });
 
@@ -102,6 +108,16 @@ pub fn parse_command(message: &str) -> Option<MemoryCommand> {
     }
     if grammar.incognito_end.is_match(core) {
         return Some(MemoryCommand::IncognitoEnd);
+    }
+    if let Some(captures) = grammar.recall.captures(core) {
+        let topic = ["topic", "topic2", "topic3", "topic_zh", "topic_zh2"]
+            .iter()
+            .find_map(|name| captures.name(name))
+            .map(|m| m.as_str().trim())
+            .unwrap_or_default();
+        if !topic.is_empty() {
+            return Some(MemoryCommand::Recall(topic.to_owned()));
+        }
     }
     if let Some(captures) = grammar.remember.captures(without_prefix) {
         let content = captures
@@ -197,10 +213,33 @@ mod tests {
     }
 
     #[test]
+    fn recognises_questions_about_what_is_remembered() {
+        let cases = [
+            ("What do you remember about my sister?", "my sister"),
+            ("what do you know about Project Atlas", "Project Atlas"),
+            ("Tell me what you remember about the trip to Kyoto.", "the trip to Kyoto"),
+            ("Do you remember anything about my allergies?", "my allergies"),
+            ("do you still remember my dog's name", "my dog's name"),
+            ("你记得关于我妹妹的什么", "我妹妹"),
+            ("你还记得我的狗吗？", "我的狗"),
+            ("关于京都旅行你记得什么", "京都旅行"),
+        ];
+        for (message, topic) in cases {
+            assert_eq!(parse_command(message), Some(Recall(topic.to_owned())), "{message}");
+        }
+        // Telling Engram to remember is not asking what it remembers.
+        assert_eq!(
+            parse_command("记得明天开会"),
+            Some(Remember("明天开会".to_owned()))
+        );
+    }
+
+    #[test]
     fn ordinary_conversation_is_no_command() {
         for message in [
             "I always forget that my keys are in the car",
-            "Do you remember the meeting?",
+            "I remember the meeting",
+            "what do you think about Rust?",
             "what's the weather",
             "pin the tail on the donkey",
             "I turned off the memory foam mattress heater",

@@ -12,6 +12,7 @@ pub mod importance;
 pub mod memory_state;
 pub mod metadata;
 pub mod normalize;
+pub mod retrieval;
 pub mod simhash;
 pub mod validate;
 

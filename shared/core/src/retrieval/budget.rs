@@ -1,0 +1,188 @@
+//! The token budget of a retrieval's Markdown, counted with a real BPE tokenizer (o200k_base, the
+//! encoding of current OpenAI models; other LLMs' tokenizers land within a few percent of it).
+//!
+//! Parts are taken in priority order — the best episode, the best fact, the second episode, the
+//! second fact, … — so that neither section can starve the other. An episode whose details do
+//! not fit is tried without them; a part that does not fit at all is left out and the response is
+//! marked truncated. The assembled Markdown is counted once more at the end, and parts are dropped
+//! from the back should joining them have cost more than their separate counts.
+
+use std::sync::LazyLock;
+
+use tiktoken_rs::CoreBPE;
+
+use super::markdown::{EPISODIC_HEADING, SEMANTIC_HEADING, assemble};
+
+static TOKENIZER: LazyLock<CoreBPE> =
+    LazyLock::new(|| tiktoken_rs::o200k_base().expect("the o200k_base vocabulary ships with tiktoken-rs"));
+
+/// Default budget of a retrieval's Markdown.
+pub const DEFAULT_TOKEN_BUDGET: u32 = 2_000;
+
+/// Tokens of a text.
+pub fn count_tokens(text: &str) -> usize {
+    TOKENIZER.encode_ordinary(text).len()
+}
+
+/// A rendered episode, with the shorter rendering to fall back on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EpisodePart {
+    pub full: String,
+    /// The block without its details, when `full` has details.
+    pub without_details: Option<String>,
+}
+
+/// What fit: indexes into the inputs (in their original order) and the Markdown.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fitted {
+    pub facts: Vec<usize>,
+    /// Index and whether its details were kept.
+    pub episodes: Vec<(usize, bool)>,
+    pub markdown: String,
+    pub tokens: usize,
+    pub truncated: bool,
+}
+
+#[derive(Clone, Copy)]
+enum Part {
+    Fact(usize),
+    Episode(usize),
+}
+
+/// Fits facts (best first) and episodes (best first) into `budget` tokens.
+pub fn fit(facts: &[String], episodes: &[EpisodePart], budget: usize) -> Fitted {
+    let mut order = Vec::with_capacity(facts.len() + episodes.len());
+    for position in 0..facts.len().max(episodes.len()) {
+        if position < episodes.len() {
+            order.push(Part::Episode(position));
+        }
+        if position < facts.len() {
+            order.push(Part::Fact(position));
+        }
+    }
+    // Headings and the blank lines between parts, paid once a section is present.
+    let semantic_overhead = count_tokens(SEMANTIC_HEADING);
+    let episodic_overhead = count_tokens(EPISODIC_HEADING) + 2;
+
+    let mut used = 0usize;
+    let mut truncated = false;
+    let mut taken_facts: Vec<usize> = Vec::new();
+    let mut taken_episodes: Vec<(usize, bool)> = Vec::new();
+    // Order in which parts were taken, to drop from the back if the final count is over.
+    let mut taken_order: Vec<Part> = Vec::new();
+    for part in order {
+        match part {
+            Part::Fact(index) => {
+                let overhead = if taken_facts.is_empty() { semantic_overhead } else { 0 };
+                let cost = overhead + count_tokens(&facts[index]);
+                if used + cost <= budget {
+                    used += cost;
+                    taken_facts.push(index);
+                    taken_order.push(part);
+                } else {
+                    truncated = true;
+                }
+            }
+            Part::Episode(index) => {
+                let overhead = if taken_episodes.is_empty() { episodic_overhead } else { 1 };
+                let full = overhead + count_tokens(&episodes[index].full);
+                if used + full <= budget {
+                    used += full;
+                    taken_episodes.push((index, true));
+                    taken_order.push(part);
+                    continue;
+                }
+                truncated = true;
+                if let Some(short) = &episodes[index].without_details {
+                    let cost = overhead + count_tokens(short);
+                    if used + cost <= budget {
+                        used += cost;
+                        taken_episodes.push((index, false));
+                        taken_order.push(part);
+                    }
+                }
+            }
+        }
+    }
+
+    loop {
+        taken_facts.sort_unstable();
+        taken_episodes.sort_unstable();
+        let fact_lines: Vec<String> = taken_facts.iter().map(|&i| facts[i].clone()).collect();
+        let blocks: Vec<String> = taken_episodes
+            .iter()
+            .map(|&(i, details)| match (&episodes[i].without_details, details) {
+                (Some(short), false) => short.clone(),
+                _ => episodes[i].full.clone(),
+            })
+            .collect();
+        let markdown = assemble(&fact_lines, &blocks);
+        let tokens = count_tokens(&markdown);
+        if tokens <= budget || taken_order.is_empty() {
+            return Fitted {
+                facts: taken_facts,
+                episodes: taken_episodes,
+                markdown,
+                tokens,
+                truncated,
+            };
+        }
+        truncated = true;
+        match taken_order.pop() {
+            Some(Part::Fact(index)) => taken_facts.retain(|&i| i != index),
+            Some(Part::Episode(index)) => taken_episodes.retain(|&(i, _)| i != index),
+            None => unreachable!("checked above"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(n: usize) -> Vec<String> {
+        (0..n)
+            .map(|i| format!("- [fact] The user mentioned item number {i} in a conversation (sources: 1 conversation)\n"))
+            .collect()
+    }
+
+    fn episode(words: usize, details: usize) -> EpisodePart {
+        let summary = "word ".repeat(words);
+        let short = format!("### Title [rank: 1, score: 0.500]\n**When:** yesterday\n**Summary:** {summary}\n");
+        let full = format!("{short}\n**Details:**\n{}", "- user: \"detail line\"\n".repeat(details));
+        EpisodePart { full, without_details: Some(short) }
+    }
+
+    #[test]
+    fn everything_fits_in_a_large_budget() {
+        let fitted = fit(&facts(3), &[episode(10, 2)], 2_000);
+        assert_eq!(fitted.facts, vec![0, 1, 2]);
+        assert_eq!(fitted.episodes, vec![(0, true)]);
+        assert!(!fitted.truncated);
+        assert_eq!(fitted.tokens, count_tokens(&fitted.markdown));
+    }
+
+    #[test]
+    fn a_small_budget_cuts_and_says_so_and_is_never_exceeded() {
+        for budget in [0, 10, 40, 80, 150, 300] {
+            let fitted = fit(&facts(20), &[episode(30, 40), episode(30, 0)], budget);
+            assert!(fitted.truncated, "budget {budget}");
+            if !fitted.facts.is_empty() || !fitted.episodes.is_empty() {
+                assert!(fitted.tokens <= budget, "budget {budget}: {}", fitted.tokens);
+            }
+        }
+    }
+
+    #[test]
+    fn details_are_dropped_before_the_episode() {
+        let fitted = fit(&[], &[episode(10, 200)], 120);
+        assert_eq!(fitted.episodes, vec![(0, false)]);
+        assert!(fitted.truncated);
+    }
+
+    #[test]
+    fn counts_real_tokens() {
+        assert_eq!(count_tokens("hello world"), 2);
+        assert!(count_tokens("我喜欢深色模式") >= 3);
+    }
+}

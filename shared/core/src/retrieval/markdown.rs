@@ -1,0 +1,194 @@
+//! The Markdown an LLM reads: semantic facts first as one flat list, then episodes with rank,
+//! score, a `key moment` mark for surprising ones, when they happened, their summary and — as the
+//! detail level asks — the conversation excerpt. Each part renders on its own so the token budget
+//! can count and drop parts before they are assembled.
+
+use chrono::{DateTime, Utc};
+
+/// Surprise at or above which an episode is a key moment.
+pub const KEY_MOMENT_SURPRISE: f64 = 0.7;
+
+pub const SEMANTIC_HEADING: &str = "## Semantic Memory\n";
+pub const EPISODIC_HEADING: &str = "## Episodic Memories\n";
+/// What the Markdown says when nothing was found.
+pub const NOTHING_FOUND: &str = "No relevant memories.\n";
+
+/// How much of the conversation behind an episode to show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Detail {
+    /// Ranks 1 and 2 when they are key moments.
+    #[default]
+    Auto,
+    /// Summaries only.
+    None,
+    /// Rank 1 when it is a key moment.
+    Low,
+    /// Every episode.
+    High,
+}
+
+impl Detail {
+    pub fn shows_details(self, rank: usize, surprise: f64) -> bool {
+        let key_moment = surprise >= KEY_MOMENT_SURPRISE;
+        match self {
+            Self::Auto => rank <= 2 && key_moment,
+            Self::None => false,
+            Self::Low => rank == 1 && key_moment,
+            Self::High => true,
+        }
+    }
+}
+
+/// Where a fact came from, as the list shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provenance {
+    /// Derived from (or repeated in) this many conversations.
+    Conversations(usize),
+    /// Saved explicitly, outside any conversation.
+    SavedByUser,
+}
+
+/// `- [preference] User prefers dark mode (sources: 2 conversations)`
+pub fn fact_line(category: &str, text: &str, provenance: Provenance) -> String {
+    let text = one_line(text);
+    match provenance {
+        Provenance::Conversations(1) => format!("- [{category}] {text} (sources: 1 conversation)\n"),
+        Provenance::Conversations(n) => format!("- [{category}] {text} (sources: {n} conversations)\n"),
+        Provenance::SavedByUser => format!("- [{category}] {text} (saved by the user)\n"),
+    }
+}
+
+/// One turn of the conversation excerpt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Turn {
+    pub role: String,
+    pub content: String,
+}
+
+/// An episode as the Markdown shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EpisodeView<'a> {
+    pub title: &'a str,
+    pub rank: usize,
+    pub score: f64,
+    pub surprise: f64,
+    pub end_at: DateTime<Utc>,
+    pub summary: &'a str,
+    pub turns: &'a [Turn],
+}
+
+/// The episode's block, with or without its details.
+pub fn episode_block(episode: &EpisodeView<'_>, with_details: bool, now: DateTime<Utc>) -> String {
+    let key_moment = if episode.surprise >= KEY_MOMENT_SURPRISE {
+        ", key moment"
+    } else {
+        ""
+    };
+    let mut block = format!(
+        "### {} [rank: {}, score: {:.3}{key_moment}]\n**When:** {}\n**Summary:** {}\n",
+        one_line(episode.title),
+        episode.rank,
+        episode.score,
+        relative_time(episode.end_at, now),
+        one_line(episode.summary),
+    );
+    if with_details && !episode.turns.is_empty() {
+        block.push_str("\n**Details:**\n");
+        for turn in episode.turns {
+            block.push_str(&format!("- {}: \"{}\"\n", turn.role, one_line(&turn.content)));
+        }
+    }
+    block
+}
+
+/// The whole Markdown from rendered parts (fact lines and episode blocks, in order).
+pub fn assemble(fact_lines: &[String], episode_blocks: &[String]) -> String {
+    if fact_lines.is_empty() && episode_blocks.is_empty() {
+        return NOTHING_FOUND.to_owned();
+    }
+    let mut markdown = String::new();
+    if !fact_lines.is_empty() {
+        markdown.push_str(SEMANTIC_HEADING);
+        fact_lines.iter().for_each(|line| markdown.push_str(line));
+    }
+    if !episode_blocks.is_empty() {
+        if !markdown.is_empty() {
+            markdown.push('\n');
+        }
+        markdown.push_str(EPISODIC_HEADING);
+        for block in episode_blocks {
+            markdown.push('\n');
+            markdown.push_str(block);
+        }
+    }
+    markdown
+}
+
+/// "just now", "5 minutes ago", "yesterday", "3 weeks ago" ...
+pub fn relative_time(then: DateTime<Utc>, now: DateTime<Utc>) -> String {
+    let seconds = (now - then).num_seconds();
+    if seconds < 60 {
+        return "just now".to_owned();
+    }
+    let plural = |n: i64, unit: &str| {
+        if n == 1 {
+            format!("1 {unit} ago")
+        } else {
+            format!("{n} {unit}s ago")
+        }
+    };
+    let minutes = seconds / 60;
+    let hours = minutes / 60;
+    let days = hours / 24;
+    match () {
+        _ if minutes < 60 => plural(minutes, "minute"),
+        _ if hours < 24 => plural(hours, "hour"),
+        _ if days == 1 => "yesterday".to_owned(),
+        _ if days < 14 => plural(days, "day"),
+        _ if days < 60 => plural(days / 7, "week"),
+        _ if days < 365 => plural(days / 30, "month"),
+        _ => plural(days / 365, "year"),
+    }
+}
+
+/// Line breaks inside a value would break the list structure.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Duration;
+
+    #[test]
+    fn detail_levels_follow_rank_and_surprise() {
+        assert!(Detail::Auto.shows_details(2, 0.7));
+        assert!(!Detail::Auto.shows_details(3, 0.9));
+        assert!(!Detail::Auto.shows_details(1, 0.69));
+        assert!(Detail::Low.shows_details(1, 0.8));
+        assert!(!Detail::Low.shows_details(2, 0.8));
+        assert!(!Detail::None.shows_details(1, 1.0));
+        assert!(Detail::High.shows_details(9, 0.0));
+    }
+
+    #[test]
+    fn relative_times_read_naturally() {
+        let now = Utc::now();
+        let cases = [
+            (Duration::seconds(5), "just now"),
+            (Duration::minutes(1), "1 minute ago"),
+            (Duration::minutes(59), "59 minutes ago"),
+            (Duration::hours(3), "3 hours ago"),
+            (Duration::hours(30), "yesterday"),
+            (Duration::days(2), "2 days ago"),
+            (Duration::days(20), "2 weeks ago"),
+            (Duration::days(90), "3 months ago"),
+            (Duration::days(800), "2 years ago"),
+            (Duration::seconds(-30), "just now"),
+        ];
+        for (age, expected) in cases {
+            assert_eq!(relative_time(now - age, now), expected);
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! The two ranking profiles, applied to fused candidates.
+//!
+//! - `fsrs` (the retrieve-memory API): an episode scores rrf × retrievability, the FSRS
+//!   probability that it is still remembered; a semantic fact scores rrf (facts do not decay).
+//! - `triscore` (the theoria policy): α·relevance + β·recency + γ·importance, with relevance the
+//!   cosine of query and entry (the sparse score normalised to [0, 1] when the entry has no
+//!   embedding), recency exp(−Δt/τ) and the stored importance.
+//!
+//! Every candidate gets the whole breakdown whatever the profile, so a response can say why an
+//! entry ranked where it did, and the cached `last_scores` stay on the capacity policy's scale.
+
+use chrono::{DateTime, Utc};
+
+use super::fusion::{DEFAULT_RRF_K, Fused};
+use crate::capacity::Scores;
+use crate::memory_state::{days_since, retrievability};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RankingProfile {
+    Fsrs,
+    Triscore,
+}
+
+impl RankingProfile {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Fsrs => "fsrs",
+            Self::Triscore => "triscore",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "fsrs" => Some(Self::Fsrs),
+            "triscore" => Some(Self::Triscore),
+            _ => None,
+        }
+    }
+}
+
+/// Everything that shapes ranking, per request (defaults from configuration).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RankingParams {
+    pub profile: RankingProfile,
+    /// Candidates taken from each leg before fusion.
+    pub candidates_per_leg: u32,
+    pub rrf_k: f64,
+    /// MMR trade-off: 1 ranks by score alone, 0 by diversity alone.
+    pub mmr_lambda: f64,
+    pub alpha: f64,
+    pub beta: f64,
+    pub gamma: f64,
+    /// Recency time constant τ, in days.
+    pub recency_tau_days: f64,
+}
+
+impl Default for RankingParams {
+    fn default() -> Self {
+        Self {
+            profile: RankingProfile::Fsrs,
+            candidates_per_leg: 100,
+            rrf_k: DEFAULT_RRF_K,
+            mmr_lambda: 0.7,
+            alpha: 1.0,
+            beta: 1.0,
+            gamma: 1.0,
+            recency_tau_days: 7.0,
+        }
+    }
+}
+
+/// What ranking needs to know about a candidate besides its fusion result.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CandidateFacts {
+    pub created_at: DateTime<Utc>,
+    pub importance: f64,
+    /// Cosine of the query and the entry's embedding, when both exist.
+    pub query_cosine: Option<f64>,
+    /// Stability, difficulty and last review of an episode.
+    pub fsrs: Option<(f64, f64, DateTime<Utc>)>,
+}
+
+/// Why a candidate scored what it did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScoreParts {
+    pub rrf: f64,
+    /// FSRS retrievability (episodes); 1 for facts.
+    pub retrievability: f64,
+    pub relevance: f64,
+    pub recency: f64,
+    pub importance: f64,
+    /// The ranking profile's score.
+    pub total: f64,
+}
+
+impl ScoreParts {
+    /// The scores cached on the entry: relevance + recency + importance, the scale on which the
+    /// capacity policy compares entries, whichever profile ranked this request.
+    pub fn cached(&self, computed_at: DateTime<Utc>) -> Scores {
+        Scores {
+            relevance: self.relevance,
+            recency: self.recency,
+            importance: self.importance,
+            total: self.relevance + self.recency + self.importance,
+            computed_at,
+        }
+    }
+}
+
+/// exp(−Δt/τ) with Δt in days; an entry from the future counts as new.
+pub fn recency(created_at: DateTime<Utc>, now: DateTime<Utc>, tau_days: f64) -> f64 {
+    (-days_since(created_at, now) / tau_days).exp()
+}
+
+/// Scores one candidate. `best_sparse_score` is the highest sparse score among the candidates
+/// (normalises the sparse fallback of relevance to [0, 1]).
+pub fn score(
+    candidate: &Fused,
+    facts: &CandidateFacts,
+    params: &RankingParams,
+    best_sparse_score: f64,
+    now: DateTime<Utc>,
+) -> ScoreParts {
+    let retrievability = match facts.fsrs {
+        Some((stability, difficulty, last_reviewed_at)) => retrievability(
+            stability,
+            difficulty,
+            days_since(last_reviewed_at, now),
+        )
+        .clamp(0.0, 1.0),
+        None => 1.0,
+    };
+    let relevance = match (facts.query_cosine, candidate.sparse) {
+        (Some(cosine), _) => cosine.clamp(0.0, 1.0),
+        (None, Some(hit)) if best_sparse_score > 0.0 => (hit.score / best_sparse_score).clamp(0.0, 1.0),
+        _ => 0.0,
+    };
+    let recency = recency(facts.created_at, now, params.recency_tau_days);
+    let importance = facts.importance.clamp(0.0, 1.0);
+    let total = match params.profile {
+        RankingProfile::Fsrs => candidate.rrf * retrievability,
+        RankingProfile::Triscore => {
+            params.alpha * relevance + params.beta * recency + params.gamma * importance
+        }
+    };
+    ScoreParts {
+        rrf: candidate.rrf,
+        retrievability,
+        relevance,
+        recency,
+        importance,
+        total,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::retrieval::fusion::LegHit;
+    use chrono::Duration;
+    use uuid::Uuid;
+
+    fn candidate(rrf: f64, sparse: Option<f64>) -> Fused {
+        Fused {
+            id: Uuid::nil(),
+            sparse: sparse.map(|score| LegHit { rank: 1, score }),
+            dense: None,
+            rrf,
+        }
+    }
+
+    #[test]
+    fn fsrs_profile_discounts_faded_episodes_but_not_facts() {
+        let now = Utc::now();
+        let params = RankingParams::default();
+        let fresh = CandidateFacts {
+            created_at: now,
+            importance: 0.5,
+            query_cosine: Some(0.8),
+            fsrs: Some((2.0, 5.0, now)),
+        };
+        let faded = CandidateFacts {
+            fsrs: Some((2.0, 5.0, now - Duration::days(60))),
+            ..fresh
+        };
+        let fact = CandidateFacts { fsrs: None, ..faded };
+        let c = candidate(0.03, None);
+        let fresh = score(&c, &fresh, &params, 0.0, now);
+        let faded = score(&c, &faded, &params, 0.0, now);
+        let fact = score(&c, &fact, &params, 0.0, now);
+        assert!((fresh.total - 0.03).abs() < 1e-9);
+        assert!(faded.total < 0.03 * 0.7, "{faded:?}");
+        assert_eq!(fact.total, 0.03);
+    }
+
+    #[test]
+    fn triscore_weighs_relevance_recency_and_importance() {
+        let now = Utc::now();
+        let params = RankingParams {
+            profile: RankingProfile::Triscore,
+            alpha: 2.0,
+            beta: 1.0,
+            gamma: 0.5,
+            ..RankingParams::default()
+        };
+        let facts = CandidateFacts {
+            created_at: now - Duration::days(7),
+            importance: 0.6,
+            query_cosine: None,
+            fsrs: None,
+        };
+        let parts = score(&candidate(0.02, Some(3.0)), &facts, &params, 6.0, now);
+        assert!((parts.relevance - 0.5).abs() < 1e-12, "sparse score normalised");
+        assert!((parts.recency - (-1.0f64).exp()).abs() < 1e-9, "one τ old");
+        let expected = 2.0 * 0.5 + (-1.0f64).exp() + 0.5 * 0.6;
+        assert!((parts.total - expected).abs() < 1e-9);
+        let cached = parts.cached(now);
+        assert!((cached.total - (0.5 + (-1.0f64).exp() + 0.6)).abs() < 1e-9);
+    }
+}
