@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use engram_embed::{Embedder, LocalEmbedder, LocalModelSettings, OpenAiEmbedder, OpenAiSettings};
+use engram_embed::Embedder;
 use engram_proto::v1::ingest_service_server::IngestServiceServer;
 use engram_server::{GrpcServer, TokenRegistry};
 use sqlx::PgPool;
@@ -17,7 +17,7 @@ use tonic::service::Routes;
 
 use crate::backfill::{BackfillSettings, EmbeddingBackfill};
 use crate::bus::{EmbeddingConsumer, OutboxRelay};
-use crate::config::{EmbedProvider, EmbedSettings, IngestSettings};
+use crate::config::IngestSettings;
 use crate::grpc::IngestApi;
 use crate::metrics::IngestMetrics;
 use crate::write_path::MemoryWriter;
@@ -47,7 +47,12 @@ impl App {
         let metrics = Arc::new(IngestMetrics::default());
         let mut writer = MemoryWriter::new(pool.clone(), settings.memory.clone(), metrics.clone());
 
-        let Some(embedder) = load_embedder(&settings.embed).await? else {
+        let Some(embedder) = engram_embed::load_embedder(&settings.embed.embedder_choice())
+            .await
+            .context(
+                "cannot load the embedder; run `make models` or set ENGRAM_EMBED__MODEL_DIR",
+            )?
+        else {
             tracing::warn!(
                 "embedding backfill disabled: entries keep needs_embedding until an embedder runs"
             );
@@ -159,39 +164,6 @@ impl App {
         purger.abort();
         self.pool.close().await;
         served
-    }
-}
-
-/// Builds the configured embedder; the local model loads on a blocking thread.
-async fn load_embedder(settings: &EmbedSettings) -> anyhow::Result<Option<Arc<dyn Embedder>>> {
-    match settings.provider {
-        EmbedProvider::Disabled => Ok(None),
-        EmbedProvider::Local => {
-            let local = LocalModelSettings {
-                model_dir: settings.model_dir.clone(),
-                max_batch: settings.batch_size.max(1),
-                max_tokens: settings.max_tokens,
-            };
-            let embedder = tokio::task::spawn_blocking(move || LocalEmbedder::load(&local))
-                .await?
-                .context("cannot load the local embedding model; run `make models` or set ENGRAM_EMBED__MODEL_DIR")?;
-            Ok(Some(Arc::new(embedder)))
-        }
-        EmbedProvider::Openai => {
-            let openai = &settings.openai;
-            let embedder = OpenAiEmbedder::new(OpenAiSettings {
-                base_url: openai.base_url.clone(),
-                model: openai.model.clone(),
-                api_key: openai.api_key.clone(),
-                dimension: openai.dimension,
-                max_batch: settings.batch_size.max(1),
-                timeout: Duration::from_secs(openai.timeout_secs),
-                max_retries: openai.max_retries,
-                min_backoff: Duration::from_millis(200),
-                max_backoff: Duration::from_secs(30),
-            })?;
-            Ok(Some(Arc::new(embedder)))
-        }
     }
 }
 

@@ -64,6 +64,19 @@ impl MemoryWriter {
             });
         };
         tracing::info!(command = ?command, "memory command recognised");
+        if let MemoryCommand::Recall(topic) = &command {
+            // Answering with a retrieval's Markdown needs the retrieval pipeline in ingest (issue
+            // 4, not wired yet): the command is recognised and reported as not applied.
+            return Ok(CommandOutcome {
+                command: Some(command.clone()),
+                applied: false,
+                reply: format!(
+                    "asked what is remembered about {topic:?}; call RetrieveMemory for it"
+                ),
+                memory: None,
+                remember: None,
+            });
+        }
         match command.clone() {
             MemoryCommand::ForgetLast => {
                 let Some(last) = self.last_written(scope, conversation).await? else {
@@ -154,6 +167,7 @@ impl MemoryWriter {
                 };
                 Ok(CommandOutcome::done(command, reply, None))
             }
+            MemoryCommand::Recall(_) => unreachable!("answered above"),
             MemoryCommand::IncognitoStart | MemoryCommand::IncognitoEnd => {
                 let incognito = command == MemoryCommand::IncognitoStart;
                 self.set_incognito(scope, conversation, incognito).await?;

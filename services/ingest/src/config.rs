@@ -19,17 +19,7 @@ pub struct IngestSettings {
     pub amqp: AmqpSettings,
 }
 
-/// Which embedder fills in embeddings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EmbedProvider {
-    /// all-MiniLM-L6-v2 on the CPU, from `model_dir` (the default; no network, no key).
-    Local,
-    /// An OpenAI-compatible `/v1/embeddings` endpoint.
-    Openai,
-    /// No backfill: entries keep `needs_embedding` until an embedder runs.
-    Disabled,
-}
+pub use engram_embed::{EmbedProvider, OpenAiEmbedSettings};
 
 /// The embedding backfill.
 #[derive(Debug, Clone, Deserialize)]
@@ -51,17 +41,6 @@ pub struct EmbedSettings {
     pub openai: OpenAiEmbedSettings,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-pub struct OpenAiEmbedSettings {
-    pub base_url: String,
-    pub model: String,
-    pub api_key: Option<secrecy::SecretString>,
-    /// Must equal the store's embedding dimension.
-    pub dimension: usize,
-    pub timeout_secs: u64,
-    pub max_retries: usize,
-}
-
 /// The write path's policy knobs.
 #[derive(Debug, Clone, Deserialize)]
 pub struct MemorySettings {
@@ -76,6 +55,18 @@ pub struct MemorySettings {
     pub score_staleness_secs: i64,
     /// Longest accepted memory text, in characters.
     pub max_text_chars: usize,
+}
+
+impl EmbedSettings {
+    pub fn embedder_choice(&self) -> engram_embed::EmbedderChoice {
+        engram_embed::EmbedderChoice {
+            provider: self.provider,
+            model_dir: self.model_dir.clone(),
+            max_tokens: self.max_tokens,
+            max_batch: self.batch_size.max(1),
+            openai: self.openai.clone(),
+        }
+    }
 }
 
 impl MemorySettings {

@@ -116,7 +116,7 @@ fn remember_to_proto(result: RememberResult) -> v1::RememberResponse {
 
 fn command_action(command: Option<&MemoryCommand>) -> v1::CommandAction {
     match command {
-        None => v1::CommandAction::NoCommand,
+        None | Some(MemoryCommand::Recall(_)) => v1::CommandAction::NoCommand,
         Some(MemoryCommand::ForgetLast) => v1::CommandAction::Forget,
         Some(MemoryCommand::PinLast) => v1::CommandAction::Pin,
         Some(MemoryCommand::Remember(_)) => v1::CommandAction::Remember,

@@ -217,15 +217,25 @@ mod tests {
         let cases = [
             ("What do you remember about my sister?", "my sister"),
             ("what do you know about Project Atlas", "Project Atlas"),
-            ("Tell me what you remember about the trip to Kyoto.", "the trip to Kyoto"),
-            ("Do you remember anything about my allergies?", "my allergies"),
+            (
+                "Tell me what you remember about the trip to Kyoto.",
+                "the trip to Kyoto",
+            ),
+            (
+                "Do you remember anything about my allergies?",
+                "my allergies",
+            ),
             ("do you still remember my dog's name", "my dog's name"),
             ("你记得关于我妹妹的什么", "我妹妹"),
             ("你还记得我的狗吗？", "我的狗"),
             ("关于京都旅行你记得什么", "京都旅行"),
         ];
         for (message, topic) in cases {
-            assert_eq!(parse_command(message), Some(Recall(topic.to_owned())), "{message}");
+            assert_eq!(
+                parse_command(message),
+                Some(Recall(topic.to_owned())),
+                "{message}"
+            );
         }
         // Telling Engram to remember is not asking what it remembers.
         assert_eq!(

@@ -12,6 +12,7 @@
 
 #![forbid(unsafe_code)]
 
+mod choice;
 mod error;
 mod local;
 mod openai;
@@ -19,6 +20,7 @@ mod openai;
 use std::future::Future;
 use std::pin::Pin;
 
+pub use choice::{EmbedProvider, EmbedderChoice, OpenAiEmbedSettings, load_embedder};
 pub use error::EmbedError;
 pub use local::{LocalEmbedder, LocalModelSettings};
 pub use openai::{OpenAiEmbedder, OpenAiSettings};

@@ -108,8 +108,9 @@ pub async fn record_failure(
     Ok(failures.is_some_and(|failures| failures >= max_failures))
 }
 
-/// Stores embeddings and clears the flag. Rows embedded meanwhile (flag already clear) are left
-/// alone, so the same work done twice changes nothing. Returns how many rows were updated.
+/// Stores embeddings (in `memory_embeddings`, beside the entries) and clears the flag. Rows
+/// embedded meanwhile (flag already clear) are left alone, so the same work done twice changes
+/// nothing. Returns how many entries got their embedding.
 pub async fn store(
     connection: &mut PgConnection,
     embeddings: &[(Uuid, Vec<f32>)],
@@ -124,10 +125,15 @@ pub async fn store(
         .map(|(_, vector)| Vector::from(vector.clone()))
         .collect();
     let result = sqlx::query(
-        "UPDATE memories m SET embedding = e.embedding, embedding_model = $3, needs_embedding = false, \
-             embedded_at = now(), embedding_failures = 0, embedding_error = NULL, embedding_claimed_until = NULL \
-         FROM UNNEST($1::uuid[], $2::vector[]) AS e(id, embedding) \
-         WHERE m.id = e.id AND m.needs_embedding",
+        "WITH embedded AS ( \
+             UPDATE memories m SET embedding_model = $3, needs_embedding = false, embedded_at = now(), \
+                 embedding_failures = 0, embedding_error = NULL, embedding_claimed_until = NULL \
+             WHERE m.id = ANY($1) AND m.needs_embedding \
+             RETURNING m.id, m.user_id, m.space, m.kind) \
+         INSERT INTO memory_embeddings (memory_id, user_id, space, kind, embedding) \
+         SELECT embedded.id, embedded.user_id, embedded.space, embedded.kind, e.embedding \
+         FROM embedded JOIN UNNEST($1::uuid[], $2::vector[]) AS e(id, embedding) ON e.id = embedded.id \
+         ON CONFLICT (memory_id) DO UPDATE SET embedding = EXCLUDED.embedding",
     )
     .bind(&ids)
     .bind(&vectors)
@@ -155,10 +161,11 @@ pub async fn backlog(pool: &PgPool, max_failures: i32) -> Result<Backlog, StoreE
     Ok(backlog)
 }
 
-/// The dimension of the `embedding` column, as the schema declares it.
+/// The dimension of stored embeddings, as the schema declares it.
 pub async fn stored_dimension(pool: &PgPool) -> Result<usize, StoreError> {
     let typmod: i32 = sqlx::query_scalar(
-        "SELECT atttypmod FROM pg_attribute WHERE attrelid = 'memories'::regclass AND attname = 'embedding'",
+        "SELECT atttypmod FROM pg_attribute \
+         WHERE attrelid = 'memory_embeddings'::regclass AND attname = 'embedding'",
     )
     .fetch_one(pool)
     .await?;

@@ -14,8 +14,10 @@ pub mod error;
 #[macro_use]
 pub mod memories;
 pub mod outbox;
+pub mod retrieval;
 pub mod spaces;
 pub mod tombstones;
+pub mod transfer;
 pub mod write_path;
 
 use std::time::Duration;

@@ -288,11 +288,7 @@ async fn a_broker_outage_neither_slows_writes_nor_loses_or_duplicates_work() {
     )
     .await;
     assert_eq!(
-        count(
-            &sandbox,
-            "SELECT count(*) FROM memories WHERE embedding IS NOT NULL"
-        )
-        .await,
+        count(&sandbox, "SELECT count(*) FROM memory_embeddings").await,
         11
     );
     assert_eq!(
@@ -469,11 +465,7 @@ async fn a_worker_stopped_mid_batch_finishes_it_and_leaves_the_rest_to_the_next(
     let embedded_by_first = first_metrics.embedded();
     assert!(embedded_by_first >= 1, "the batch in hand was finished");
     assert_eq!(
-        count_in(
-            &pool,
-            "SELECT count(*) FROM memories WHERE embedding IS NOT NULL"
-        )
-        .await as u64,
+        count_in(&pool, "SELECT count(*) FROM memory_embeddings").await as u64,
         embedded_by_first
     );
 

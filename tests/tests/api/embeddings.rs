@@ -51,7 +51,7 @@ async fn new_memories_get_embeddings_from_the_local_model() {
     wait_until_embedded(&sandbox, Duration::from_secs(30)).await;
 
     let (stored, model, embedded_at): (pgvector::Vector, String, Option<String>) = sqlx::query_as(
-        "SELECT embedding, embedding_model, embedded_at::text FROM memories WHERE id = $1::uuid",
+        "SELECT e.embedding, m.embedding_model, m.embedded_at::text FROM memories m JOIN memory_embeddings e ON e.memory_id = m.id WHERE m.id = $1::uuid",
     )
     .bind(&memory.id)
     .fetch_one(&sandbox.pool)
@@ -113,11 +113,10 @@ async fn entries_written_elsewhere_are_picked_up_by_the_poll() {
     .await
     .unwrap();
     wait_until_embedded(&sandbox, Duration::from_secs(60)).await;
-    let embedded: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM memories WHERE embedding IS NOT NULL")
-            .fetch_one(&sandbox.pool)
-            .await
-            .unwrap();
+    let embedded: i64 = sqlx::query_scalar("SELECT count(*) FROM memory_embeddings")
+        .fetch_one(&sandbox.pool)
+        .await
+        .unwrap();
     assert_eq!(embedded, 70);
 }
 
@@ -193,11 +192,10 @@ async fn a_poison_entry_is_set_aside_and_does_not_block_the_rest() {
         "the flag stays set: the entry is not silently marked as embedded"
     );
     assert!(error.unwrap().contains("400"));
-    let healthy: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM memories WHERE embedding IS NOT NULL")
-            .fetch_one(&sandbox.pool)
-            .await
-            .unwrap();
+    let healthy: i64 = sqlx::query_scalar("SELECT count(*) FROM memory_embeddings")
+        .fetch_one(&sandbox.pool)
+        .await
+        .unwrap();
     assert_eq!(healthy, 5);
 }
 
@@ -267,11 +265,10 @@ async fn reembed_replaces_embeddings_of_other_models_without_removing_them_first
     assert_eq!(response.queued, 2);
     assert_eq!(response.model, "sentence-transformers/all-MiniLM-L6-v2");
     // Queued entries keep their old embedding (still searchable) until the new one lands.
-    let searchable: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM memories WHERE embedding IS NOT NULL")
-            .fetch_one(&sandbox.pool)
-            .await
-            .unwrap();
+    let searchable: i64 = sqlx::query_scalar("SELECT count(*) FROM memory_embeddings")
+        .fetch_one(&sandbox.pool)
+        .await
+        .unwrap();
     assert_eq!(searchable, 3);
     wait_until_embedded(&sandbox, Duration::from_secs(30)).await;
     let old: i64 =

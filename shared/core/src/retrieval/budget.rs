@@ -13,8 +13,9 @@ use tiktoken_rs::CoreBPE;
 
 use super::markdown::{EPISODIC_HEADING, SEMANTIC_HEADING, assemble};
 
-static TOKENIZER: LazyLock<CoreBPE> =
-    LazyLock::new(|| tiktoken_rs::o200k_base().expect("the o200k_base vocabulary ships with tiktoken-rs"));
+static TOKENIZER: LazyLock<CoreBPE> = LazyLock::new(|| {
+    tiktoken_rs::o200k_base().expect("the o200k_base vocabulary ships with tiktoken-rs")
+});
 
 /// Default budget of a retrieval's Markdown.
 pub const DEFAULT_TOKEN_BUDGET: u32 = 2_000;
@@ -73,7 +74,11 @@ pub fn fit(facts: &[String], episodes: &[EpisodePart], budget: usize) -> Fitted 
     for part in order {
         match part {
             Part::Fact(index) => {
-                let overhead = if taken_facts.is_empty() { semantic_overhead } else { 0 };
+                let overhead = if taken_facts.is_empty() {
+                    semantic_overhead
+                } else {
+                    0
+                };
                 let cost = overhead + count_tokens(&facts[index]);
                 if used + cost <= budget {
                     used += cost;
@@ -84,7 +89,11 @@ pub fn fit(facts: &[String], episodes: &[EpisodePart], budget: usize) -> Fitted 
                 }
             }
             Part::Episode(index) => {
-                let overhead = if taken_episodes.is_empty() { episodic_overhead } else { 1 };
+                let overhead = if taken_episodes.is_empty() {
+                    episodic_overhead
+                } else {
+                    1
+                };
                 let full = overhead + count_tokens(&episodes[index].full);
                 if used + full <= budget {
                     used += full;
@@ -111,10 +120,12 @@ pub fn fit(facts: &[String], episodes: &[EpisodePart], budget: usize) -> Fitted 
         let fact_lines: Vec<String> = taken_facts.iter().map(|&i| facts[i].clone()).collect();
         let blocks: Vec<String> = taken_episodes
             .iter()
-            .map(|&(i, details)| match (&episodes[i].without_details, details) {
-                (Some(short), false) => short.clone(),
-                _ => episodes[i].full.clone(),
-            })
+            .map(
+                |&(i, details)| match (&episodes[i].without_details, details) {
+                    (Some(short), false) => short.clone(),
+                    _ => episodes[i].full.clone(),
+                },
+            )
             .collect();
         let markdown = assemble(&fact_lines, &blocks);
         let tokens = count_tokens(&markdown);
@@ -148,9 +159,17 @@ mod tests {
 
     fn episode(words: usize, details: usize) -> EpisodePart {
         let summary = "word ".repeat(words);
-        let short = format!("### Title [rank: 1, score: 0.500]\n**When:** yesterday\n**Summary:** {summary}\n");
-        let full = format!("{short}\n**Details:**\n{}", "- user: \"detail line\"\n".repeat(details));
-        EpisodePart { full, without_details: Some(short) }
+        let short = format!(
+            "### Title [rank: 1, score: 0.500]\n**When:** yesterday\n**Summary:** {summary}\n"
+        );
+        let full = format!(
+            "{short}\n**Details:**\n{}",
+            "- user: \"detail line\"\n".repeat(details)
+        );
+        EpisodePart {
+            full,
+            without_details: Some(short),
+        }
     }
 
     #[test]
@@ -168,7 +187,11 @@ mod tests {
             let fitted = fit(&facts(20), &[episode(30, 40), episode(30, 0)], budget);
             assert!(fitted.truncated, "budget {budget}");
             if !fitted.facts.is_empty() || !fitted.episodes.is_empty() {
-                assert!(fitted.tokens <= budget, "budget {budget}: {}", fitted.tokens);
+                assert!(
+                    fitted.tokens <= budget,
+                    "budget {budget}: {}",
+                    fitted.tokens
+                );
             }
         }
     }

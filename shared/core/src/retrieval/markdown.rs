@@ -52,8 +52,12 @@ pub enum Provenance {
 pub fn fact_line(category: &str, text: &str, provenance: Provenance) -> String {
     let text = one_line(text);
     match provenance {
-        Provenance::Conversations(1) => format!("- [{category}] {text} (sources: 1 conversation)\n"),
-        Provenance::Conversations(n) => format!("- [{category}] {text} (sources: {n} conversations)\n"),
+        Provenance::Conversations(1) => {
+            format!("- [{category}] {text} (sources: 1 conversation)\n")
+        }
+        Provenance::Conversations(n) => {
+            format!("- [{category}] {text} (sources: {n} conversations)\n")
+        }
         Provenance::SavedByUser => format!("- [{category}] {text} (saved by the user)\n"),
     }
 }
@@ -95,7 +99,11 @@ pub fn episode_block(episode: &EpisodeView<'_>, with_details: bool, now: DateTim
     if with_details && !episode.turns.is_empty() {
         block.push_str("\n**Details:**\n");
         for turn in episode.turns {
-            block.push_str(&format!("- {}: \"{}\"\n", turn.role, one_line(&turn.content)));
+            block.push_str(&format!(
+                "- {}: \"{}\"\n",
+                turn.role,
+                one_line(&turn.content)
+            ));
         }
     }
     block

@@ -29,7 +29,8 @@ pub fn similarity(a: &MmrItem<'_>, b: &MmrItem<'_>) -> f64 {
 
 fn cosine(a: &[f32], b: &[f32]) -> f32 {
     let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-    let norm = a.iter().map(|x| x * x).sum::<f32>().sqrt() * b.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let norm =
+        a.iter().map(|x| x * x).sum::<f32>().sqrt() * b.iter().map(|x| x * x).sum::<f32>().sqrt();
     if norm == 0.0 { 0.0 } else { dot / norm }
 }
 
@@ -112,9 +113,21 @@ mod tests {
         let e3 = [0.0f32, 0.0, 1.0];
         let none: Vec<String> = Vec::new();
         let items = [
-            MmrItem { value: 1.0, embedding: Some(&e1), tags: &none },
-            MmrItem { value: 0.95, embedding: Some(&e2), tags: &none },
-            MmrItem { value: 0.8, embedding: Some(&e3), tags: &none },
+            MmrItem {
+                value: 1.0,
+                embedding: Some(&e1),
+                tags: &none,
+            },
+            MmrItem {
+                value: 0.95,
+                embedding: Some(&e2),
+                tags: &none,
+            },
+            MmrItem {
+                value: 0.8,
+                embedding: Some(&e3),
+                tags: &none,
+            },
         ];
         assert_eq!(select(&items, 0.7, 3), vec![0, 2, 1]);
         // λ = 1 is ranking by value alone.
@@ -127,16 +140,40 @@ mod tests {
         let b = tags(&["rust", "work"]);
         let c = tags(&["family"]);
         let items = [
-            MmrItem { value: 1.0, embedding: None, tags: &a },
-            MmrItem { value: 0.9, embedding: None, tags: &b },
-            MmrItem { value: 0.9, embedding: None, tags: &c },
+            MmrItem {
+                value: 1.0,
+                embedding: None,
+                tags: &a,
+            },
+            MmrItem {
+                value: 0.9,
+                embedding: None,
+                tags: &b,
+            },
+            MmrItem {
+                value: 0.9,
+                embedding: None,
+                tags: &c,
+            },
         ];
         assert_eq!(select(&items, 0.5, 2), vec![0, 2]);
         // Equal marginal scores (λ = 1): the entry sharing no tag with the picked one wins.
         let items = [
-            MmrItem { value: 1.0, embedding: None, tags: &a },
-            MmrItem { value: 0.9, embedding: None, tags: &b },
-            MmrItem { value: 0.9, embedding: None, tags: &c },
+            MmrItem {
+                value: 1.0,
+                embedding: None,
+                tags: &a,
+            },
+            MmrItem {
+                value: 0.9,
+                embedding: None,
+                tags: &b,
+            },
+            MmrItem {
+                value: 0.9,
+                embedding: None,
+                tags: &c,
+            },
         ];
         assert_eq!(select(&items, 1.0, 2), vec![0, 2]);
     }
@@ -144,7 +181,14 @@ mod tests {
     #[test]
     fn never_returns_more_than_asked_or_than_there_are() {
         let none: Vec<String> = Vec::new();
-        let items = vec![MmrItem { value: 0.5, embedding: None, tags: &none }; 3];
+        let items = vec![
+            MmrItem {
+                value: 0.5,
+                embedding: None,
+                tags: &none
+            };
+            3
+        ];
         assert_eq!(select(&items, 0.7, 10).len(), 3);
         assert_eq!(select(&items, 0.7, 2).len(), 2);
         assert!(select(&[], 0.7, 2).is_empty());

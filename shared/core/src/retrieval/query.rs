@@ -57,16 +57,29 @@ mod tests {
         ] {
             assert!(refers_to_the_past(query), "{query}");
         }
-        for query in ["what is my favourite colour", "beforehand is not a word here", "今天的天气"] {
+        for query in [
+            "what is my favourite colour",
+            "beforehand is not a word here",
+            "今天的天气",
+        ] {
             assert!(!refers_to_the_past(query), "{query}");
         }
     }
 
     #[test]
     fn starts_in_the_conversation_and_widens_when_it_finds_little() {
-        assert_eq!(initial_scope(true, "my editor settings"), SearchScope::Conversation);
-        assert_eq!(initial_scope(true, "the editor I used before"), SearchScope::Space);
-        assert_eq!(initial_scope(false, "my editor settings"), SearchScope::Space);
+        assert_eq!(
+            initial_scope(true, "my editor settings"),
+            SearchScope::Conversation
+        );
+        assert_eq!(
+            initial_scope(true, "the editor I used before"),
+            SearchScope::Space
+        );
+        assert_eq!(
+            initial_scope(false, "my editor settings"),
+            SearchScope::Space
+        );
         assert!(should_widen(SearchScope::Conversation, 1, 3));
         assert!(!should_widen(SearchScope::Conversation, 3, 3));
         assert!(!should_widen(SearchScope::Space, 0, 3));

@@ -122,17 +122,16 @@ pub fn score(
     now: DateTime<Utc>,
 ) -> ScoreParts {
     let retrievability = match facts.fsrs {
-        Some((stability, difficulty, last_reviewed_at)) => retrievability(
-            stability,
-            difficulty,
-            days_since(last_reviewed_at, now),
-        )
-        .clamp(0.0, 1.0),
+        Some((stability, difficulty, last_reviewed_at)) => {
+            retrievability(stability, difficulty, days_since(last_reviewed_at, now)).clamp(0.0, 1.0)
+        }
         None => 1.0,
     };
     let relevance = match (facts.query_cosine, candidate.sparse) {
         (Some(cosine), _) => cosine.clamp(0.0, 1.0),
-        (None, Some(hit)) if best_sparse_score > 0.0 => (hit.score / best_sparse_score).clamp(0.0, 1.0),
+        (None, Some(hit)) if best_sparse_score > 0.0 => {
+            (hit.score / best_sparse_score).clamp(0.0, 1.0)
+        }
         _ => 0.0,
     };
     let recency = recency(facts.created_at, now, params.recency_tau_days);
@@ -183,7 +182,10 @@ mod tests {
             fsrs: Some((2.0, 5.0, now - Duration::days(60))),
             ..fresh
         };
-        let fact = CandidateFacts { fsrs: None, ..faded };
+        let fact = CandidateFacts {
+            fsrs: None,
+            ..faded
+        };
         let c = candidate(0.03, None);
         let fresh = score(&c, &fresh, &params, 0.0, now);
         let faded = score(&c, &faded, &params, 0.0, now);
@@ -210,7 +212,10 @@ mod tests {
             fsrs: None,
         };
         let parts = score(&candidate(0.02, Some(3.0)), &facts, &params, 6.0, now);
-        assert!((parts.relevance - 0.5).abs() < 1e-12, "sparse score normalised");
+        assert!(
+            (parts.relevance - 0.5).abs() < 1e-12,
+            "sparse score normalised"
+        );
         assert!((parts.recency - (-1.0f64).exp()).abs() < 1e-9, "one τ old");
         let expected = 2.0 * 0.5 + (-1.0f64).exp() + 0.5 * 0.6;
         assert!((parts.total - expected).abs() < 1e-9);

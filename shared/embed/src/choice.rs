@@ -1,0 +1,88 @@
+//! Which embedder a service runs, as configuration says, and loading it. Ingest (the backfill)
+//! and retrieval (query embeddings) read the same `embed` settings, so they embed with the same
+//! model.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::{
+    EmbedError, Embedder, LocalEmbedder, LocalModelSettings, OpenAiEmbedder, OpenAiSettings,
+};
+
+/// Which embedder runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EmbedProvider {
+    /// all-MiniLM-L6-v2 on the CPU, from `model_dir` (the default; no network, no key).
+    Local,
+    /// An OpenAI-compatible `/v1/embeddings` endpoint.
+    Openai,
+    /// None: no embeddings are computed.
+    Disabled,
+}
+
+/// The `embed.openai` settings.
+#[derive(Debug, Clone, Deserialize)]
+pub struct OpenAiEmbedSettings {
+    pub base_url: String,
+    pub model: String,
+    pub api_key: Option<secrecy::SecretString>,
+    /// Must equal the store's embedding dimension.
+    pub dimension: usize,
+    pub timeout_secs: u64,
+    pub max_retries: usize,
+}
+
+/// Everything needed to load an embedder.
+#[derive(Debug, Clone)]
+pub struct EmbedderChoice {
+    pub provider: EmbedProvider,
+    /// Directory with model.safetensors, tokenizer.json and config.json (`make models`).
+    pub model_dir: PathBuf,
+    /// Tokens per text for the local model; longer texts are cut.
+    pub max_tokens: usize,
+    /// Texts per forward pass or request.
+    pub max_batch: usize,
+    pub openai: OpenAiEmbedSettings,
+}
+
+/// Builds the chosen embedder (`None` when disabled); the local model loads on a blocking thread.
+pub async fn load_embedder(
+    choice: &EmbedderChoice,
+) -> Result<Option<Arc<dyn Embedder>>, EmbedError> {
+    match choice.provider {
+        EmbedProvider::Disabled => Ok(None),
+        EmbedProvider::Local => {
+            let local = LocalModelSettings {
+                model_dir: choice.model_dir.clone(),
+                max_batch: choice.max_batch.max(1),
+                max_tokens: choice.max_tokens,
+            };
+            let embedder = tokio::task::spawn_blocking(move || LocalEmbedder::load(&local))
+                .await
+                .map_err(|error| EmbedError::Load {
+                    path: choice.model_dir.display().to_string(),
+                    reason: format!("loader thread failed: {error}"),
+                })??;
+            Ok(Some(Arc::new(embedder)))
+        }
+        EmbedProvider::Openai => {
+            let openai = &choice.openai;
+            let embedder = OpenAiEmbedder::new(OpenAiSettings {
+                base_url: openai.base_url.clone(),
+                model: openai.model.clone(),
+                api_key: openai.api_key.clone(),
+                dimension: openai.dimension,
+                max_batch: choice.max_batch.max(1),
+                timeout: Duration::from_secs(openai.timeout_secs),
+                max_retries: openai.max_retries,
+                min_backoff: Duration::from_millis(200),
+                max_backoff: Duration::from_secs(30),
+            })?;
+            Ok(Some(Arc::new(embedder)))
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! Engram's retrieval pipeline, shared by the retrieval service (RetrieveMemory,
+//! ContextPreRetrieve) and ingest (the "what do you remember about X" command):
+//!
+//! 1. the space's settings and the conversation's incognito state decide whether to search;
+//! 2. the query is embedded (micro-batched with concurrent queries, cached) while the sparse leg
+//!    (BM25 in Postgres) searches the conversation, widening to the space when it finds little or
+//!    the query looks back;
+//! 3. the dense leg finds the nearest embeddings (exact for small spaces, HNSW for large ones);
+//! 4. RRF fuses the legs; fallbacks take over when a leg fails or finds nothing (trigram, then the
+//!    most recent entries);
+//! 5. the ranking profile scores, MMR diversifies, the token budget cuts, Markdown renders;
+//! 6. the side effects (pending review, last scores, metrics) are written in one statement.
+
+#![forbid(unsafe_code)]
+
+mod error;
+mod pipeline;
+mod query_embedder;
+mod settings;
+
+pub use error::RecallError;
+pub use pipeline::{RankedMemory, Recall, Retrieval, RetrieveRequest, ServedBy};
+pub use query_embedder::{QueryEmbedder, QueryEmbedderSettings};
+pub use settings::{RankingOverrides, RecallSettings};

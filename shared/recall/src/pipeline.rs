@@ -1,0 +1,617 @@
+//! One retrieval, from request to Markdown (see the crate documentation for the steps).
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use chrono::{DateTime, Utc};
+use engram_core::retrieval::budget::{self, EpisodePart};
+use engram_core::retrieval::markdown::{self, Detail, EpisodeView, Provenance, Turn};
+use engram_core::retrieval::mmr::{self, MmrItem};
+use engram_core::retrieval::query::{SearchScope, initial_scope, should_widen};
+use engram_core::retrieval::ranking::{CandidateFacts, score};
+use engram_core::retrieval::{Fused, LegHit, RankingParams, ScoreParts, fuse};
+use engram_core::{Category, ConversationId, Scope};
+use engram_store::memories::MemoryRecord;
+use engram_store::retrieval::{
+    self as store, Bm25, DenseMethod, Hit, LoadedCandidate, RetrievalMetrics, RetrievalRecord,
+    SearchFilter,
+};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::{QueryEmbedder, RecallError, RecallSettings};
+
+/// A validated retrieval request.
+#[derive(Debug, Clone)]
+pub struct RetrieveRequest {
+    pub scope: Scope,
+    pub conversation: Option<ConversationId>,
+    pub query: String,
+    /// 0 skips episodes (ContextPreRetrieve).
+    pub episodic_limit: usize,
+    pub semantic_limit: usize,
+    pub detail: Detail,
+    pub category: Option<Category>,
+    pub token_budget: usize,
+    pub ranking: RankingParams,
+    /// Pending review, last scores and metrics (RetrieveMemory); none for ContextPreRetrieve.
+    pub side_effects: bool,
+}
+
+/// An entry returned, with why it ranked where it did.
+#[derive(Debug, Clone)]
+pub struct RankedMemory {
+    pub record: MemoryRecord,
+    /// 1-based position within its section.
+    pub rank: usize,
+    pub scores: ScoreParts,
+    pub sparse: Option<LegHit>,
+    pub dense: Option<LegHit>,
+    /// Whether the Markdown shows the episode's conversation excerpt.
+    pub details_shown: bool,
+}
+
+/// Which path served a retrieval.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ServedBy {
+    /// `bm25+vector`, `bm25`, `trigram+vector`, `trigram`, `vector`, `recent`, `none`,
+    /// `memory_off` or `incognito`.
+    pub path: String,
+    pub scope_widened: bool,
+    /// Where the results came from: `conversation` or `space`.
+    pub searched: String,
+    pub sparse_hits: usize,
+    pub dense_hits: usize,
+    pub trigram_hits: usize,
+    pub used_fallback: bool,
+    /// Why a fallback was used (the embedder failed, no word matched, ...).
+    pub fallback_reason: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Retrieval {
+    pub markdown: String,
+    pub semantic: Vec<RankedMemory>,
+    pub episodic: Vec<RankedMemory>,
+    pub served_by: ServedBy,
+    pub tokens: usize,
+    pub truncated: bool,
+}
+
+/// The retrieval pipeline.
+#[derive(Debug, Clone)]
+pub struct Recall {
+    pool: PgPool,
+    embedder: Option<QueryEmbedder>,
+    settings: RecallSettings,
+}
+
+const SEMANTIC: &str = "semantic";
+const EPISODIC: &str = "episodic";
+
+/// Candidates of one kind from both legs.
+#[derive(Debug, Default)]
+struct Legs {
+    sparse: Vec<Hit>,
+    dense: Vec<Hit>,
+}
+
+impl Recall {
+    pub fn new(pool: PgPool, embedder: Option<QueryEmbedder>, settings: RecallSettings) -> Self {
+        Self {
+            pool,
+            embedder,
+            settings,
+        }
+    }
+
+    pub fn settings(&self) -> &RecallSettings {
+        &self.settings
+    }
+
+    pub async fn retrieve(&self, request: &RetrieveRequest) -> Result<Retrieval, RecallError> {
+        let started = Instant::now();
+        let now = Utc::now();
+        let context = store::context(&self.pool, &request.scope, request.conversation).await?;
+        if !context.memory_enabled || context.incognito {
+            let path = if context.incognito {
+                "incognito"
+            } else {
+                "memory_off"
+            };
+            let retrieval = empty_retrieval(path);
+            if request.side_effects {
+                // Nothing durable is consulted, and an incognito query is not stored either.
+                let metrics = RetrievalMetrics {
+                    query: if context.incognito {
+                        String::new()
+                    } else {
+                        request.query.clone()
+                    },
+                    retrieval_path: path.to_owned(),
+                    ranking_profile: request.ranking.profile.as_str().to_owned(),
+                    estimated_tokens: retrieval.tokens as i32,
+                    latency_retrieval_ms: elapsed_ms(started),
+                    ..RetrievalMetrics::default()
+                };
+                self.record(request, &retrieval, metrics, Vec::new(), now)
+                    .await?;
+            }
+            return Ok(retrieval);
+        }
+
+        let kinds: &[&'static str] = if request.episodic_limit > 0 {
+            &[SEMANTIC, EPISODIC]
+        } else {
+            &[SEMANTIC]
+        };
+        let category = request.category.map(Category::as_str);
+        let limit = i64::from(request.ranking.candidates_per_leg);
+        let bm25 = Bm25 {
+            k1: self.settings.bm25_k1,
+            b: self.settings.bm25_b,
+        };
+
+        // The query embedding is computed while the sparse leg searches.
+        let embedding_started = Instant::now();
+        let embedding = async {
+            match &self.embedder {
+                Some(embedder) => Some(embedder.embed(&request.query).await),
+                None => None,
+            }
+        };
+        let mut search_scope = initial_scope(request.conversation.is_some(), &request.query);
+        let conversation = request.conversation.map(|c| c.as_uuid());
+        let sparse_for = |scope: SearchScope| {
+            let filters: Vec<SearchFilter<'_>> = kinds
+                .iter()
+                .map(|kind| SearchFilter {
+                    scope: &request.scope,
+                    kind,
+                    conversation: (scope == SearchScope::Conversation)
+                        .then_some(conversation)
+                        .flatten(),
+                    category: if *kind == SEMANTIC { category } else { None },
+                })
+                .collect();
+            let pool = &self.pool;
+            let query = request.query.as_str();
+            async move {
+                let searches = filters
+                    .iter()
+                    .map(|filter| store::sparse_search(pool, filter, query, bm25, limit));
+                futures::future::try_join_all(searches).await
+            }
+        };
+        let (sparse, embedding) = tokio::join!(sparse_for(search_scope), embedding);
+        let mut sparse = sparse?;
+        let latency_embed_ms = embedding.as_ref().map(|_| elapsed_ms(embedding_started));
+
+        let conversation_hits: usize = sparse.iter().map(Vec::len).sum();
+        let mut scope_widened = false;
+        if should_widen(
+            search_scope,
+            conversation_hits,
+            self.settings.widen_below_sparse_hits,
+        ) {
+            search_scope = SearchScope::Space;
+            scope_widened = true;
+            sparse = sparse_for(search_scope).await?;
+        }
+        let filters: Vec<SearchFilter<'_>> = kinds
+            .iter()
+            .map(|kind| SearchFilter {
+                scope: &request.scope,
+                kind,
+                conversation: (search_scope == SearchScope::Conversation)
+                    .then_some(conversation)
+                    .flatten(),
+                category: if *kind == SEMANTIC { category } else { None },
+            })
+            .collect();
+
+        let mut fallback_reasons: Vec<String> = Vec::new();
+        let query_embedding: Option<std::sync::Arc<Vec<f32>>> = match embedding {
+            Some(Ok(embedding)) => Some(embedding),
+            Some(Err(reason)) => {
+                fallback_reasons.push(format!("embedder unavailable: {reason}"));
+                None
+            }
+            None => {
+                fallback_reasons.push("no embedder configured".to_owned());
+                None
+            }
+        };
+
+        // Dense leg: exact for small spaces and for one conversation, HNSW for large spaces.
+        let method = if search_scope == SearchScope::Conversation
+            || context.memory_count <= self.settings.exact_search_max_entries
+        {
+            DenseMethod::Exact
+        } else {
+            DenseMethod::Approximate {
+                ef_search: self
+                    .settings
+                    .hnsw_ef_search
+                    .max(request.ranking.candidates_per_leg),
+            }
+        };
+        let mut dense: Vec<Vec<Hit>> = vec![Vec::new(); kinds.len()];
+        if let Some(embedding) = &query_embedding {
+            let searches = filters
+                .iter()
+                .map(|filter| store::dense_search(&self.pool, filter, embedding, method, limit));
+            match futures::future::try_join_all(searches).await {
+                Ok(found) => dense = found,
+                Err(error) => {
+                    tracing::warn!(error = %error, "vector search failed; serving sparse results only");
+                    fallback_reasons.push(format!("vector search failed: {error}"));
+                }
+            }
+        }
+
+        let sparse_hits: usize = sparse.iter().map(Vec::len).sum();
+        let mut legs: Vec<Legs> = sparse
+            .into_iter()
+            .zip(dense)
+            .map(|(sparse, dense)| Legs { sparse, dense })
+            .collect();
+        let mut trigram_hits = 0;
+        if sparse_hits == 0 {
+            fallback_reasons.push("no word of the query matched".to_owned());
+            for (legs, filter) in legs.iter_mut().zip(&filters) {
+                legs.sparse = store::trigram_search(
+                    &self.pool,
+                    filter,
+                    &request.query,
+                    self.settings.trigram_threshold,
+                    limit,
+                )
+                .await?;
+                trigram_hits += legs.sparse.len();
+            }
+        }
+        let dense_hits: usize = legs.iter().map(|l| l.dense.len()).sum();
+        let mut recent = false;
+        if legs
+            .iter()
+            .all(|l| l.sparse.is_empty() && l.dense.is_empty())
+        {
+            fallback_reasons.push("nothing matched; serving the most recent entries".to_owned());
+            recent = true;
+            for (legs, filter) in legs.iter_mut().zip(&filters) {
+                legs.sparse = store::most_recent(&self.pool, filter, limit).await?;
+            }
+        }
+
+        let path = if recent {
+            if legs.iter().all(|l| l.sparse.is_empty()) {
+                "none".to_owned()
+            } else {
+                "recent".to_owned()
+            }
+        } else {
+            let sparse_leg = if trigram_hits > 0 {
+                Some("trigram")
+            } else if sparse_hits > 0 {
+                Some("bm25")
+            } else {
+                None
+            };
+            match (sparse_leg, dense_hits > 0) {
+                (Some(leg), true) => format!("{leg}+vector"),
+                (Some(leg), false) => leg.to_owned(),
+                (None, _) => "vector".to_owned(),
+            }
+        };
+        let served_by = ServedBy {
+            path,
+            scope_widened,
+            searched: match search_scope {
+                SearchScope::Conversation => "conversation".to_owned(),
+                SearchScope::Space => "space".to_owned(),
+            },
+            sparse_hits,
+            dense_hits,
+            trigram_hits,
+            used_fallback: !fallback_reasons.is_empty(),
+            fallback_reason: (!fallback_reasons.is_empty()).then(|| fallback_reasons.join("; ")),
+        };
+
+        // Fuse each kind, load every candidate once, rank.
+        let fused: Vec<Vec<Fused>> = legs
+            .iter()
+            .map(|l| fuse(&l.sparse, &l.dense, request.ranking.rrf_k))
+            .collect();
+        let ids: Vec<Uuid> = fused.iter().flatten().map(|f| f.id).collect();
+        let loaded = store::load_candidates(
+            &self.pool,
+            &request.scope,
+            &ids,
+            query_embedding.as_deref().map(Vec::as_slice),
+        )
+        .await?;
+        let mut loaded: HashMap<Uuid, LoadedCandidate> =
+            loaded.into_iter().map(|c| (c.record.id, c)).collect();
+
+        let mut sections: Vec<Vec<RankedMemory>> = Vec::with_capacity(kinds.len());
+        for (index, fused) in fused.into_iter().enumerate() {
+            let section_limit = if kinds[index] == SEMANTIC {
+                request.semantic_limit
+            } else {
+                request.episodic_limit
+            };
+            sections.push(rank_section(
+                fused,
+                &mut loaded,
+                &request.ranking,
+                section_limit,
+                now,
+            ));
+        }
+        let episodic = if sections.len() > 1 {
+            sections.pop().unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let semantic = sections.pop().unwrap_or_default();
+
+        let retrieval = render(semantic, episodic, request, served_by, now);
+        if request.side_effects {
+            let metrics = RetrievalMetrics {
+                query: request.query.clone(),
+                sparse_hits: retrieval.served_by.sparse_hits as i32,
+                dense_hits: retrieval.served_by.dense_hits as i32,
+                trigram_hits: retrieval.served_by.trigram_hits as i32,
+                used_fallback: retrieval.served_by.used_fallback,
+                retrieval_path: retrieval.served_by.path.clone(),
+                ranking_profile: request.ranking.profile.as_str().to_owned(),
+                scope_widened: retrieval.served_by.scope_widened,
+                context_items: (retrieval.semantic.len() + retrieval.episodic.len()) as i32,
+                estimated_tokens: retrieval.tokens as i32,
+                truncated: retrieval.truncated,
+                latency_embed_ms,
+                latency_retrieval_ms: elapsed_ms(started),
+                error_stage: None,
+            };
+            let reviewed: Vec<Uuid> = retrieval.episodic.iter().map(|m| m.record.id).collect();
+            self.record(request, &retrieval, metrics, reviewed, now)
+                .await?;
+        }
+        Ok(retrieval)
+    }
+
+    async fn record(
+        &self,
+        request: &RetrieveRequest,
+        retrieval: &Retrieval,
+        metrics: RetrievalMetrics,
+        reviewed_memory_ids: Vec<Uuid>,
+        now: DateTime<Utc>,
+    ) -> Result<(), RecallError> {
+        let scores = retrieval
+            .semantic
+            .iter()
+            .chain(&retrieval.episodic)
+            .map(|m| {
+                let cached = m.scores.cached(now);
+                let value = serde_json::to_value(cached).unwrap_or(serde_json::Value::Null);
+                (m.record.id, value)
+            })
+            .collect();
+        let record = RetrievalRecord {
+            conversation: request.conversation.map(|c| c.as_uuid()),
+            reviewed_memory_ids,
+            scores,
+            metrics,
+        };
+        store::record(&self.pool, &request.scope, &record, now).await?;
+        Ok(())
+    }
+}
+
+fn elapsed_ms(since: Instant) -> f32 {
+    since.elapsed().as_secs_f32() * 1000.0
+}
+
+fn empty_retrieval(path: &str) -> Retrieval {
+    let markdown = markdown::assemble(&[], &[]);
+    Retrieval {
+        tokens: budget::count_tokens(&markdown),
+        markdown,
+        semantic: Vec::new(),
+        episodic: Vec::new(),
+        served_by: ServedBy {
+            path: path.to_owned(),
+            searched: "none".to_owned(),
+            ..ServedBy::default()
+        },
+        truncated: false,
+    }
+}
+
+/// Scores the fused candidates of one kind, keeps the best few times the limit, and lets MMR pick
+/// `limit` of them in order.
+fn rank_section(
+    fused: Vec<Fused>,
+    loaded: &mut HashMap<Uuid, LoadedCandidate>,
+    params: &RankingParams,
+    limit: usize,
+    now: DateTime<Utc>,
+) -> Vec<RankedMemory> {
+    if limit == 0 {
+        return Vec::new();
+    }
+    let best_sparse = fused
+        .iter()
+        .filter_map(|f| f.sparse.map(|hit| hit.score))
+        .fold(0.0f64, f64::max);
+    let mut scored: Vec<(Fused, ScoreParts, LoadedCandidate)> = fused
+        .into_iter()
+        .filter_map(|f| {
+            // An id the legs found but that is gone now (forgotten meanwhile) is skipped.
+            let candidate = loaded.remove(&f.id)?;
+            let record = &candidate.record;
+            let fsrs = match (record.stability, record.difficulty, record.last_reviewed_at) {
+                (Some(s), Some(d), Some(at)) if record.kind == EPISODIC => Some((s, d, at)),
+                _ => None,
+            };
+            let facts = CandidateFacts {
+                created_at: record.created_at,
+                importance: record.importance,
+                query_cosine: candidate.query_cosine,
+                fsrs,
+            };
+            let parts = score(&f, &facts, params, best_sparse, now);
+            Some((f, parts, candidate))
+        })
+        .collect();
+    scored.sort_by(|a, b| b.1.total.total_cmp(&a.1.total).then(a.0.id.cmp(&b.0.id)));
+    // MMR only needs to look a little past the limit: entries far down cannot climb above the
+    // diverse picks.
+    scored.truncate(limit.saturating_mul(4).max(limit));
+    let best_total = scored.first().map(|s| s.1.total).unwrap_or(0.0);
+    let embeddings: Vec<Option<Vec<f32>>> = scored
+        .iter()
+        .map(|s| s.2.embedding.as_ref().map(|v| v.to_vec()))
+        .collect();
+    let items: Vec<MmrItem<'_>> = scored
+        .iter()
+        .zip(&embeddings)
+        .map(|(s, embedding)| MmrItem {
+            value: if best_total > 0.0 {
+                s.1.total / best_total
+            } else {
+                0.0
+            },
+            embedding: embedding.as_deref(),
+            tags: &s.2.record.tags,
+        })
+        .collect();
+    let order = mmr::select(&items, params.mmr_lambda, limit);
+    drop(items);
+    let mut slots: Vec<Option<(Fused, ScoreParts, LoadedCandidate)>> =
+        scored.into_iter().map(Some).collect();
+    order
+        .into_iter()
+        .enumerate()
+        .filter_map(|(position, index)| {
+            let (fused, scores, candidate) = slots[index].take()?;
+            Some(RankedMemory {
+                record: candidate.record,
+                rank: position + 1,
+                scores,
+                sparse: fused.sparse,
+                dense: fused.dense,
+                details_shown: false,
+            })
+        })
+        .collect()
+}
+
+fn turns_of(record: &MemoryRecord) -> Vec<Turn> {
+    record
+        .messages
+        .as_ref()
+        .and_then(|messages| messages.as_array())
+        .map(|messages| {
+            messages
+                .iter()
+                .filter_map(|message| {
+                    Some(Turn {
+                        role: message.get("role")?.as_str()?.to_owned(),
+                        content: message.get("content")?.as_str()?.to_owned(),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn provenance(record: &MemoryRecord) -> Provenance {
+    let mut conversations: Vec<&str> = record.source_ids.iter().map(String::as_str).collect();
+    let own = record.conversation_id.map(|id| id.to_string());
+    if let Some(own) = &own {
+        conversations.push(own);
+    }
+    conversations.sort_unstable();
+    conversations.dedup();
+    if conversations.is_empty() {
+        Provenance::SavedByUser
+    } else {
+        Provenance::Conversations(conversations.len())
+    }
+}
+
+/// Renders both sections, fits them into the budget, and keeps what fit.
+fn render(
+    semantic: Vec<RankedMemory>,
+    episodic: Vec<RankedMemory>,
+    request: &RetrieveRequest,
+    served_by: ServedBy,
+    now: DateTime<Utc>,
+) -> Retrieval {
+    let fact_lines: Vec<String> = semantic
+        .iter()
+        .map(|m| {
+            markdown::fact_line(
+                m.record.category.as_deref().unwrap_or("fact"),
+                &m.record.text,
+                provenance(&m.record),
+            )
+        })
+        .collect();
+    let episode_parts: Vec<EpisodePart> = episodic
+        .iter()
+        .map(|m| {
+            let turns = turns_of(&m.record);
+            let view = EpisodeView {
+                title: m.record.title.as_deref().unwrap_or(""),
+                rank: m.rank,
+                score: m.scores.total,
+                surprise: m.record.surprise.unwrap_or(0.0),
+                end_at: m.record.end_at.unwrap_or(m.record.created_at),
+                summary: &m.record.text,
+                turns: &turns,
+            };
+            let details = !turns.is_empty() && request.detail.shows_details(m.rank, view.surprise);
+            let without = markdown::episode_block(&view, false, now);
+            if details {
+                EpisodePart {
+                    full: markdown::episode_block(&view, true, now),
+                    without_details: Some(without),
+                }
+            } else {
+                EpisodePart {
+                    full: without,
+                    without_details: None,
+                }
+            }
+        })
+        .collect();
+    let fitted = budget::fit(&fact_lines, &episode_parts, request.token_budget);
+    let mut semantic: Vec<Option<RankedMemory>> = semantic.into_iter().map(Some).collect();
+    let mut episodic: Vec<Option<RankedMemory>> = episodic.into_iter().map(Some).collect();
+    let semantic = fitted
+        .facts
+        .iter()
+        .filter_map(|&i| semantic[i].take())
+        .collect();
+    let episodic = fitted
+        .episodes
+        .iter()
+        .filter_map(|&(i, details)| {
+            let mut memory = episodic[i].take()?;
+            memory.details_shown = details && episode_parts[i].without_details.is_some();
+            Some(memory)
+        })
+        .collect();
+    Retrieval {
+        markdown: fitted.markdown,
+        semantic,
+        episodic,
+        served_by,
+        tokens: fitted.tokens,
+        truncated: fitted.truncated,
+    }
+}

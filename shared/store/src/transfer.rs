@@ -1,0 +1,139 @@
+//! Moving whole spaces in and out: export pages through a space in a stable order; import inserts
+//! entries as given (with their ids derived from the client's ids, so importing the same batch
+//! twice changes nothing).
+
+use chrono::{DateTime, Utc};
+use engram_core::Scope;
+use pgvector::Vector;
+use serde::Serialize;
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use crate::StoreError;
+use crate::memories::MemoryRecord;
+
+/// An entry with its embedding, as exported.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ExportedMemory {
+    #[sqlx(flatten)]
+    pub record: MemoryRecord,
+    pub embedding: Option<Vector>,
+}
+
+/// Up to `limit` entries after `after` (created_at, id), oldest first.
+pub async fn export_page(
+    pool: &PgPool,
+    scope: &Scope,
+    after: Option<(DateTime<Utc>, Uuid)>,
+    limit: i64,
+    with_embeddings: bool,
+) -> Result<Vec<ExportedMemory>, StoreError> {
+    let sql = concat!(
+        "SELECT m.*, CASE WHEN $6 THEN e.embedding END AS embedding FROM (SELECT ",
+        memory_columns!(),
+        " FROM memories WHERE user_id = $1 AND space = $2 \
+           AND (created_at, id) > (COALESCE($3, '-infinity'::timestamptz), \
+                                   COALESCE($4, '00000000-0000-0000-0000-000000000000'::uuid)) \
+         ORDER BY created_at, id LIMIT $5) m \
+         LEFT JOIN memory_embeddings e ON e.memory_id = m.id AND $6 \
+         ORDER BY m.created_at, m.id"
+    );
+    let page = sqlx::query_as::<_, ExportedMemory>(sql)
+        .bind(scope.user_id.as_uuid())
+        .bind(scope.space.as_str())
+        .bind(after.map(|(created_at, _)| created_at))
+        .bind(after.map(|(_, id)| id))
+        .bind(limit)
+        .bind(with_embeddings)
+        .fetch_all(pool)
+        .await?;
+    Ok(page)
+}
+
+/// One validated entry to import (serialized as a JSON record for `jsonb_to_recordset`).
+#[derive(Debug, Clone, Serialize)]
+pub struct ImportRow {
+    pub id: Uuid,
+    pub kind: &'static str,
+    pub conversation_id: Option<Uuid>,
+    pub text: String,
+    pub role: &'static str,
+    pub category: Option<&'static str>,
+    pub valid_at: Option<DateTime<Utc>>,
+    pub invalid_at: Option<DateTime<Utc>>,
+    pub title: Option<String>,
+    pub messages: Option<serde_json::Value>,
+    pub surprise: Option<f64>,
+    pub start_at: Option<DateTime<Utc>>,
+    pub end_at: Option<DateTime<Utc>>,
+    pub stability: Option<f64>,
+    pub difficulty: Option<f64>,
+    pub last_reviewed_at: Option<DateTime<Utc>>,
+    pub consolidated_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub simhash: i64,
+    pub tags: Vec<String>,
+    pub source_ids: Vec<String>,
+    pub metadata_confidence: f64,
+    pub importance: f64,
+    pub pinned: bool,
+    pub manually_saved: bool,
+    /// Stored as given (the caller checked model and dimension); `None` queues the entry for the
+    /// embedding backfill.
+    pub embedding: Option<Vec<f32>>,
+    pub embedding_model: Option<String>,
+}
+
+/// Inserts the rows that are not there yet, with one `import` audit event; returns the ids
+/// inserted (the others already existed).
+pub async fn import(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    rows: &[ImportRow],
+) -> Result<Vec<Uuid>, StoreError> {
+    let records = serde_json::to_value(rows)
+        .map_err(|error| StoreError::Corrupt(format!("cannot encode import rows: {error}")))?;
+    let inserted: Vec<Uuid> = sqlx::query_scalar(
+        "WITH incoming AS ( \
+             SELECT * FROM jsonb_to_recordset($3) AS r(id uuid, kind text, conversation_id uuid, text text, \
+                 role text, category text, valid_at timestamptz, invalid_at timestamptz, title text, \
+                 messages jsonb, surprise float8, start_at timestamptz, end_at timestamptz, stability float8, \
+                 difficulty float8, last_reviewed_at timestamptz, consolidated_at timestamptz, \
+                 created_at timestamptz, simhash int8, tags text[], source_ids text[], \
+                 metadata_confidence float8, importance float8, pinned bool, manually_saved bool, \
+                 embedding jsonb, embedding_model text)), \
+         inserted AS ( \
+             INSERT INTO memories (id, user_id, space, kind, conversation_id, text, role, category, valid_at, \
+                 invalid_at, title, messages, surprise, start_at, end_at, stability, difficulty, \
+                 last_reviewed_at, consolidated_at, created_at, updated_at, simhash, tags, source_ids, \
+                 metadata_confidence, importance, pinned, manually_saved, needs_embedding, embedding_model, \
+                 embedded_at) \
+             SELECT id, $1, $2, kind, conversation_id, text, role, category, valid_at, invalid_at, title, \
+                 messages, surprise, start_at, end_at, stability, difficulty, last_reviewed_at, consolidated_at, \
+                 created_at, now(), simhash, tags, source_ids, metadata_confidence, importance, pinned, \
+                 manually_saved, embedding IS NULL, CASE WHEN embedding IS NOT NULL THEN embedding_model END, \
+                 CASE WHEN embedding IS NOT NULL THEN now() END \
+             FROM incoming ORDER BY id \
+             ON CONFLICT (id) DO NOTHING \
+             RETURNING id, kind), \
+         embedded AS ( \
+             INSERT INTO memory_embeddings (memory_id, user_id, space, kind, embedding) \
+             SELECT i.id, $1, $2, i.kind, r.embedding::text::vector \
+             FROM inserted i JOIN incoming r ON r.id = i.id WHERE r.embedding IS NOT NULL \
+             RETURNING 1), \
+         audited AS ( \
+             INSERT INTO audit_events (user_id, space, action, detail) \
+             SELECT $1, $2, 'import', jsonb_build_object('received', $4::int, 'inserted', count(*), \
+                 'embedded', (SELECT count(*) FROM embedded)) \
+             FROM inserted \
+             RETURNING 1) \
+         SELECT id FROM inserted",
+    )
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(records)
+    .bind(rows.len() as i32)
+    .fetch_all(connection)
+    .await?;
+    Ok(inserted)
+}
