@@ -162,8 +162,8 @@ impl Recall {
         };
         let mut search_scope = initial_scope(request.conversation.is_some(), &request.query);
         let conversation = request.conversation.map(|c| c.as_uuid());
-        let sparse_for = |scope: SearchScope| {
-            let filters: Vec<SearchFilter<'_>> = kinds
+        let filters_for = |scope: SearchScope| -> Vec<SearchFilter<'_>> {
+            kinds
                 .iter()
                 .map(|kind| SearchFilter {
                     scope: &request.scope,
@@ -173,7 +173,10 @@ impl Recall {
                         .flatten(),
                     category: if *kind == SEMANTIC { category } else { None },
                 })
-                .collect();
+                .collect()
+        };
+        let sparse_for = |scope: SearchScope| {
+            let filters = filters_for(scope);
             let pool = &self.pool;
             let query = request.query.as_str();
             async move {
@@ -198,17 +201,7 @@ impl Recall {
             scope_widened = true;
             sparse = sparse_for(search_scope).await?;
         }
-        let filters: Vec<SearchFilter<'_>> = kinds
-            .iter()
-            .map(|kind| SearchFilter {
-                scope: &request.scope,
-                kind,
-                conversation: (search_scope == SearchScope::Conversation)
-                    .then_some(conversation)
-                    .flatten(),
-                category: if *kind == SEMANTIC { category } else { None },
-            })
-            .collect();
+        let filters = filters_for(search_scope);
 
         let mut fallback_reasons: Vec<String> = Vec::new();
         let query_embedding: Option<std::sync::Arc<Vec<f32>>> = match embedding {
@@ -471,20 +464,15 @@ fn rank_section(
     // diverse picks.
     scored.truncate(limit.saturating_mul(4).max(limit));
     let best_total = scored.first().map(|s| s.1.total).unwrap_or(0.0);
-    let embeddings: Vec<Option<Vec<f32>>> = scored
-        .iter()
-        .map(|s| s.2.embedding.as_ref().map(|v| v.to_vec()))
-        .collect();
     let items: Vec<MmrItem<'_>> = scored
         .iter()
-        .zip(&embeddings)
-        .map(|(s, embedding)| MmrItem {
+        .map(|s| MmrItem {
             value: if best_total > 0.0 {
                 s.1.total / best_total
             } else {
                 0.0
             },
-            embedding: embedding.as_deref(),
+            embedding: s.2.embedding.as_ref().map(|v| v.as_slice()),
             tags: &s.2.record.tags,
         })
         .collect();
