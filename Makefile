@@ -82,6 +82,15 @@ bench-ingest: up ## Ingest benchmark: Remember throughput/latency, near-duplicat
 	cargo build --release --bin ingest --bin bench-ingest
 	@bash deploy/bench/ingest.sh
 
+.PHONY: eval
+eval: up models ## Retrieval quality: recall@k / nDCG@k per ranking profile and parameter sweeps (release build)
+	cargo build --release --bin ingest --bin retrieval --bin eval
+	@bash deploy/eval/run.sh
+
+.PHONY: report
+report: up ## Retrieval metrics summary (hit rates, fallback and truncation shares, p95 latency) from the database
+	@bash deploy/local/report.sh
+
 .PHONY: bench-embed
 bench-embed: up models ## Embedding benchmark: raw model throughput, backfill throughput, write-to-embedding latency (release build)
 	cargo build --release --bin ingest --bin bench-embed

@@ -208,6 +208,34 @@ fn ingest_settings(database_url: &str, options: &SandboxOptions) -> IngestSettin
     ingest_settings
 }
 
+/// The retrieval settings a sandbox runs with: the same embedder as ingest.
+fn retrieval_settings(database_url: &str, options: &SandboxOptions) -> RetrievalSettings {
+    let mut settings: RetrievalSettings =
+        engram_server::settings::load_defaults_only(RetrievalSettings::defaults())
+            .expect("retrieval defaults");
+    settings.grpc = grpc_settings(options);
+    settings.database = database_settings(database_url, false);
+    settings.auth = engram_server::AuthSettings {
+        tokens_file: options.tokens_file.clone(),
+    };
+    settings.embed.model_dir = local_model_dir();
+    settings.embed.provider = match &options.embedder {
+        TestEmbedder::Disabled => engram_embed::EmbedProvider::Disabled,
+        TestEmbedder::Local => engram_embed::EmbedProvider::Local,
+        TestEmbedder::OpenAi {
+            base_url,
+            dimension,
+        } => {
+            settings.embed.openai.base_url = base_url.clone();
+            settings.embed.openai.dimension = *dimension;
+            settings.embed.openai.max_retries = 1;
+            settings.embed.openai.timeout_secs = 5;
+            engram_embed::EmbedProvider::Openai
+        }
+    };
+    settings
+}
+
 impl Sandbox {
     pub async fn start() -> Self {
         Self::start_with(SandboxOptions::default()).await
@@ -233,11 +261,7 @@ impl Sandbox {
                 .await
         });
 
-        let retrieval_settings = RetrievalSettings {
-            grpc: grpc_settings(&options),
-            database: database_settings(database.url(), false),
-            auth: auth.clone(),
-        };
+        let retrieval_settings = retrieval_settings(database.url(), &options);
         let retrieval_app = engram_retrieval::App::build(retrieval_settings)
             .await
             .expect("retrieval starts");

@@ -7,8 +7,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
-use engram_embed::Embedder;
 use engram_proto::v1::ingest_service_server::IngestServiceServer;
 use engram_server::{GrpcServer, TokenRegistry};
 use sqlx::PgPool;
@@ -47,12 +45,18 @@ impl App {
         let metrics = Arc::new(IngestMetrics::default());
         let mut writer = MemoryWriter::new(pool.clone(), settings.memory.clone(), metrics.clone());
 
-        let Some(embedder) = engram_embed::load_embedder(&settings.embed.embedder_choice())
-            .await
-            .context(
-                "cannot load the embedder; run `make models` or set ENGRAM_EMBED__MODEL_DIR",
-            )?
-        else {
+        let embedder = engram_recall::load_embedder(&settings.embed.embedder_choice()).await?;
+        if let Some(embedder) = &embedder {
+            engram_recall::check_dimension(&pool, embedder.as_ref()).await?;
+        }
+        // "What do you remember about X" runs the retrieval pipeline over the same model.
+        writer = writer.with_recall(engram_recall::start_recall(
+            pool.clone(),
+            embedder.clone(),
+            settings.embed.query_embedder(),
+            settings.recall.clone(),
+        )?);
+        let Some(embedder) = embedder else {
             tracing::warn!(
                 "embedding backfill disabled: entries keep needs_embedding until an embedder runs"
             );
@@ -66,7 +70,6 @@ impl App {
                 bus: None,
             });
         };
-        check_dimension(&pool, embedder.as_ref()).await?;
         let model = embedder.model_id().to_owned();
         tracing::info!(model = %model, bus = settings.amqp.enabled, "embedding backfill enabled");
 
@@ -165,21 +168,6 @@ impl App {
         self.pool.close().await;
         served
     }
-}
-
-/// A model whose vectors do not fit the store would fail every write of an embedding: refuse to
-/// start instead.
-async fn check_dimension(pool: &PgPool, embedder: &dyn Embedder) -> anyhow::Result<()> {
-    let stored = engram_store::embeddings::stored_dimension(pool).await?;
-    if stored != embedder.dimension() {
-        anyhow::bail!(
-            "embedding dimension mismatch: {} produces {} dimensions, the store holds vector({stored}); \
-             choose a {stored}-dimension model or migrate the store",
-            embedder.model_id(),
-            embedder.dimension()
-        );
-    }
-    Ok(())
 }
 
 async fn purge_expired_tombstones(pool: PgPool) {

@@ -47,6 +47,27 @@ impl CommandOutcome {
 }
 
 impl MemoryWriter {
+    /// "What do you remember about X": the Markdown of a retrieval for X, in this conversation
+    /// (so incognito and memory off are honoured, and the retrieval is recorded for review).
+    async fn recall_topic(
+        &self,
+        scope: &Scope,
+        conversation: ConversationId,
+        command: MemoryCommand,
+        topic: &str,
+    ) -> Result<CommandOutcome, IngestError> {
+        let Some(recall) = &self.recall else {
+            return Ok(CommandOutcome::not_applied(
+                command,
+                "Recall is not available in this service.",
+            ));
+        };
+        let request =
+            recall.default_request(scope.clone(), Some(conversation), topic.to_owned())?;
+        let retrieval = recall.retrieve(&request).await?;
+        Ok(CommandOutcome::done(command, retrieval.markdown, None))
+    }
+
     #[tracing::instrument(skip_all, fields(user_id = %scope.user_id, space = %scope.space, conversation = %conversation), err(Display))]
     pub async fn apply_command(
         &self,
@@ -65,17 +86,9 @@ impl MemoryWriter {
         };
         tracing::info!(command = ?command, "memory command recognised");
         if let MemoryCommand::Recall(topic) = &command {
-            // Answering with a retrieval's Markdown needs the retrieval pipeline in ingest (issue
-            // 4, not wired yet): the command is recognised and reported as not applied.
-            return Ok(CommandOutcome {
-                command: Some(command.clone()),
-                applied: false,
-                reply: format!(
-                    "asked what is remembered about {topic:?}; call RetrieveMemory for it"
-                ),
-                memory: None,
-                remember: None,
-            });
+            return self
+                .recall_topic(scope, conversation, command.clone(), topic)
+                .await;
         }
         match command.clone() {
             MemoryCommand::ForgetLast => {

@@ -17,6 +17,8 @@ pub struct IngestSettings {
     pub memory: MemorySettings,
     pub embed: EmbedSettings,
     pub amqp: AmqpSettings,
+    /// The retrieval pipeline behind "what do you remember about X".
+    pub recall: engram_recall::RecallSettings,
 }
 
 pub use engram_embed::{EmbedProvider, OpenAiEmbedSettings};
@@ -31,6 +33,10 @@ pub struct EmbedSettings {
     pub batch_size: usize,
     /// Tokens per text for the local model; longer texts are cut.
     pub max_tokens: usize,
+    /// Query embeddings kept for the recall command.
+    pub query_cache_entries: u64,
+    /// Longest wait for a query embedding before recall goes on with BM25 alone.
+    pub query_timeout_ms: u64,
     /// How often the backfill looks for work when nothing woke it.
     pub poll_interval_ms: u64,
     /// Permanent failures after which an entry is left aside (dead-lettered).
@@ -58,6 +64,14 @@ pub struct MemorySettings {
 }
 
 impl EmbedSettings {
+    pub fn query_embedder(&self) -> engram_recall::QueryEmbedderSettings {
+        engram_recall::QueryEmbedderSettings {
+            max_batch: self.batch_size.max(1),
+            cache_entries: self.query_cache_entries,
+            timeout: std::time::Duration::from_millis(self.query_timeout_ms),
+        }
+    }
+
     pub fn embedder_choice(&self) -> engram_embed::EmbedderChoice {
         engram_embed::EmbedderChoice {
             provider: self.provider,
@@ -99,20 +113,9 @@ impl IngestSettings {
             ("memory.recency_tau_secs", 604_800i64.into()),
             ("memory.score_staleness_secs", 86_400i64.into()),
             ("memory.max_text_chars", 8_192i64.into()),
-            ("embed.provider", "local".into()),
-            (
-                "embed.model_dir",
-                "/var/tmp/engram-local/models/all-MiniLM-L6-v2".into(),
-            ),
-            ("embed.batch_size", 32i64.into()),
-            ("embed.max_tokens", 256i64.into()),
+            // The backfill's own embed.* settings (the model ones are shared with retrieval).
             ("embed.poll_interval_ms", 1_000i64.into()),
             ("embed.max_failures", 5i64.into()),
-            ("embed.openai.base_url", "https://api.openai.com".into()),
-            ("embed.openai.model", "text-embedding-3-small".into()),
-            ("embed.openai.dimension", 384i64.into()),
-            ("embed.openai.timeout_secs", 30i64.into()),
-            ("embed.openai.max_retries", 5i64.into()),
             ("embed.sweep_min_age_ms", 10_000i64.into()),
             ("amqp.enabled", true.into()),
             ("amqp.url", "amqp://guest:guest@127.0.0.1:5672/%2f".into()),
@@ -125,6 +128,8 @@ impl IngestSettings {
             ("amqp.retry_delay_ms", 2_000i64.into()),
             ("amqp.reconnect_max_backoff_ms", 10_000i64.into()),
         ]);
+        defaults.extend(engram_recall::embed_defaults());
+        defaults.extend(engram_recall::RecallSettings::defaults());
         defaults
     }
 }

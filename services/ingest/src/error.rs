@@ -23,6 +23,15 @@ impl From<sqlx::Error> for IngestError {
     }
 }
 
+impl From<engram_recall::RecallError> for IngestError {
+    fn from(error: engram_recall::RecallError) -> Self {
+        match error {
+            engram_recall::RecallError::Invalid(error) => IngestError::Invalid(error),
+            engram_recall::RecallError::Store(error) => IngestError::Store(error),
+        }
+    }
+}
+
 impl From<IngestError> for Status {
     fn from(error: IngestError) -> Self {
         match error {

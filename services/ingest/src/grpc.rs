@@ -116,7 +116,8 @@ fn remember_to_proto(result: RememberResult) -> v1::RememberResponse {
 
 fn command_action(command: Option<&MemoryCommand>) -> v1::CommandAction {
     match command {
-        None | Some(MemoryCommand::Recall(_)) => v1::CommandAction::NoCommand,
+        None => v1::CommandAction::NoCommand,
+        Some(MemoryCommand::Recall(_)) => v1::CommandAction::Recall,
         Some(MemoryCommand::ForgetLast) => v1::CommandAction::Forget,
         Some(MemoryCommand::PinLast) => v1::CommandAction::Pin,
         Some(MemoryCommand::Remember(_)) => v1::CommandAction::Remember,
@@ -138,6 +139,7 @@ fn audit_action_to_proto(stored: &str) -> v1::AuditAction {
         Some(AuditAction::IncognitoStart) => v1::AuditAction::IncognitoStart,
         Some(AuditAction::IncognitoEnd) => v1::AuditAction::IncognitoEnd,
         Some(AuditAction::Trim) => v1::AuditAction::Trim,
+        Some(AuditAction::Import) => v1::AuditAction::Import,
         None => v1::AuditAction::Unspecified,
     }
 }
@@ -392,6 +394,31 @@ impl IngestService for IngestApi {
         Ok(Response::new(v1::ListAuditResponse {
             events,
             next_page_token,
+        }))
+    }
+
+    async fn import_memories(
+        &self,
+        request: Request<v1::ImportMemoriesRequest>,
+    ) -> Result<Response<v1::ImportMemoriesResponse>, Status> {
+        let scope = authorized_scope(&request, request.get_ref().scope.clone())?;
+        let message = request.into_inner();
+        let limits = self.writer.import_limits().await?;
+        let entries = crate::import::parse_batch(&scope, &message.memories, &limits)
+            .map_err(IngestError::from)?;
+        let imported = self.writer.import(&scope, entries).await?;
+        let created = imported.iter().filter(|entry| entry.created).count() as u32;
+        Ok(Response::new(v1::ImportMemoriesResponse {
+            existing: imported.len() as u32 - created,
+            created,
+            entries: imported
+                .into_iter()
+                .map(|entry| v1::ImportedEntry {
+                    client_id: entry.client_id,
+                    id: entry.id.to_string(),
+                    created: entry.created,
+                })
+                .collect(),
         }))
     }
 

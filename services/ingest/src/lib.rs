@@ -16,6 +16,7 @@ pub mod config;
 pub mod controls;
 pub mod error;
 pub mod grpc;
+pub mod import;
 pub mod metrics;
 pub mod write_path;
 

@@ -38,6 +38,8 @@ pub struct MemoryWriter {
     pub(crate) embedding_model: Option<String>,
     /// Whether new entries are announced on the bus (an EmbeddingRequested event in the outbox).
     publish_events: bool,
+    /// The retrieval pipeline, for "what do you remember about X".
+    pub(crate) recall: Option<engram_recall::Recall>,
 }
 
 /// A validated Remember.
@@ -134,7 +136,14 @@ impl MemoryWriter {
             sweep_wake: None,
             embedding_model: None,
             publish_events: false,
+            recall: None,
         }
+    }
+
+    /// Lets ApplyCommand answer "what do you remember about X" with a retrieval.
+    pub fn with_recall(mut self, recall: engram_recall::Recall) -> Self {
+        self.recall = Some(recall);
+        self
     }
 
     /// New entries get an EmbeddingRequested event in the outbox, in the writing transaction.

@@ -1,10 +1,11 @@
 //! Start-up of the retrieval service (same shape as ingest: `App::build` is used by `main` and
-//! by tests).
+//! by tests): connects to Postgres, loads the query embedder, starts the retrieval pipeline.
 
 use std::future::Future;
 use std::net::SocketAddr;
 
 use engram_proto::v1::retrieval_service_server::RetrievalServiceServer;
+use engram_recall::Recall;
 use engram_server::{GrpcServer, TokenRegistry};
 use sqlx::PgPool;
 use tonic::service::Routes;
@@ -17,6 +18,7 @@ pub const SERVICE_NAME: &str = "engram.v1.RetrievalService";
 pub struct App {
     server: GrpcServer,
     pool: PgPool,
+    recall: Recall,
     tokens: TokenRegistry,
 }
 
@@ -27,10 +29,27 @@ impl App {
             None => TokenRegistry::open(),
         };
         let pool = engram_server::database::connect(&settings.database).await?;
+        let embedder = engram_recall::load_embedder(&settings.embed.embedder_choice()).await?;
+        match &embedder {
+            Some(embedder) => {
+                engram_recall::check_dimension(&pool, embedder.as_ref()).await?;
+                tracing::info!(model = %embedder.model_id(), "query embedder loaded");
+            }
+            None => tracing::warn!(
+                "no embedder configured: retrieval serves BM25 and its fallbacks only"
+            ),
+        }
+        let recall = engram_recall::start_recall(
+            pool.clone(),
+            embedder,
+            settings.embed.query_embedder(),
+            settings.recall.clone(),
+        )?;
         let server = GrpcServer::bind(&settings.grpc).await?;
         Ok(Self {
             server,
             pool,
+            recall,
             tokens,
         })
     }
@@ -39,9 +58,14 @@ impl App {
         self.server.local_addr()
     }
 
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let routes = Routes::new(RetrievalServiceServer::new(RetrievalApi::new(
             self.pool.clone(),
+            self.recall,
         )));
         let served = self
             .server

@@ -1,5 +1,6 @@
-//! Settings of the retrieval service.
+//! Settings of the retrieval service (see the README's configuration table).
 
+use engram_recall::{EmbedConfig, RecallSettings};
 use engram_server::settings::common_defaults;
 use engram_server::{AuthSettings, DatabaseSettings, GrpcSettings};
 use serde::Deserialize;
@@ -12,14 +13,21 @@ pub struct RetrievalSettings {
     pub database: DatabaseSettings,
     #[serde(default)]
     pub auth: AuthSettings,
+    /// The query embedder: the same model settings as ingest's backfill.
+    pub embed: EmbedConfig,
+    pub recall: RecallSettings,
 }
 
 impl RetrievalSettings {
+    /// Defaults, then `ENGRAM_CONFIG`'s file, then `ENGRAM_*` variables.
     pub fn load() -> Result<Self, config::ConfigError> {
         engram_server::load_settings(Self::defaults())
     }
 
     pub fn defaults() -> Vec<(&'static str, config::Value)> {
-        common_defaults(DEFAULT_PORT)
+        let mut defaults = common_defaults(DEFAULT_PORT);
+        defaults.extend(engram_recall::embed_defaults());
+        defaults.extend(RecallSettings::defaults());
+        defaults
     }
 }

@@ -1,6 +1,7 @@
 //! The retrieval service's error type, mapped to gRPC statuses at the edge.
 
 use engram_core::ValidationError;
+use engram_recall::RecallError;
 use engram_store::StoreError;
 use tonic::Status;
 
@@ -10,6 +11,15 @@ pub enum RetrievalError {
     Invalid(#[from] ValidationError),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+impl From<RecallError> for RetrievalError {
+    fn from(error: RecallError) -> Self {
+        match error {
+            RecallError::Invalid(error) => RetrievalError::Invalid(error),
+            RecallError::Store(error) => RetrievalError::Store(error),
+        }
+    }
 }
 
 impl From<RetrievalError> for Status {

@@ -1,5 +1,6 @@
-//! The retrieval service: reads memory for assistants. It lists what a space holds now; hybrid
-//! BM25 + vector search, ranking and the Markdown rendering come with the retrieval issue.
+//! The retrieval service: reads memory for assistants. RetrieveMemory and ContextPreRetrieve run
+//! the hybrid pipeline of `engram-recall`; ListEntries, GetSummary and ExportSpace read a space
+//! as it is.
 
 #![forbid(unsafe_code)]
 
@@ -7,6 +8,7 @@ pub mod app;
 pub mod config;
 pub mod error;
 pub mod grpc;
+pub mod request;
 
 pub use app::App;
 pub use config::RetrievalSettings;

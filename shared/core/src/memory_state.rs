@@ -21,9 +21,39 @@ pub fn retrievability(stability: f64, difficulty: f64, days_elapsed: f64) -> f64
     ))
 }
 
+/// Retention FSRS schedules for.
+pub const DESIRED_RETENTION: f32 = 0.9;
+
+/// The state of a new episode: FSRS-6's first "Good" review (fresh, not yet reinforced), with the
+/// stability boosted by surprise (`S * (1 + 0.5 * surprise)`) so surprising episodes fade slower.
+/// Returns (stability, difficulty).
+pub fn initial_state(surprise: f64) -> (f64, f64) {
+    let good = fsrs::FSRS::new(&fsrs::DEFAULT_PARAMETERS)
+        .and_then(|model| model.next_states(None, DESIRED_RETENTION, 0))
+        .map(|states| states.good.memory);
+    // The default parameters are valid, so this cannot fail; the published value stands in.
+    let (stability, difficulty) = match good {
+        Ok(state) => (f64::from(state.stability), f64::from(state.difficulty)),
+        Err(_) => (2.3065, 2.1181),
+    };
+    (
+        stability * (1.0 + 0.5 * surprise.clamp(0.0, 1.0)),
+        difficulty,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn new_episodes_start_from_a_good_review_boosted_by_surprise() {
+        let (plain, difficulty) = initial_state(0.0);
+        assert!((plain - 2.3065).abs() < 1e-3, "{plain}");
+        assert!((1.0..=10.0).contains(&difficulty), "{difficulty}");
+        let (surprising, _) = initial_state(1.0);
+        assert!((surprising - plain * 1.5).abs() < 1e-9);
+    }
 
     /// Reference values of FSRS-6 for S = 2.3065 (a new memory rated Good at retention 0.9).
     #[test]

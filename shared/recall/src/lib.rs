@@ -17,8 +17,15 @@ mod error;
 mod pipeline;
 mod query_embedder;
 mod settings;
+mod startup;
 
 pub use error::RecallError;
-pub use pipeline::{RankedMemory, Recall, Retrieval, RetrieveRequest, ServedBy};
+pub use pipeline::{
+    DEFAULT_EPISODIC_LIMIT, DEFAULT_SEMANTIC_LIMIT, RankedMemory, Recall, Retrieval,
+    RetrieveRequest, ServedBy,
+};
 pub use query_embedder::{QueryEmbedder, QueryEmbedderSettings};
 pub use settings::{RankingOverrides, RecallSettings};
+pub use startup::{
+    DEFAULT_MODEL_DIR, EmbedConfig, check_dimension, embed_defaults, load_embedder, start_recall,
+};

@@ -21,6 +21,9 @@ use uuid::Uuid;
 
 use crate::{QueryEmbedder, RecallError, RecallSettings};
 
+pub const DEFAULT_EPISODIC_LIMIT: usize = 5;
+pub const DEFAULT_SEMANTIC_LIMIT: usize = 20;
+
 /// A validated retrieval request.
 #[derive(Debug, Clone)]
 pub struct RetrieveRequest {
@@ -34,6 +37,8 @@ pub struct RetrieveRequest {
     pub category: Option<Category>,
     pub token_budget: usize,
     pub ranking: RankingParams,
+    /// Whether to run the vector leg (false: BM25 and its fallbacks only, for comparisons).
+    pub dense: bool,
     /// Pending review, last scores and metrics (RetrieveMemory); none for ContextPreRetrieve.
     pub side_effects: bool,
 }
@@ -109,6 +114,29 @@ impl Recall {
         &self.settings
     }
 
+    /// A request with the configured defaults (five episodes, twenty facts, auto detail, the
+    /// configured budget and ranking, side effects on), for callers that only have a query.
+    pub fn default_request(
+        &self,
+        scope: Scope,
+        conversation: Option<ConversationId>,
+        query: String,
+    ) -> Result<RetrieveRequest, RecallError> {
+        Ok(RetrieveRequest {
+            scope,
+            conversation,
+            query,
+            episodic_limit: DEFAULT_EPISODIC_LIMIT,
+            semantic_limit: DEFAULT_SEMANTIC_LIMIT,
+            detail: Detail::Auto,
+            category: None,
+            token_budget: self.settings.token_budget as usize,
+            ranking: self.settings.default_ranking()?,
+            dense: true,
+            side_effects: true,
+        })
+    }
+
     pub async fn retrieve(&self, request: &RetrieveRequest) -> Result<Retrieval, RecallError> {
         let started = Instant::now();
         let now = Utc::now();
@@ -156,8 +184,8 @@ impl Recall {
         let embedding_started = Instant::now();
         let embedding = async {
             match &self.embedder {
-                Some(embedder) => Some(embedder.embed(&request.query).await),
-                None => None,
+                Some(embedder) if request.dense => Some(embedder.embed(&request.query).await),
+                _ => None,
             }
         };
         let mut search_scope = initial_scope(request.conversation.is_some(), &request.query);
@@ -210,10 +238,11 @@ impl Recall {
                 fallback_reasons.push(format!("embedder unavailable: {reason}"));
                 None
             }
-            None => {
+            None if request.dense => {
                 fallback_reasons.push("no embedder configured".to_owned());
                 None
             }
+            None => None,
         };
 
         // Dense leg: exact for small spaces and for one conversation, HNSW for large spaces.

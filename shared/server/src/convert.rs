@@ -116,5 +116,28 @@ pub fn memory_to_proto(record: &MemoryRecord) -> v1::Memory {
         }),
         fsrs,
         surprise: record.surprise.unwrap_or_default(),
+        messages: messages_to_proto(record.messages.as_ref()),
+        start_at: to_proto_opt(record.start_at),
+        end_at: to_proto_opt(record.end_at),
+        embedding_model: record.embedding_model.clone().unwrap_or_default(),
     }
+}
+
+/// An episode's stored excerpt (`[{"role": ..., "content": ...}]`) as proto messages; entries of
+/// another shape are skipped rather than failing the whole response.
+fn messages_to_proto(messages: Option<&serde_json::Value>) -> Vec<v1::Message> {
+    let Some(messages) = messages.and_then(serde_json::Value::as_array) else {
+        return Vec::new();
+    };
+    messages
+        .iter()
+        .filter_map(|message| {
+            let role = SpeakerRole::from_stored(message.get("role")?.as_str()?)
+                .map_or(v1::SpeakerRole::Unspecified, role_to_proto);
+            Some(v1::Message {
+                role: role.into(),
+                content: message.get("content")?.as_str()?.to_owned(),
+            })
+        })
+        .collect()
 }

@@ -19,6 +19,7 @@ pub enum AuditAction {
     IncognitoStart,
     IncognitoEnd,
     Trim,
+    Import,
 }
 
 impl AuditAction {
@@ -33,6 +34,7 @@ impl AuditAction {
             AuditAction::IncognitoStart => "incognito_start",
             AuditAction::IncognitoEnd => "incognito_end",
             AuditAction::Trim => "trim",
+            AuditAction::Import => "import",
         }
     }
 
@@ -48,6 +50,7 @@ impl AuditAction {
             IncognitoStart,
             IncognitoEnd,
             Trim,
+            Import,
         ]
         .into_iter()
         .find(|action| action.as_str() == stored)

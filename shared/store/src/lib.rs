@@ -16,6 +16,7 @@ pub mod memories;
 pub mod outbox;
 pub mod retrieval;
 pub mod spaces;
+pub mod summary;
 pub mod tombstones;
 pub mod transfer;
 pub mod write_path;

@@ -55,7 +55,7 @@ pub async fn sparse_search(
     let rows = sqlx::query_as::<_, HitRow>(
         "WITH query AS ( \
              SELECT engram_any_word_query($3) AS words, \
-                    ARRAY(SELECT lexeme FROM unnest(to_tsvector('simple', $3))) AS terms), \
+                    ARRAY(SELECT lexeme FROM unnest(engram_search_words($3))) AS terms), \
          corpus AS ( \
              SELECT count(*)::float8 AS documents, coalesce(avg(search_length), 0)::float8 AS average_length \
              FROM memories WHERE user_id = $1 AND space = $2 AND kind = $4 AND invalid_at IS NULL), \

@@ -11,28 +11,7 @@ use engram_e2e::{Sandbox, SandboxOptions, TestEmbedder, local_model_dir};
 use engram_embed::{Embedder, LocalEmbedder, LocalModelSettings, cosine};
 use serde_json::{Value, json};
 
-use crate::helpers::{new_scope, remember, remember_memory};
-
-/// Waits until no entry needs an embedding (or fails the test after `limit`).
-async fn wait_until_embedded(sandbox: &Sandbox, limit: Duration) {
-    let started = Instant::now();
-    loop {
-        let pending: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM memories WHERE needs_embedding AND embedding_failures < 5",
-        )
-        .fetch_one(&sandbox.pool)
-        .await
-        .unwrap();
-        if pending == 0 {
-            return;
-        }
-        assert!(
-            started.elapsed() < limit,
-            "{pending} entries still need an embedding after {limit:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+use crate::helpers::{new_scope, remember, remember_memory, wait_until_embedded};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn new_memories_get_embeddings_from_the_local_model() {

@@ -1,5 +1,7 @@
 //! Request builders shared by the API tests.
 
+use std::time::{Duration, Instant};
+
 use engram_e2e::Sandbox;
 use engram_proto::v1;
 use tonic::{Code, Status};
@@ -101,4 +103,25 @@ pub(crate) async fn audit(sandbox: &mut Sandbox, scope: &v1::Scope) -> Vec<v1::A
         .unwrap()
         .into_inner()
         .events
+}
+
+/// Waits until no entry needs an embedding (or fails the test after `limit`).
+pub(crate) async fn wait_until_embedded(sandbox: &Sandbox, limit: Duration) {
+    let started = Instant::now();
+    loop {
+        let pending: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM memories WHERE needs_embedding AND embedding_failures < 5",
+        )
+        .fetch_one(&sandbox.pool)
+        .await
+        .unwrap();
+        if pending == 0 {
+            return;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "{pending} entries still need an embedding after {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

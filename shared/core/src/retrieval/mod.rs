@@ -10,6 +10,7 @@ pub mod markdown;
 pub mod mmr;
 pub mod query;
 pub mod ranking;
+pub mod summary;
 
 pub use fusion::{Fused, LegHit, fuse};
 pub use ranking::{RankingParams, RankingProfile, ScoreParts};

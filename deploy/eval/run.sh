@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# make eval: a fresh evaluation database, a release ingest service (local embedder, backfill on)
+# and a release retrieval service on it, then the evaluation binary: imports tests/eval/tasks.json
+# over gRPC, waits for the embeddings, runs every configuration and writes docs/eval/retrieval.md.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+# shellcheck source=../local/common.sh
+source "$here/../local/common.sh"
+
+bin="${CARGO_TARGET_DIR:?}/release"
+db=engram_eval
+url="postgres://postgres@127.0.0.1:$ENGRAM_PG_PORT/$db"
+ingest_port=50071
+retrieval_port=50072
+model_dir="$(bash "$here/../local/models.sh")"
+
+log "creating a fresh $db database"
+pg_psql postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db TEMPLATE template1"
+ENGRAM_DATABASE__URL="$url" "$bin/ingest" migrate
+
+common_env=(ENGRAM_DATABASE__URL="$url" ENGRAM_EMBED__PROVIDER=local ENGRAM_EMBED__MODEL_DIR="$model_dir" RUST_LOG=warn)
+log "starting release ingest (127.0.0.1:$ingest_port) and retrieval (127.0.0.1:$retrieval_port) services"
+env "${common_env[@]}" ENGRAM_GRPC__LISTEN_ADDR="127.0.0.1:$ingest_port" \
+    "$bin/ingest" >"$ENGRAM_LOG_DIR/eval-ingest.log" 2>&1 &
+ingest=$!
+env "${common_env[@]}" ENGRAM_GRPC__LISTEN_ADDR="127.0.0.1:$retrieval_port" \
+    "$bin/retrieval" >"$ENGRAM_LOG_DIR/eval-retrieval.log" 2>&1 &
+retrieval=$!
+trap 'kill -TERM $ingest $retrieval 2>/dev/null; wait $ingest $retrieval 2>/dev/null || true' EXIT
+wait_for_port 127.0.0.1 "$ingest_port" 120 || die "the ingest service did not start (see $ENGRAM_LOG_DIR/eval-ingest.log)"
+wait_for_port 127.0.0.1 "$retrieval_port" 120 || die "the retrieval service did not start (see $ENGRAM_LOG_DIR/eval-retrieval.log)"
+
+mkdir -p "$repo/docs/eval"
+"$bin/eval" --tasks "$repo/tests/eval/tasks.json" \
+    --ingest "http://127.0.0.1:$ingest_port" --retrieval "http://127.0.0.1:$retrieval_port" \
+    --report "$repo/docs/eval/retrieval.md" --command-line "make eval"

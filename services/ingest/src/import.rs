@@ -1,0 +1,614 @@
+//! ImportMemories: facts and episodes from another memory store (or a test fixture), stored as
+//! given. What the source cannot know (tags, importance, category, the SimHash, an episode's
+//! initial FSRS state) is derived the way Remember derives it. Ids are UUIDv5 of (user, space,
+//! client id), so importing a batch twice creates nothing new; near-duplicates are not merged and
+//! the capacity policy does not trim (an import moves a store as it is).
+
+use std::collections::HashSet;
+
+use chrono::{DateTime, Duration, Utc};
+use engram_core::memory_state::initial_state;
+use engram_core::normalize::normalize_for_fingerprint;
+use engram_core::validate::parse_labels;
+use engram_core::{
+    Category, ConversationId, MemoryText, Scope, SimHash, SpeakerRole, ValidationError, importance,
+    metadata,
+};
+use engram_proto::v1;
+use engram_server::convert::{category_from_proto, role_from_proto};
+use engram_server::time::{from_proto, from_proto_opt};
+use engram_store::transfer::{self, ImportRow};
+use uuid::Uuid;
+
+use crate::error::IngestError;
+use crate::write_path::MemoryWriter;
+
+pub const MAX_IMPORT_BATCH: usize = 500;
+pub const MAX_CLIENT_ID_CHARS: usize = 256;
+pub const MAX_TITLE_CHARS: usize = 512;
+pub const MAX_EPISODE_MESSAGES: usize = 200;
+const MAX_TAGS: usize = 32;
+const MAX_TAG_CHARS: usize = 64;
+const MAX_SOURCE_IDS: usize = 32;
+const MAX_SOURCE_ID_CHARS: usize = 256;
+/// Clock skew tolerated on a client's created_at.
+const FUTURE_TOLERANCE: Duration = Duration::minutes(5);
+
+/// Namespace of import ids (a fixed random UUID: changing it would break idempotency).
+const IMPORT_NAMESPACE: Uuid = Uuid::from_u128(0x3c1f_9a52_7be4_4d0e_9f61_d2a8_50b7_e4c3);
+
+/// Engram's id of an imported entry. A newline separates the parts: space names cannot hold one.
+pub fn import_id(scope: &Scope, client_id: &str) -> Uuid {
+    let name = format!("{}\n{}\n{client_id}", scope.user_id, scope.space.as_str());
+    Uuid::new_v5(&IMPORT_NAMESPACE, name.as_bytes())
+}
+
+/// What validation needs beyond the entry itself.
+#[derive(Debug, Clone)]
+pub struct ImportLimits<'a> {
+    pub max_text_chars: usize,
+    /// The model this Engram embeds with; given embeddings must come from it.
+    pub embedding_model: Option<&'a str>,
+    /// The store's vector dimension.
+    pub dimension: usize,
+    pub now: DateTime<Utc>,
+}
+
+/// An entry ready to insert, with the client's id kept for the response.
+#[derive(Debug, Clone)]
+pub struct ParsedImport {
+    pub client_id: String,
+    pub row: ImportRow,
+}
+
+fn check_unit(field: String, value: f64) -> Result<f64, ValidationError> {
+    if value.is_finite() && (0.0..=1.0).contains(&value) {
+        Ok(value)
+    } else {
+        Err(ValidationError::new(
+            field,
+            format!("must be between 0 and 1, got {value}"),
+        ))
+    }
+}
+
+fn parse_client_id(field: String, raw: &str) -> Result<String, ValidationError> {
+    if raw.trim().is_empty() {
+        return Err(ValidationError::new(field, "must not be empty"));
+    }
+    if raw.chars().count() > MAX_CLIENT_ID_CHARS {
+        return Err(ValidationError::new(
+            field,
+            format!("must be at most {MAX_CLIENT_ID_CHARS} characters"),
+        ));
+    }
+    if raw.contains('\0') {
+        return Err(ValidationError::new(
+            field,
+            "must not contain NUL characters",
+        ));
+    }
+    Ok(raw.to_owned())
+}
+
+fn parse_embedding(
+    field: &str,
+    raw: &v1::ImportedMemory,
+    limits: &ImportLimits<'_>,
+) -> Result<Option<(Vec<f32>, String)>, ValidationError> {
+    if raw.embedding.is_empty() {
+        return Ok(None);
+    }
+    let model = raw.embedding_model.trim();
+    if model.is_empty() {
+        return Err(ValidationError::new(
+            format!("{field}.embedding_model"),
+            "is required with an embedding",
+        ));
+    }
+    if let Some(expected) = limits.embedding_model
+        && model != expected
+    {
+        return Err(ValidationError::new(
+            format!("{field}.embedding_model"),
+            format!(
+                "is {model:?}, but this Engram embeds with {expected:?}; omit the embedding to have Engram compute it"
+            ),
+        ));
+    }
+    if raw.embedding.len() != limits.dimension {
+        return Err(ValidationError::new(
+            format!("{field}.embedding"),
+            format!(
+                "has {} dimensions; the store holds {}",
+                raw.embedding.len(),
+                limits.dimension
+            ),
+        ));
+    }
+    if raw.embedding.iter().any(|x| !x.is_finite()) {
+        return Err(ValidationError::new(
+            format!("{field}.embedding"),
+            "must hold finite numbers only",
+        ));
+    }
+    Ok(Some((raw.embedding.clone(), model.to_owned())))
+}
+
+/// The episode-only fields of an entry.
+struct EpisodeFields {
+    title: String,
+    messages: serde_json::Value,
+    surprise: f64,
+    start_at: DateTime<Utc>,
+    end_at: DateTime<Utc>,
+    stability: f64,
+    difficulty: f64,
+    last_reviewed_at: DateTime<Utc>,
+}
+
+fn parse_episode(
+    field: &str,
+    raw: &v1::ImportedMemory,
+    created_at: DateTime<Utc>,
+    limits: &ImportLimits<'_>,
+) -> Result<EpisodeFields, ValidationError> {
+    let title = raw.title.trim();
+    if title.is_empty() {
+        return Err(ValidationError::new(
+            format!("{field}.title"),
+            "is required for an episode",
+        ));
+    }
+    if title.chars().count() > MAX_TITLE_CHARS {
+        return Err(ValidationError::new(
+            format!("{field}.title"),
+            format!("must be at most {MAX_TITLE_CHARS} characters"),
+        ));
+    }
+    if raw.category != v1::Category::Unspecified as i32 {
+        return Err(ValidationError::new(
+            format!("{field}.category"),
+            "applies to facts only; leave it unspecified for an episode",
+        ));
+    }
+    if raw.messages.len() > MAX_EPISODE_MESSAGES {
+        return Err(ValidationError::new(
+            format!("{field}.messages"),
+            format!(
+                "has {} turns; the limit is {MAX_EPISODE_MESSAGES}",
+                raw.messages.len()
+            ),
+        ));
+    }
+    let mut messages = Vec::with_capacity(raw.messages.len());
+    for (index, message) in raw.messages.iter().enumerate() {
+        let turn = format!("{field}.messages[{index}]");
+        let role = role_from_proto(&format!("{turn}.role"), message.role)?;
+        let content = MemoryText::parse(
+            &format!("{turn}.content"),
+            &message.content,
+            limits.max_text_chars,
+        )?;
+        messages.push(serde_json::json!({"role": role.as_str(), "content": content.as_str()}));
+    }
+    let surprise = check_unit(format!("{field}.surprise"), raw.surprise.unwrap_or(0.0))?;
+    let end_at =
+        from_proto_opt(&format!("{field}.end_at"), raw.end_at.as_ref())?.unwrap_or(created_at);
+    let start_at =
+        from_proto_opt(&format!("{field}.start_at"), raw.start_at.as_ref())?.unwrap_or(end_at);
+    if start_at > end_at {
+        return Err(ValidationError::new(
+            format!("{field}.start_at"),
+            "must not be after end_at",
+        ));
+    }
+    let (stability, difficulty, last_reviewed_at) = match &raw.fsrs {
+        Some(state) => {
+            if !(state.stability.is_finite() && state.stability > 0.0) {
+                return Err(ValidationError::new(
+                    format!("{field}.fsrs.stability"),
+                    format!("must be greater than 0, got {}", state.stability),
+                ));
+            }
+            if !(state.difficulty.is_finite() && (1.0..=10.0).contains(&state.difficulty)) {
+                return Err(ValidationError::new(
+                    format!("{field}.fsrs.difficulty"),
+                    format!("must be between 1 and 10, got {}", state.difficulty),
+                ));
+            }
+            let reviewed = state.last_reviewed_at.as_ref().ok_or_else(|| {
+                ValidationError::new(
+                    format!("{field}.fsrs.last_reviewed_at"),
+                    "is required with an FSRS state",
+                )
+            })?;
+            let reviewed = from_proto(&format!("{field}.fsrs.last_reviewed_at"), reviewed)?;
+            (state.stability, state.difficulty, reviewed)
+        }
+        None => {
+            let (stability, difficulty) = initial_state(surprise);
+            (stability, difficulty, end_at)
+        }
+    };
+    Ok(EpisodeFields {
+        title: title.to_owned(),
+        messages: serde_json::Value::Array(messages),
+        surprise,
+        start_at,
+        end_at,
+        stability,
+        difficulty,
+        last_reviewed_at,
+    })
+}
+
+/// Fields that only episodes carry must not come with a fact.
+fn reject_episode_fields(field: &str, raw: &v1::ImportedMemory) -> Result<(), ValidationError> {
+    let present = [
+        ("title", !raw.title.is_empty()),
+        ("messages", !raw.messages.is_empty()),
+        ("start_at", raw.start_at.is_some()),
+        ("end_at", raw.end_at.is_some()),
+        ("surprise", raw.surprise.is_some()),
+        ("fsrs", raw.fsrs.is_some()),
+    ];
+    match present.iter().find(|(_, present)| *present) {
+        Some((name, _)) => Err(ValidationError::new(
+            format!("{field}.{name}"),
+            "applies to episodes only",
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Validates one entry; `field` names it in errors (`memories[3]`).
+pub fn parse_entry(
+    field: &str,
+    scope: &Scope,
+    raw: &v1::ImportedMemory,
+    limits: &ImportLimits<'_>,
+) -> Result<ParsedImport, ValidationError> {
+    let client_id = parse_client_id(format!("{field}.client_id"), &raw.client_id)?;
+    let kind = match v1::MemoryKind::try_from(raw.kind) {
+        Ok(v1::MemoryKind::Semantic) => "semantic",
+        Ok(v1::MemoryKind::Episodic) => "episodic",
+        Ok(v1::MemoryKind::Unspecified) => {
+            return Err(ValidationError::new(
+                format!("{field}.kind"),
+                "is required: SEMANTIC or EPISODIC",
+            ));
+        }
+        Err(_) => {
+            return Err(ValidationError::new(
+                format!("{field}.kind"),
+                format!("{} is not a known memory kind", raw.kind),
+            ));
+        }
+    };
+    let text = MemoryText::parse(&format!("{field}.text"), &raw.text, limits.max_text_chars)?;
+    let role: SpeakerRole = role_from_proto(&format!("{field}.role"), raw.role)?;
+    let tags = parse_labels(&format!("{field}.tags"), &raw.tags, MAX_TAGS, MAX_TAG_CHARS)?;
+    let source_ids = parse_labels(
+        &format!("{field}.source_ids"),
+        &raw.source_ids,
+        MAX_SOURCE_IDS,
+        MAX_SOURCE_ID_CHARS,
+    )?;
+    let conversation_id = if raw.conversation_id.is_empty() {
+        None
+    } else {
+        Some(
+            ConversationId::parse(&format!("{field}.conversation_id"), &raw.conversation_id)?
+                .as_uuid(),
+        )
+    };
+    let created_at = from_proto_opt(&format!("{field}.created_at"), raw.created_at.as_ref())?
+        .unwrap_or(limits.now);
+    if created_at > limits.now + FUTURE_TOLERANCE {
+        return Err(ValidationError::new(
+            format!("{field}.created_at"),
+            "must not be in the future",
+        ));
+    }
+    let valid_at = from_proto_opt(&format!("{field}.valid_at"), raw.valid_at.as_ref())?;
+    let invalid_at = from_proto_opt(&format!("{field}.invalid_at"), raw.invalid_at.as_ref())?;
+    if let (Some(valid), Some(invalid)) = (valid_at.or(Some(created_at)), invalid_at)
+        && invalid < valid
+    {
+        return Err(ValidationError::new(
+            format!("{field}.invalid_at"),
+            "must not be before valid_at",
+        ));
+    }
+    let embedding = parse_embedding(field, raw, limits)?;
+
+    // What Remember would derive: metadata from the text (and the title of an episode).
+    let described = if raw.title.trim().is_empty() {
+        text.as_str().to_owned()
+    } else {
+        format!("{}\n{}", raw.title.trim(), text.as_str())
+    };
+    let extracted = metadata::extract(&described);
+    let importance = match raw.importance {
+        Some(given) => check_unit(format!("{field}.importance"), given)?,
+        None => importance::classify(
+            text.as_str(),
+            raw.manually_saved || raw.pinned,
+            extracted.confidence,
+        )
+        .score(),
+    };
+    let tags = if tags.is_empty() {
+        extracted.tags.into_iter().take(MAX_TAGS).collect()
+    } else {
+        tags
+    };
+    let simhash = SimHash::of_normalized(&normalize_for_fingerprint(text.as_str())).as_i64();
+
+    let mut row = ImportRow {
+        id: import_id(scope, &client_id),
+        kind,
+        conversation_id,
+        text: text.as_str().to_owned(),
+        role: role.as_str(),
+        category: None,
+        valid_at: None,
+        invalid_at,
+        title: None,
+        messages: None,
+        surprise: None,
+        start_at: None,
+        end_at: None,
+        stability: None,
+        difficulty: None,
+        last_reviewed_at: None,
+        consolidated_at: None,
+        created_at,
+        simhash,
+        tags,
+        source_ids,
+        metadata_confidence: extracted.confidence.clamp(0.0, 1.0),
+        importance,
+        pinned: raw.pinned,
+        manually_saved: raw.manually_saved || raw.pinned,
+        embedding_model: embedding.as_ref().map(|(_, model)| model.clone()),
+        embedding: embedding.map(|(vector, _)| vector),
+    };
+    if kind == "semantic" {
+        reject_episode_fields(field, raw)?;
+        let category = category_from_proto(&format!("{field}.category"), raw.category)?
+            .unwrap_or_else(|| importance::infer_category(text.as_str()));
+        row.category = Some(Category::as_str(category));
+        row.valid_at = Some(valid_at.unwrap_or(created_at));
+    } else {
+        if conversation_id.is_none() {
+            return Err(ValidationError::new(
+                format!("{field}.conversation_id"),
+                "is required for an episode (the conversation it segments)",
+            ));
+        }
+        let episode = parse_episode(field, raw, created_at, limits)?;
+        row.valid_at = valid_at;
+        row.title = Some(episode.title);
+        row.messages = Some(episode.messages);
+        row.surprise = Some(episode.surprise);
+        row.start_at = Some(episode.start_at);
+        row.end_at = Some(episode.end_at);
+        row.stability = Some(episode.stability);
+        row.difficulty = Some(episode.difficulty);
+        row.last_reviewed_at = Some(episode.last_reviewed_at);
+    }
+    Ok(ParsedImport { client_id, row })
+}
+
+/// Validates a whole request: every entry, and client ids unique within it.
+pub fn parse_batch(
+    scope: &Scope,
+    entries: &[v1::ImportedMemory],
+    limits: &ImportLimits<'_>,
+) -> Result<Vec<ParsedImport>, ValidationError> {
+    if entries.is_empty() {
+        return Err(ValidationError::new(
+            "memories",
+            "must hold at least one entry",
+        ));
+    }
+    if entries.len() > MAX_IMPORT_BATCH {
+        return Err(ValidationError::new(
+            "memories",
+            format!(
+                "has {} entries; send at most {MAX_IMPORT_BATCH} per request",
+                entries.len()
+            ),
+        ));
+    }
+    let mut seen = HashSet::with_capacity(entries.len());
+    entries
+        .iter()
+        .enumerate()
+        .map(|(index, raw)| {
+            let field = format!("memories[{index}]");
+            let parsed = parse_entry(&field, scope, raw, limits)?;
+            if !seen.insert(parsed.client_id.clone()) {
+                return Err(ValidationError::new(
+                    format!("{field}.client_id"),
+                    format!("{:?} appears twice in this request", parsed.client_id),
+                ));
+            }
+            Ok(parsed)
+        })
+        .collect()
+}
+
+/// One imported entry in the response.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImportedEntry {
+    pub client_id: String,
+    pub id: Uuid,
+    pub created: bool,
+}
+
+impl MemoryWriter {
+    /// Imports a validated batch in one transaction. Memory off refuses (FailedPrecondition).
+    #[tracing::instrument(skip_all, fields(user_id = %scope.user_id, space = %scope.space, entries = entries.len()), err(Display))]
+    pub async fn import(
+        &self,
+        scope: &Scope,
+        entries: Vec<ParsedImport>,
+    ) -> Result<Vec<ImportedEntry>, IngestError> {
+        let context = engram_store::retrieval::context(&self.pool, scope, None).await?;
+        if !context.memory_enabled {
+            return Err(IngestError::FailedPrecondition(
+                "memory is turned off for this space; turn it on before importing".into(),
+            ));
+        }
+        let rows: Vec<ImportRow> = entries.iter().map(|entry| entry.row.clone()).collect();
+        let mut transaction = self.pool.begin().await?;
+        let inserted: HashSet<Uuid> = transfer::import(&mut transaction, scope, &rows)
+            .await?
+            .into_iter()
+            .collect();
+        transaction.commit().await?;
+        if rows
+            .iter()
+            .any(|row| row.embedding.is_none() && inserted.contains(&row.id))
+            && let Some(wake) = &self.sweep_wake
+        {
+            // Imports announce nothing on the bus; the backfill's sweep embeds them.
+            wake.notify_one();
+        }
+        Ok(entries
+            .into_iter()
+            .map(|entry| ImportedEntry {
+                created: inserted.contains(&entry.row.id),
+                id: entry.row.id,
+                client_id: entry.client_id,
+            })
+            .collect())
+    }
+
+    /// The limits a batch is validated against.
+    pub async fn import_limits(&self) -> Result<ImportLimits<'_>, IngestError> {
+        let dimension = engram_store::embeddings::stored_dimension(&self.pool).await?;
+        Ok(ImportLimits {
+            max_text_chars: self.settings.max_text_chars,
+            embedding_model: self.embedding_model.as_deref(),
+            dimension,
+            now: Utc::now(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scope() -> Scope {
+        Scope::parse("scope", "7b7e3f5e-64d4-4c8b-a3f3-0d0f1f8f6a11", "work").unwrap()
+    }
+
+    fn limits() -> ImportLimits<'static> {
+        ImportLimits {
+            max_text_chars: 8_192,
+            embedding_model: Some("all-MiniLM-L6-v2"),
+            dimension: 4,
+            now: Utc::now(),
+        }
+    }
+
+    fn fact(client_id: &str, text: &str) -> v1::ImportedMemory {
+        v1::ImportedMemory {
+            client_id: client_id.into(),
+            kind: v1::MemoryKind::Semantic.into(),
+            text: text.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn ids_are_stable_per_scope_and_client_id() {
+        let scope = scope();
+        let other = Scope::parse("scope", "7b7e3f5e-64d4-4c8b-a3f3-0d0f1f8f6a11", "home").unwrap();
+        assert_eq!(import_id(&scope, "a"), import_id(&scope, "a"));
+        assert_ne!(import_id(&scope, "a"), import_id(&scope, "b"));
+        assert_ne!(import_id(&scope, "a"), import_id(&other, "a"));
+    }
+
+    #[test]
+    fn a_fact_gets_what_remember_would_derive() {
+        let parsed = parse_entry(
+            "m",
+            &scope(),
+            &fact("1", "I prefer dark mode in every editor"),
+            &limits(),
+        )
+        .unwrap();
+        assert_eq!(parsed.row.kind, "semantic");
+        assert_eq!(parsed.row.category, Some("preference"));
+        assert!(parsed.row.valid_at.is_some());
+        assert!(parsed.row.importance > 0.5, "{}", parsed.row.importance);
+    }
+
+    #[test]
+    fn an_episode_needs_a_title_and_a_conversation_and_gets_an_initial_fsrs_state() {
+        let mut raw = v1::ImportedMemory {
+            client_id: "e".into(),
+            kind: v1::MemoryKind::Episodic.into(),
+            text: "We planned the launch".into(),
+            ..Default::default()
+        };
+        let error = parse_entry("m", &scope(), &raw, &limits()).unwrap_err();
+        assert!(error.to_string().contains("m.conversation_id"), "{error}");
+        raw.conversation_id = Uuid::new_v4().to_string();
+        let error = parse_entry("m", &scope(), &raw, &limits()).unwrap_err();
+        assert!(error.to_string().contains("m.title"), "{error}");
+        raw.title = "Launch".into();
+        raw.surprise = Some(1.0);
+        let parsed = parse_entry("m", &scope(), &raw, &limits()).unwrap();
+        let (stability, _) = initial_state(1.0);
+        assert_eq!(parsed.row.stability, Some(stability));
+        assert_eq!(parsed.row.category, None);
+    }
+
+    #[test]
+    fn bad_entries_name_the_field() {
+        let mut raw = fact("1", "text");
+        raw.importance = Some(1.5);
+        assert!(
+            parse_entry("m", &scope(), &raw, &limits())
+                .unwrap_err()
+                .to_string()
+                .contains("m.importance")
+        );
+        let mut raw = fact("1", "text");
+        raw.surprise = Some(0.5);
+        assert!(
+            parse_entry("m", &scope(), &raw, &limits())
+                .unwrap_err()
+                .to_string()
+                .contains("episodes only")
+        );
+        let mut raw = fact("1", "text");
+        raw.embedding = vec![0.1; 4];
+        raw.embedding_model = "other-model".into();
+        assert!(
+            parse_entry("m", &scope(), &raw, &limits())
+                .unwrap_err()
+                .to_string()
+                .contains("embeds with")
+        );
+        raw.embedding_model = "all-MiniLM-L6-v2".into();
+        raw.embedding = vec![0.1; 3];
+        assert!(
+            parse_entry("m", &scope(), &raw, &limits())
+                .unwrap_err()
+                .to_string()
+                .contains("3 dimensions")
+        );
+        let error =
+            parse_batch(&scope(), &[fact("x", "a"), fact("x", "b")], &limits()).unwrap_err();
+        assert!(error.to_string().contains("appears twice"), "{error}");
+        assert!(parse_batch(&scope(), &[], &limits()).is_err());
+    }
+}

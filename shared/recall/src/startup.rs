@@ -1,0 +1,108 @@
+//! What a service needs before it can retrieve: the embedder the `embed.*` settings choose,
+//! checked against the store, and the query embedder in front of it. Ingest (for "what do you
+//! remember about X") and retrieval start the pipeline the same way.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use engram_embed::{EmbedProvider, Embedder, EmbedderChoice, OpenAiEmbedSettings};
+use serde::Deserialize;
+use sqlx::PgPool;
+
+use crate::{QueryEmbedder, QueryEmbedderSettings, Recall, RecallSettings};
+
+/// Where the local model lives after `make models`.
+pub const DEFAULT_MODEL_DIR: &str = "/var/tmp/engram-local/models/all-MiniLM-L6-v2";
+
+/// The `embed.*` settings both services read (ingest reads more, for its backfill).
+#[derive(Debug, Clone, Deserialize)]
+pub struct EmbedConfig {
+    pub provider: EmbedProvider,
+    /// Directory with model.safetensors, tokenizer.json and config.json (`make models`).
+    pub model_dir: PathBuf,
+    /// Texts per forward pass or request.
+    pub batch_size: usize,
+    /// Tokens per text for the local model; longer texts are cut.
+    pub max_tokens: usize,
+    /// Query embeddings kept in memory (repeated queries are not embedded again).
+    pub query_cache_entries: u64,
+    /// Longest wait for a query embedding before retrieval goes on with the sparse leg alone.
+    pub query_timeout_ms: u64,
+    pub openai: OpenAiEmbedSettings,
+}
+
+impl EmbedConfig {
+    pub fn embedder_choice(&self) -> EmbedderChoice {
+        EmbedderChoice {
+            provider: self.provider,
+            model_dir: self.model_dir.clone(),
+            max_tokens: self.max_tokens,
+            max_batch: self.batch_size.max(1),
+            openai: self.openai.clone(),
+        }
+    }
+
+    pub fn query_embedder(&self) -> QueryEmbedderSettings {
+        QueryEmbedderSettings {
+            max_batch: self.batch_size.max(1),
+            cache_entries: self.query_cache_entries,
+            timeout: Duration::from_millis(self.query_timeout_ms),
+        }
+    }
+}
+
+/// Defaults of the shared `embed.*` settings.
+pub fn embed_defaults() -> Vec<(&'static str, config::Value)> {
+    vec![
+        ("embed.provider", "local".into()),
+        ("embed.model_dir", DEFAULT_MODEL_DIR.into()),
+        ("embed.batch_size", 32i64.into()),
+        ("embed.max_tokens", 256i64.into()),
+        ("embed.query_cache_entries", 10_000i64.into()),
+        ("embed.query_timeout_ms", 2_000i64.into()),
+        ("embed.openai.base_url", "https://api.openai.com".into()),
+        ("embed.openai.model", "text-embedding-3-small".into()),
+        ("embed.openai.dimension", 384i64.into()),
+        ("embed.openai.timeout_secs", 30i64.into()),
+        ("embed.openai.max_retries", 5i64.into()),
+    ]
+}
+
+/// Loads the configured embedder (`None` when disabled).
+pub async fn load_embedder(choice: &EmbedderChoice) -> anyhow::Result<Option<Arc<dyn Embedder>>> {
+    engram_embed::load_embedder(choice)
+        .await
+        .context("cannot load the embedder; run `make models` or set ENGRAM_EMBED__MODEL_DIR")
+}
+
+/// A model whose vectors do not fit the store would fail every embedding write and every vector
+/// search: refuse to start instead.
+pub async fn check_dimension(pool: &PgPool, embedder: &dyn Embedder) -> anyhow::Result<()> {
+    let stored = engram_store::embeddings::stored_dimension(pool).await?;
+    if stored != embedder.dimension() {
+        anyhow::bail!(
+            "embedding dimension mismatch: {} produces {} dimensions, the store holds vector({stored}); \
+             choose a {stored}-dimension model or migrate the store",
+            embedder.model_id(),
+            embedder.dimension()
+        );
+    }
+    Ok(())
+}
+
+/// The retrieval pipeline over `embedder` (already checked), with its query embedder started on
+/// the current runtime. Without an embedder retrieval serves the sparse leg and says so.
+pub fn start_recall(
+    pool: PgPool,
+    embedder: Option<Arc<dyn Embedder>>,
+    queries: QueryEmbedderSettings,
+    settings: RecallSettings,
+) -> anyhow::Result<Recall> {
+    settings
+        .default_ranking()
+        .map_err(|error| anyhow::anyhow!("invalid recall settings: {error}"))?;
+    let queries = embedder.map(|embedder| QueryEmbedder::start(embedder, queries));
+    Ok(Recall::new(pool, queries, settings))
+}

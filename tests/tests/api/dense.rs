@@ -1,0 +1,195 @@
+//! The dense leg: the local model finds paraphrases that share no word with the query, HNSW
+//! agrees with exact search on a large space, and a failing embedder leaves BM25 serving alone.
+
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use engram_core::Scope;
+use engram_e2e::{Sandbox, SandboxOptions, TestEmbedder};
+use engram_proto::v1;
+use engram_store::retrieval::{DenseMethod, SearchFilter, dense_search};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::helpers::{new_scope, wait_until_embedded};
+use crate::retrieval::{fact, import, query, retrieve};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_vector_leg_finds_paraphrases_that_share_no_word() {
+    let mut sandbox = Sandbox::start_with(SandboxOptions {
+        embedder: TestEmbedder::Local,
+        ..SandboxOptions::default()
+    })
+    .await;
+    let scope = new_scope("health");
+    import(
+        &mut sandbox,
+        &scope,
+        vec![
+            fact("allergy", "I am allergic to peanuts", 5.0),
+            fact("car", "My car is a blue hatchback", 5.0),
+            fact("job", "I work as a nurse on night shifts", 5.0),
+        ],
+    )
+    .await;
+    wait_until_embedded(&sandbox, Duration::from_secs(60)).await;
+
+    let response = retrieve(
+        &mut sandbox,
+        query(&scope, "Which foods should be avoided at restaurants?"),
+    )
+    .await;
+    let served = response.served_by.as_ref().unwrap();
+    assert_eq!(served.path, "vector", "{served:?}");
+    // BM25 found no word, so the trigram fallback was tried (and found nothing); the vector leg
+    // itself worked.
+    assert_eq!(
+        served.fallback_reason, "no word of the query matched",
+        "{served:?}"
+    );
+    let top = &response.semantic[0];
+    assert_eq!(
+        top.memory.as_ref().unwrap().text,
+        "I am allergic to peanuts"
+    );
+    let score = top.score.as_ref().unwrap();
+    assert_eq!(score.dense_rank, 1);
+    assert!(score.dense_score > 0.2, "{score:?}");
+
+    // Both legs together when words match too; asking for sparse only leaves the vector out.
+    let response = retrieve(&mut sandbox, query(&scope, "peanuts allergy")).await;
+    assert_eq!(response.served_by.as_ref().unwrap().path, "bm25+vector");
+    let mut sparse_only = query(&scope, "peanuts allergy");
+    sparse_only.ranking = Some(v1::RankingOptions {
+        sparse_only: true,
+        ..Default::default()
+    });
+    let response = retrieve(&mut sandbox, sparse_only).await;
+    let served = response.served_by.as_ref().unwrap();
+    assert_eq!(served.path, "bm25");
+    assert!(
+        !served.used_fallback,
+        "sparse only was asked for: {served:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_embedder_leaves_bm25_serving_and_says_why() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base_url = format!("http://{}", listener.local_addr().unwrap());
+    let app = axum::Router::new().route(
+        "/v1/embeddings",
+        axum::routing::post(|| async { (StatusCode::INTERNAL_SERVER_ERROR, "model crashed") }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let mut sandbox = Sandbox::start_with(SandboxOptions {
+        embedder: TestEmbedder::OpenAi {
+            base_url,
+            dimension: 384,
+        },
+        ..SandboxOptions::default()
+    })
+    .await;
+    let scope = new_scope("work");
+    import(
+        &mut sandbox,
+        &scope,
+        vec![fact("f", "Deploys happen on Thursdays", 1.0)],
+    )
+    .await;
+    let response = retrieve(&mut sandbox, query(&scope, "when do deploys happen")).await;
+    let served = response.served_by.as_ref().unwrap();
+    assert_eq!(served.path, "bm25", "{served:?}");
+    assert!(served.used_fallback);
+    assert!(
+        served.fallback_reason.contains("embedder unavailable"),
+        "{served:?}"
+    );
+    assert_eq!(
+        response.semantic[0].memory.as_ref().unwrap().text,
+        "Deploys happen on Thursdays"
+    );
+}
+
+fn random_unit_vector(rng: &mut StdRng) -> Vec<f32> {
+    let vector: Vec<f32> = (0..384).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+    vector.into_iter().map(|x| x / norm).collect()
+}
+
+async fn import_vectors(sandbox: &mut Sandbox, scope: &v1::Scope, count: usize, rng: &mut StdRng) {
+    for start in (0..count).step_by(500) {
+        let batch = (start..(start + 500).min(count))
+            .map(|i| {
+                let mut memory = fact(&format!("v{i}"), &format!("synthetic entry {i}"), 1.0);
+                memory.category = v1::Category::Fact.into();
+                memory.tags = vec!["synthetic".into()];
+                memory.embedding = random_unit_vector(rng);
+                memory.embedding_model = "synthetic".into();
+                memory
+            })
+            .collect();
+        import(sandbox, scope, batch).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hnsw_search_agrees_with_exact_search_within_a_space() {
+    let mut sandbox = Sandbox::start().await;
+    let mut rng = StdRng::seed_from_u64(7);
+    let target = new_scope("large");
+    import_vectors(&mut sandbox, &target, 3_000, &mut rng).await;
+    // Another user's vectors share the index: the space filter must hold during the graph walk.
+    import_vectors(&mut sandbox, &new_scope("large"), 1_000, &mut rng).await;
+    sqlx::query("ANALYZE memory_embeddings")
+        .execute(&sandbox.pool)
+        .await
+        .unwrap();
+
+    let scope = Scope::parse("scope", &target.user_id, &target.space).unwrap();
+    let filter = SearchFilter {
+        scope: &scope,
+        kind: "semantic",
+        conversation: None,
+        category: None,
+    };
+    let own: std::collections::HashSet<uuid::Uuid> =
+        sqlx::query_scalar("SELECT id FROM memories WHERE user_id = $1")
+            .bind(scope.user_id.as_uuid())
+            .fetch_all(&sandbox.pool)
+            .await
+            .unwrap()
+            .into_iter()
+            .collect();
+    let (mut found, mut wanted) = (0usize, 0usize);
+    for _ in 0..20 {
+        let probe = random_unit_vector(&mut rng);
+        let exact = dense_search(&sandbox.pool, &filter, &probe, DenseMethod::Exact, 10)
+            .await
+            .unwrap();
+        let approximate = dense_search(
+            &sandbox.pool,
+            &filter,
+            &probe,
+            DenseMethod::Approximate { ef_search: 200 },
+            10,
+        )
+        .await
+        .unwrap();
+        assert_eq!(exact.len(), 10);
+        assert!(
+            approximate.iter().all(|(id, _)| own.contains(id)),
+            "another space's vector"
+        );
+        wanted += exact.len();
+        found += exact
+            .iter()
+            .filter(|(id, _)| approximate.iter().any(|(other, _)| other == id))
+            .count();
+    }
+    let recall = found as f64 / wanted as f64;
+    assert!(
+        recall >= 0.9,
+        "HNSW recall@10 against exact search: {recall:.3}"
+    );
+}

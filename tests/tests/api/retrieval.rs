@@ -1,0 +1,726 @@
+//! RetrieveMemory and ContextPreRetrieve end to end: the Markdown layout (golden files), the
+//! structured results and their score parts, BM25 against a reference implementation, the
+//! fallbacks, the side effects (and their absence), memory off and incognito, and the recall
+//! command of ApplyCommand. Entries are loaded with ImportMemories, so the tests control their age,
+//! FSRS state and conversation.
+
+use std::path::PathBuf;
+
+use chrono::{Duration, Utc};
+use engram_core::retrieval::bm25;
+use engram_e2e::Sandbox;
+use engram_proto::v1;
+use engram_server::time::to_proto;
+use tonic::Code;
+use uuid::Uuid;
+
+use crate::helpers::{assert_status, new_scope};
+
+pub(crate) fn fact(client_id: &str, text: &str, days_ago: f64) -> v1::ImportedMemory {
+    v1::ImportedMemory {
+        client_id: client_id.to_owned(),
+        kind: v1::MemoryKind::Semantic.into(),
+        text: text.to_owned(),
+        created_at: Some(to_proto(ago(days_ago))),
+        ..Default::default()
+    }
+}
+
+pub(crate) fn episode(
+    client_id: &str,
+    conversation: Uuid,
+    title: &str,
+    summary: &str,
+    days_ago: f64,
+    surprise: f64,
+    turns: &[(&str, &str)],
+) -> v1::ImportedMemory {
+    v1::ImportedMemory {
+        client_id: client_id.to_owned(),
+        kind: v1::MemoryKind::Episodic.into(),
+        text: summary.to_owned(),
+        title: title.to_owned(),
+        conversation_id: conversation.to_string(),
+        created_at: Some(to_proto(ago(days_ago))),
+        end_at: Some(to_proto(ago(days_ago))),
+        start_at: Some(to_proto(ago(days_ago) - Duration::minutes(20))),
+        surprise: Some(surprise),
+        messages: turns
+            .iter()
+            .map(|(role, content)| v1::Message {
+                role: match *role {
+                    "assistant" => v1::SpeakerRole::Assistant,
+                    _ => v1::SpeakerRole::User,
+                }
+                .into(),
+                content: (*content).to_owned(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn ago(days: f64) -> chrono::DateTime<Utc> {
+    Utc::now() - Duration::milliseconds((days * 86_400_000.0) as i64)
+}
+
+pub(crate) async fn import(
+    sandbox: &mut Sandbox,
+    scope: &v1::Scope,
+    memories: Vec<v1::ImportedMemory>,
+) -> v1::ImportMemoriesResponse {
+    sandbox
+        .ingest
+        .import_memories(v1::ImportMemoriesRequest {
+            scope: Some(scope.clone()),
+            memories,
+        })
+        .await
+        .expect("import succeeds")
+        .into_inner()
+}
+
+pub(crate) fn query(scope: &v1::Scope, text: &str) -> v1::RetrieveMemoryRequest {
+    v1::RetrieveMemoryRequest {
+        scope: Some(scope.clone()),
+        query: text.to_owned(),
+        ..Default::default()
+    }
+}
+
+pub(crate) async fn retrieve(
+    sandbox: &mut Sandbox,
+    request: v1::RetrieveMemoryRequest,
+) -> v1::RetrieveMemoryResponse {
+    sandbox
+        .retrieval
+        .retrieve_memory(request)
+        .await
+        .expect("retrieval succeeds")
+        .into_inner()
+}
+
+fn texts(results: &[v1::RetrievedMemory]) -> Vec<String> {
+    results
+        .iter()
+        .map(|r| r.memory.as_ref().unwrap().text.clone())
+        .collect()
+}
+
+fn served_by(response: &v1::RetrieveMemoryResponse) -> &v1::ServedBy {
+    response.served_by.as_ref().expect("served_by is set")
+}
+
+/// Compares with a committed golden file; `ENGRAM_UPDATE_GOLDEN=1` rewrites it.
+fn assert_golden(name: &str, actual: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/api/golden")
+        .join(name);
+    if std::env::var_os("ENGRAM_UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+        panic!(
+            "{} is missing; run with ENGRAM_UPDATE_GOLDEN=1",
+            path.display()
+        )
+    });
+    assert_eq!(actual, expected, "Markdown differs from {}", path.display());
+}
+
+/// A small life: preferences, a meeting, and two episodes (one surprising, with details).
+async fn load_life(sandbox: &mut Sandbox, scope: &v1::Scope) -> Uuid {
+    let conversation = Uuid::new_v4();
+    let mut editor = fact(
+        "pref-theme",
+        "I prefer the solarized dark theme in my editor",
+        10.0,
+    );
+    editor.category = v1::Category::Preference.into();
+    editor.source_ids = vec!["chat-1".into(), "chat-2".into()];
+    let mut standup = fact(
+        "meeting",
+        "Team standup is every Tuesday at 9:30 with Priya and Tom",
+        20.0,
+    );
+    standup.category = v1::Category::Fact.into();
+    let mut coffee = fact("coffee", "I drink my coffee black, no sugar", 40.0);
+    coffee.category = v1::Category::Preference.into();
+    let mut review = episode(
+        "launch-review",
+        conversation,
+        "Launch review of the editor plugin",
+        "The plugin launch slipped a week because the theme loader crashed on startup",
+        3.0,
+        0.85,
+        &[
+            ("user", "The theme loader crashes on startup again"),
+            (
+                "assistant",
+                "Then we hold the launch until the loader is fixed",
+            ),
+        ],
+    );
+    review.fsrs = Some(v1::FsrsState {
+        stability: 4.0,
+        difficulty: 5.0,
+        last_reviewed_at: Some(to_proto(ago(2.0))),
+    });
+    let planning = episode(
+        "sprint-planning",
+        conversation,
+        "Sprint planning",
+        "Planned the editor theme settings page and the standup rotation",
+        8.0,
+        0.2,
+        &[("user", "Let's build the theme settings page this sprint")],
+    );
+    import(
+        sandbox,
+        scope,
+        vec![editor, standup, coffee, review, planning],
+    )
+    .await;
+    conversation
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retrieval_answers_with_markdown_and_the_reasons_for_each_rank() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("work");
+    load_life(&mut sandbox, &scope).await;
+
+    let response = retrieve(
+        &mut sandbox,
+        query(&scope, "which editor theme do I prefer?"),
+    )
+    .await;
+    assert!(
+        response.markdown.starts_with("## Semantic Memory\n"),
+        "{}",
+        response.markdown
+    );
+    assert!(response.markdown.contains(
+        "[preference] I prefer the solarized dark theme in my editor (sources: 2 conversations)"
+    ));
+    assert!(response.markdown.contains("## Episodic Memories"));
+    let top = &response.semantic[0];
+    assert_eq!(
+        top.memory.as_ref().unwrap().text,
+        "I prefer the solarized dark theme in my editor"
+    );
+    assert_eq!(top.rank, 1);
+    let score = top.score.as_ref().unwrap();
+    assert_eq!(score.sparse_rank, 1);
+    assert!(score.sparse_score > 0.0 && score.rrf > 0.0 && score.total > 0.0);
+    assert_eq!(score.dense_rank, 0, "no embedder runs in this sandbox");
+    // Episodes carry their FSRS state and retrievability.
+    let launch = response
+        .episodic
+        .iter()
+        .find(|e| e.memory.as_ref().unwrap().title == "Launch review of the editor plugin")
+        .expect("the launch review is found");
+    let memory = launch.memory.as_ref().unwrap();
+    assert_eq!(memory.fsrs.as_ref().unwrap().stability, 4.0);
+    assert_eq!(memory.messages.len(), 2);
+    let retrievability = launch.score.as_ref().unwrap().retrievability;
+    assert!(
+        retrievability > 0.0 && retrievability < 1.0,
+        "{retrievability}"
+    );
+
+    let served = served_by(&response);
+    assert_eq!(served.path, "bm25");
+    assert_eq!(served.ranking_profile, "fsrs");
+    assert!(served.used_fallback);
+    assert!(
+        served.fallback_reason.contains("no embedder"),
+        "{}",
+        served.fallback_reason
+    );
+    assert!(response.tokens > 0 && response.tokens <= 2_000);
+    assert!(!response.truncated);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_markdown_layout_is_pinned_by_golden_files() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("work");
+    load_life(&mut sandbox, &scope).await;
+    for (detail, file) in [
+        (v1::DetailLevel::Auto, "retrieve_detail_auto.md"),
+        (v1::DetailLevel::High, "retrieve_detail_high.md"),
+        (v1::DetailLevel::None, "retrieve_detail_none.md"),
+    ] {
+        let mut request = query(&scope, "editor theme launch standup");
+        request.detail = detail.into();
+        let response = retrieve(&mut sandbox, request).await;
+        assert_golden(file, &response.markdown);
+    }
+    // A tight budget drops details, then whole entries, and says so.
+    let mut request = query(&scope, "editor theme launch standup");
+    request.token_budget = Some(60);
+    let response = retrieve(&mut sandbox, request).await;
+    assert!(response.truncated);
+    assert!(response.tokens <= 60, "{} tokens", response.tokens);
+    assert_golden("retrieve_budget_60.md", &response.markdown);
+
+    let nothing = retrieve(&mut sandbox, query(&new_scope("empty"), "anything at all")).await;
+    assert_golden("retrieve_nothing.md", &nothing.markdown);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bm25_in_postgres_matches_a_reference_implementation() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("bm25");
+    let corpus = [
+        "apple banana apple",
+        "banana cherry",
+        "cherry cherry cherry date elderberry fig grape",
+        "apple",
+        "kiwi lemon mango",
+        "banana banana banana banana apple cherry lemon",
+    ];
+    let memories = corpus
+        .iter()
+        .enumerate()
+        .map(|(index, text)| {
+            let mut memory = fact(&format!("doc-{index}"), text, 1.0);
+            memory.category = v1::Category::Fact.into();
+            memory.tags = vec!["fruit".into()];
+            memory
+        })
+        .collect();
+    import(&mut sandbox, &scope, memories).await;
+
+    let question = "apple cherry lemon";
+    let mut request = query(&scope, question);
+    request.semantic_limit = Some(20);
+    request.episodic_limit = Some(1);
+    let response = retrieve(&mut sandbox, request).await;
+
+    // The stored document is the text plus the tags.
+    let documents: Vec<Vec<String>> = corpus
+        .iter()
+        .map(|text| {
+            format!("{text} fruit")
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect()
+        })
+        .collect();
+    let terms: Vec<String> = question.split_whitespace().map(str::to_owned).collect();
+    let expected = bm25::reference_scores(&documents, &terms);
+    let matching = expected.iter().filter(|score| **score > 0.0).count();
+    assert_eq!(response.semantic.len(), matching);
+    for result in &response.semantic {
+        let text = &result.memory.as_ref().unwrap().text;
+        let index = corpus.iter().position(|doc| doc == text).unwrap();
+        let actual = result.score.as_ref().unwrap().sparse_score;
+        assert!(
+            (actual - expected[index]).abs() < 1e-9,
+            "{text:?}: Postgres {actual}, reference {}",
+            expected[index]
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chinese_matches_by_bigrams_misspellings_by_trigrams_and_nonsense_gets_the_latest() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("zh");
+    let mut hiking = fact("hiking", "我喜欢在周末去爬山和露营", 2.0);
+    hiking.category = v1::Category::Preference.into();
+    let mut tea = fact("tea", "每天早上喝一杯绿茶", 1.0);
+    tea.category = v1::Category::Preference.into();
+    let mut editor = fact(
+        "editor",
+        "I prefer the solarized dark theme in my editor",
+        3.0,
+    );
+    editor.category = v1::Category::Preference.into();
+    import(&mut sandbox, &scope, vec![hiking, tea, editor]).await;
+
+    // Chinese has no spaces between words: BM25 indexes character bigrams (周末, 爬山 ...).
+    let response = retrieve(&mut sandbox, query(&scope, "上次说的周末爬山")).await;
+    let served = served_by(&response);
+    assert_eq!(served.path, "bm25", "{served:?}");
+    assert_eq!(texts(&response.semantic), vec!["我喜欢在周末去爬山和露营"]);
+
+    // No word matches a misspelt query; trigram similarity still finds the entry.
+    let response = retrieve(&mut sandbox, query(&scope, "solarised thme")).await;
+    let served = served_by(&response);
+    assert_eq!(served.path, "trigram", "{served:?}");
+    assert!(served.fallback_reason.contains("no word"), "{served:?}");
+    assert_eq!(
+        texts(&response.semantic),
+        vec!["I prefer the solarized dark theme in my editor"]
+    );
+
+    let response = retrieve(&mut sandbox, query(&scope, "xylophone quartz")).await;
+    let served = served_by(&response);
+    assert_eq!(served.path, "recent", "{served:?}");
+    assert!(served.fallback_reason.contains("most recent"), "{served:?}");
+    assert_eq!(
+        texts(&response.semantic),
+        vec![
+            "每天早上喝一杯绿茶",
+            "我喜欢在周末去爬山和露营",
+            "I prefer the solarized dark theme in my editor"
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_retrievals_in_one_conversation_all_reach_its_pending_reviews() {
+    let sandbox = Sandbox::start().await;
+    let scope = new_scope("work");
+    let mut loader = sandbox.ingest.clone();
+    let conversation = Uuid::new_v4();
+    let episodes = (0..5)
+        .map(|i| {
+            episode(
+                &format!("e{i}"),
+                conversation,
+                &format!("Design review number {i}"),
+                "Reviewed the storage design and its failure modes",
+                1.0 + f64::from(i),
+                0.3,
+                &[],
+            )
+        })
+        .collect();
+    loader
+        .import_memories(v1::ImportMemoriesRequest {
+            scope: Some(scope.clone()),
+            memories: episodes,
+        })
+        .await
+        .unwrap();
+
+    const CALLS: usize = 16;
+    let calls = (0..CALLS).map(|i| {
+        let mut client = sandbox.retrieval.clone();
+        let mut request = query(&scope, &format!("storage design review {i}"));
+        request.conversation_id = conversation.to_string();
+        async move {
+            client
+                .retrieve_memory(request)
+                .await
+                .map(|r| r.into_inner())
+        }
+    });
+    let responses = futures::future::join_all(calls).await;
+    for response in responses {
+        assert!(!response.unwrap().episodic.is_empty());
+    }
+    let reviews: i32 = sqlx::query_scalar(
+        "SELECT jsonb_array_length(pending_reviews) FROM conversations WHERE conversation_id = $1",
+    )
+    .bind(conversation)
+    .fetch_one(&sandbox.pool)
+    .await
+    .unwrap();
+    assert_eq!(reviews as usize, CALLS, "every retrieval is pending review");
+    let metrics: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM retrieval_metrics WHERE conversation_id = $1")
+            .bind(conversation)
+            .fetch_one(&sandbox.pool)
+            .await
+            .unwrap();
+    assert_eq!(metrics as usize, CALLS);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retrieval_records_scores_and_metrics_but_never_touches_fsrs_state() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("work");
+    let conversation = load_life(&mut sandbox, &scope).await;
+    let fsrs_state = |pool: sqlx::PgPool| async move {
+        sqlx::query_as::<_, (Uuid, f64, f64, chrono::DateTime<Utc>)>(
+            "SELECT id, stability, difficulty, last_reviewed_at FROM memories \
+             WHERE kind = 'episodic' ORDER BY id",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+    };
+    let before = fsrs_state(sandbox.pool.clone()).await;
+
+    // ContextPreRetrieve: facts only, and no trace at all.
+    let context = sandbox
+        .retrieval
+        .context_pre_retrieve(v1::ContextPreRetrieveRequest {
+            scope: Some(scope.clone()),
+            query: "editor theme".into(),
+            conversation_id: conversation.to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!context.semantic.is_empty());
+    assert!(!context.markdown.contains("## Episodic Memories"));
+    let traces: (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM retrieval_metrics), \
+                (SELECT count(*) FROM memories WHERE last_scores IS NOT NULL), \
+                (SELECT count(*) FROM conversations WHERE pending_reviews IS NOT NULL)",
+    )
+    .fetch_one(&sandbox.pool)
+    .await
+    .unwrap();
+    assert_eq!(traces, (0, 0, 0), "ContextPreRetrieve has no side effects");
+
+    let mut request = query(&scope, "editor theme launch");
+    request.conversation_id = conversation.to_string();
+    let response = retrieve(&mut sandbox, request).await;
+    let returned: Vec<Uuid> = response
+        .semantic
+        .iter()
+        .chain(&response.episodic)
+        .map(|r| r.memory.as_ref().unwrap().id.parse().unwrap())
+        .collect();
+    let scored: Vec<Uuid> =
+        sqlx::query_scalar("SELECT id FROM memories WHERE last_scores ? 'computed_at' ORDER BY id")
+            .fetch_all(&sandbox.pool)
+            .await
+            .unwrap();
+    let mut expected = returned.clone();
+    expected.sort();
+    assert_eq!(
+        scored, expected,
+        "last_scores of exactly the returned entries"
+    );
+    let (path, items, tokens): (String, i32, i32) = sqlx::query_as(
+        "SELECT retrieval_path, context_items, estimated_tokens FROM retrieval_metrics",
+    )
+    .fetch_one(&sandbox.pool)
+    .await
+    .unwrap();
+    assert_eq!(path, "bm25");
+    assert_eq!(items as usize, returned.len());
+    assert_eq!(tokens as u32, response.tokens);
+    assert_eq!(
+        fsrs_state(sandbox.pool.clone()).await,
+        before,
+        "FSRS state unchanged"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_off_and_incognito_get_nothing_from_storage() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("work");
+    let conversation = load_life(&mut sandbox, &scope).await;
+
+    let incognito = Uuid::new_v4();
+    sandbox
+        .ingest
+        .start_incognito(v1::StartIncognitoRequest {
+            scope: Some(scope.clone()),
+            conversation_id: incognito.to_string(),
+        })
+        .await
+        .unwrap();
+    let mut request = query(&scope, "editor theme");
+    request.conversation_id = incognito.to_string();
+    let response = retrieve(&mut sandbox, request).await;
+    assert_eq!(served_by(&response).path, "incognito");
+    assert!(response.semantic.is_empty() && response.episodic.is_empty());
+    assert_eq!(response.markdown, "No relevant memories.\n");
+
+    sandbox
+        .ingest
+        .update_settings(v1::UpdateSettingsRequest {
+            scope: Some(scope.clone()),
+            memory_enabled: Some(false),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut request = query(&scope, "editor theme");
+    request.conversation_id = conversation.to_string();
+    let response = retrieve(&mut sandbox, request).await;
+    assert_eq!(served_by(&response).path, "memory_off");
+    assert!(response.semantic.is_empty() && response.episodic.is_empty());
+    let recall = sandbox
+        .ingest
+        .apply_command(v1::ApplyCommandRequest {
+            scope: Some(scope.clone()),
+            conversation_id: conversation.to_string(),
+            message: "What do you remember about my editor theme?".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(recall.reply, "No relevant memories.\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_do_you_remember_answers_with_the_markdown_of_a_retrieval() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("work");
+    let conversation = load_life(&mut sandbox, &scope).await;
+    for message in [
+        "What do you remember about my editor theme?",
+        "你还记得 editor theme 吗？",
+    ] {
+        let response = sandbox
+            .ingest
+            .apply_command(v1::ApplyCommandRequest {
+                scope: Some(scope.clone()),
+                conversation_id: conversation.to_string(),
+                message: message.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            response.action,
+            v1::CommandAction::Recall as i32,
+            "{message}"
+        );
+        assert!(response.applied);
+        assert!(
+            response
+                .reply
+                .contains("[preference] I prefer the solarized dark theme in my editor"),
+            "{message}: {}",
+            response.reply
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_out_of_bounds_are_rejected_with_the_field_named() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("work");
+    let cases: Vec<(v1::RetrieveMemoryRequest, &str)> = vec![
+        (query(&scope, "   "), "query"),
+        (query(&scope, &"x".repeat(2_049)), "query"),
+        (
+            v1::RetrieveMemoryRequest {
+                episodic_limit: Some(0),
+                ..query(&scope, "q")
+            },
+            "episodic_limit",
+        ),
+        (
+            v1::RetrieveMemoryRequest {
+                episodic_limit: Some(101),
+                ..query(&scope, "q")
+            },
+            "episodic_limit",
+        ),
+        (
+            v1::RetrieveMemoryRequest {
+                semantic_limit: Some(101),
+                ..query(&scope, "q")
+            },
+            "semantic_limit",
+        ),
+        (
+            v1::RetrieveMemoryRequest {
+                token_budget: Some(10),
+                ..query(&scope, "q")
+            },
+            "token_budget",
+        ),
+        (
+            v1::RetrieveMemoryRequest {
+                detail: 42,
+                ..query(&scope, "q")
+            },
+            "detail",
+        ),
+        (
+            v1::RetrieveMemoryRequest {
+                category: 42,
+                ..query(&scope, "q")
+            },
+            "category",
+        ),
+        (
+            v1::RetrieveMemoryRequest {
+                conversation_id: "not-a-uuid".into(),
+                ..query(&scope, "q")
+            },
+            "conversation_id",
+        ),
+        (
+            v1::RetrieveMemoryRequest {
+                ranking: Some(v1::RankingOptions {
+                    profile: 7,
+                    ..Default::default()
+                }),
+                ..query(&scope, "q")
+            },
+            "ranking.profile",
+        ),
+        (
+            v1::RetrieveMemoryRequest {
+                ranking: Some(v1::RankingOptions {
+                    mmr_lambda: Some(1.5),
+                    ..Default::default()
+                }),
+                ..query(&scope, "q")
+            },
+            "ranking.mmr_lambda",
+        ),
+        (
+            v1::RetrieveMemoryRequest {
+                ranking: Some(v1::RankingOptions {
+                    candidates_per_leg: Some(0),
+                    ..Default::default()
+                }),
+                ..query(&scope, "q")
+            },
+            "ranking.candidates_per_leg",
+        ),
+        (
+            v1::RetrieveMemoryRequest {
+                scope: None,
+                ..query(&scope, "q")
+            },
+            "scope",
+        ),
+    ];
+    for (request, field) in cases {
+        let status = sandbox
+            .retrieval
+            .retrieve_memory(request)
+            .await
+            .unwrap_err();
+        assert_status(status, Code::InvalidArgument, field);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_triscore_profile_ranks_by_relevance_recency_and_importance() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("work");
+    let mut old = fact("old", "Lives in Lisbon near the river", 90.0);
+    old.importance = Some(0.2);
+    let mut new = fact("new", "Moved to Porto, lives near the river now", 1.0);
+    new.importance = Some(0.2);
+    import(&mut sandbox, &scope, vec![old, new]).await;
+
+    let mut request = query(&scope, "where does the user live near the river");
+    request.ranking = Some(v1::RankingOptions {
+        profile: v1::RankingProfile::Triscore.into(),
+        beta: Some(5.0),
+        ..Default::default()
+    });
+    let response = retrieve(&mut sandbox, request).await;
+    assert_eq!(served_by(&response).ranking_profile, "triscore");
+    assert_eq!(
+        texts(&response.semantic)[0],
+        "Moved to Porto, lives near the river now"
+    );
+    let top = response.semantic[0].score.as_ref().unwrap();
+    let expected = top.relevance + 5.0 * top.recency + top.importance;
+    assert!((top.total - expected).abs() < 1e-9, "{top:?}");
+    assert!(top.recency > 0.8, "{top:?}");
+}
