@@ -82,6 +82,11 @@ bench-ingest: up ## Ingest benchmark: Remember throughput/latency, near-duplicat
 	cargo build --release --bin ingest --bin bench-ingest
 	@bash deploy/bench/ingest.sh
 
+.PHONY: bench-retrieval
+bench-retrieval: up models ## Retrieval benchmark: 1M memories / 10k spaces; RetrieveMemory vs hand-written SQL vs floor (release build)
+	cargo build --release --bin ingest --bin retrieval --bin bench-retrieval
+	@bash deploy/bench/retrieval.sh
+
 .PHONY: eval
 eval: up models ## Retrieval quality: recall@k / nDCG@k per ranking profile and parameter sweeps (release build)
 	cargo build --release --bin ingest --bin retrieval --bin eval

@@ -19,6 +19,8 @@ Try it (grpcurl is in $ENGRAM_TOOLS_BIN):
   grpcurl -plaintext 127.0.0.1:50051 describe engram.v1.IngestService
   grpcurl -plaintext -d '{"scope":{"user_id":"6f1c1f4e-2f0b-4a4e-9a34-9d4f3f1e2a10","space":"work"},"text":"I prefer dark mode in every editor"}' \\
       127.0.0.1:50051 engram.v1.IngestService/Remember
+  grpcurl -plaintext -d '{"scope":{"user_id":"6f1c1f4e-2f0b-4a4e-9a34-9d4f3f1e2a10","space":"work"},"query":"which editor theme?"}' \\
+      127.0.0.1:50052 engram.v1.RetrievalService/RetrieveMemory
   grpcurl -plaintext -d '{"scope":{"user_id":"6f1c1f4e-2f0b-4a4e-9a34-9d4f3f1e2a10","space":"work"}}' \\
       127.0.0.1:50052 engram.v1.RetrievalService/ListEntries
 

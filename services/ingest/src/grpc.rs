@@ -408,15 +408,21 @@ impl IngestService for IngestApi {
             .map_err(IngestError::from)?;
         let imported = self.writer.import(&scope, entries).await?;
         let created = imported.iter().filter(|entry| entry.created).count() as u32;
+        let suppressed = imported
+            .iter()
+            .filter(|entry| entry.suppressed_by_tombstone)
+            .count() as u32;
         Ok(Response::new(v1::ImportMemoriesResponse {
-            existing: imported.len() as u32 - created,
+            existing: imported.len() as u32 - created - suppressed,
             created,
+            suppressed,
             entries: imported
                 .into_iter()
                 .map(|entry| v1::ImportedEntry {
                     client_id: entry.client_id,
                     id: entry.id.to_string(),
                     created: entry.created,
+                    suppressed_by_tombstone: entry.suppressed_by_tombstone,
                 })
                 .collect(),
         }))

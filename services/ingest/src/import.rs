@@ -132,6 +132,14 @@ fn parse_embedding(
             "must hold finite numbers only",
         ));
     }
+    // A zero vector has no direction: its cosine to anything is undefined (NaN in pgvector).
+    let norm: f32 = raw.embedding.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm < 1e-6 {
+        return Err(ValidationError::new(
+            format!("{field}.embedding"),
+            "must not be the zero vector",
+        ));
+    }
     Ok(Some((raw.embedding.clone(), model.to_owned())))
 }
 
@@ -158,6 +166,12 @@ fn parse_episode(
         return Err(ValidationError::new(
             format!("{field}.title"),
             "is required for an episode",
+        ));
+    }
+    if title.contains('\0') {
+        return Err(ValidationError::new(
+            format!("{field}.title"),
+            "must not contain NUL characters",
         ));
     }
     if title.chars().count() > MAX_TITLE_CHARS {
@@ -344,7 +358,12 @@ pub fn parse_entry(
     } else {
         tags
     };
-    let simhash = SimHash::of_normalized(&normalize_for_fingerprint(text.as_str())).as_i64();
+    let normalized = normalize_for_fingerprint(text.as_str());
+    let simhash = SimHash::of_normalized(&normalized).as_i64();
+    let text_digest: String = crate::write_path::text_digest(&normalized)
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
 
     let mut row = ImportRow {
         id: import_id(scope, &client_id),
@@ -366,6 +385,7 @@ pub fn parse_entry(
         consolidated_at: None,
         created_at,
         simhash,
+        text_digest,
         tags,
         source_ids,
         metadata_confidence: extracted.confidence.clamp(0.0, 1.0),
@@ -447,6 +467,8 @@ pub struct ImportedEntry {
     pub client_id: String,
     pub id: Uuid,
     pub created: bool,
+    /// The user forgot this memory (a live tombstone matches it): not stored.
+    pub suppressed_by_tombstone: bool,
 }
 
 impl MemoryWriter {
@@ -465,11 +487,10 @@ impl MemoryWriter {
         }
         let rows: Vec<ImportRow> = entries.iter().map(|entry| entry.row.clone()).collect();
         let mut transaction = self.pool.begin().await?;
-        let inserted: HashSet<Uuid> = transfer::import(&mut transaction, scope, &rows)
-            .await?
-            .into_iter()
-            .collect();
+        let outcome = transfer::import(&mut transaction, scope, &rows).await?;
         transaction.commit().await?;
+        let inserted: HashSet<Uuid> = outcome.inserted.into_iter().collect();
+        let suppressed: HashSet<Uuid> = outcome.suppressed.into_iter().collect();
         if rows
             .iter()
             .any(|row| row.embedding.is_none() && inserted.contains(&row.id))
@@ -482,6 +503,7 @@ impl MemoryWriter {
             .into_iter()
             .map(|entry| ImportedEntry {
                 created: inserted.contains(&entry.row.id),
+                suppressed_by_tombstone: suppressed.contains(&entry.row.id),
                 id: entry.row.id,
                 client_id: entry.client_id,
             })

@@ -137,10 +137,53 @@ impl Recall {
         })
     }
 
+    /// Runs a retrieval. A request with side effects that fails still leaves a metrics row
+    /// naming the stage that failed, so `make report` counts errors too.
     pub async fn retrieve(&self, request: &RetrieveRequest) -> Result<Retrieval, RecallError> {
         let started = Instant::now();
+        let mut stage = "context";
+        let result = self.retrieve_stages(request, started, &mut stage).await;
+        if let Err(error) = &result
+            && request.side_effects
+            && stage != "record"
+        {
+            let metrics = RetrievalMetrics {
+                // Before the context is read, whether the conversation is incognito is unknown.
+                query: if stage == "context" {
+                    String::new()
+                } else {
+                    request.query.clone()
+                },
+                retrieval_path: "error".to_owned(),
+                ranking_profile: request.ranking.profile.as_str().to_owned(),
+                latency_retrieval_ms: elapsed_ms(started),
+                error_stage: Some(stage.to_owned()),
+                ..RetrievalMetrics::default()
+            };
+            let record = RetrievalRecord {
+                conversation: None,
+                reviewed_memory_ids: Vec::new(),
+                scores: Vec::new(),
+                metrics,
+            };
+            if let Err(record_error) =
+                store::record(&self.pool, &request.scope, &record, Utc::now()).await
+            {
+                tracing::warn!(error = %record_error, failed = %error, stage, "could not record the failed retrieval's metrics");
+            }
+        }
+        result
+    }
+
+    async fn retrieve_stages(
+        &self,
+        request: &RetrieveRequest,
+        started: Instant,
+        stage: &mut &'static str,
+    ) -> Result<Retrieval, RecallError> {
         let now = Utc::now();
         let context = store::context(&self.pool, &request.scope, request.conversation).await?;
+        *stage = "sparse";
         if !context.memory_enabled || context.incognito {
             let path = if context.incognito {
                 "incognito"
@@ -162,6 +205,7 @@ impl Recall {
                     latency_retrieval_ms: elapsed_ms(started),
                     ..RetrievalMetrics::default()
                 };
+                *stage = "record";
                 self.record(request, &retrieval, metrics, Vec::new(), now)
                     .await?;
             }
@@ -174,7 +218,10 @@ impl Recall {
             &[SEMANTIC]
         };
         let category = request.category.map(Category::as_str);
-        let limit = i64::from(request.ranking.candidates_per_leg);
+        // Each leg brings at least as many candidates as a section may return.
+        let limit = i64::from(request.ranking.candidates_per_leg)
+            .max(request.semantic_limit as i64)
+            .max(request.episodic_limit as i64);
         let bm25 = Bm25 {
             k1: self.settings.bm25_k1,
             b: self.settings.bm25_b,
@@ -235,7 +282,9 @@ impl Recall {
         let query_embedding: Option<std::sync::Arc<Vec<f32>>> = match embedding {
             Some(Ok(embedding)) => Some(embedding),
             Some(Err(reason)) => {
-                fallback_reasons.push(format!("embedder unavailable: {reason}"));
+                // The reason may carry an endpoint's error text: logged, not returned.
+                tracing::warn!(reason = %reason, "no query embedding; serving sparse results only");
+                fallback_reasons.push("embedder unavailable".to_owned());
                 None
             }
             None if request.dense => {
@@ -258,6 +307,7 @@ impl Recall {
                     .max(request.ranking.candidates_per_leg),
             }
         };
+        *stage = "vector";
         let mut dense: Vec<Vec<Hit>> = vec![Vec::new(); kinds.len()];
         if let Some(embedding) = &query_embedding {
             let searches = filters
@@ -267,7 +317,7 @@ impl Recall {
                 Ok(found) => dense = found,
                 Err(error) => {
                     tracing::warn!(error = %error, "vector search failed; serving sparse results only");
-                    fallback_reasons.push(format!("vector search failed: {error}"));
+                    fallback_reasons.push("vector search failed".to_owned());
                 }
             }
         }
@@ -280,6 +330,7 @@ impl Recall {
             .collect();
         let mut trigram_hits = 0;
         if sparse_hits == 0 {
+            *stage = "trigram";
             fallback_reasons.push("no word of the query matched".to_owned());
             for (legs, filter) in legs.iter_mut().zip(&filters) {
                 legs.sparse = store::trigram_search(
@@ -301,6 +352,7 @@ impl Recall {
         {
             fallback_reasons.push("nothing matched; serving the most recent entries".to_owned());
             recent = true;
+            *stage = "recent";
             for (legs, filter) in legs.iter_mut().zip(&filters) {
                 legs.sparse = store::most_recent(&self.pool, filter, limit).await?;
             }
@@ -345,6 +397,7 @@ impl Recall {
             .iter()
             .map(|l| fuse(&l.sparse, &l.dense, request.ranking.rrf_k))
             .collect();
+        *stage = "load";
         let ids: Vec<Uuid> = fused.iter().flatten().map(|f| f.id).collect();
         let loaded = store::load_candidates(
             &self.pool,
@@ -397,6 +450,7 @@ impl Recall {
                 error_stage: None,
             };
             let reviewed: Vec<Uuid> = retrieval.episodic.iter().map(|m| m.record.id).collect();
+            *stage = "record";
             self.record(request, &retrieval, metrics, reviewed, now)
                 .await?;
         }
@@ -481,7 +535,7 @@ fn rank_section(
             let facts = CandidateFacts {
                 created_at: record.created_at,
                 importance: record.importance,
-                query_cosine: candidate.query_cosine,
+                query_cosine: candidate.query_cosine.filter(|cosine| cosine.is_finite()),
                 fsrs,
             };
             let parts = score(&f, &facts, params, best_sparse, now);

@@ -13,13 +13,25 @@ pub fn to_proto_opt(timestamp: Option<DateTime<Utc>>) -> Option<prost_types::Tim
     timestamp.map(to_proto)
 }
 
+/// Seconds of 0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z: the range protobuf's Timestamp
+/// defines (and one Postgres stores without surprises).
+const MIN_SECONDS: i64 = -62_135_596_800;
+const MAX_SECONDS: i64 = 253_402_300_799;
+
 /// A request's timestamp; out-of-range values are an InvalidArgument naming the field.
 pub fn from_proto(
     field: &str,
     timestamp: &prost_types::Timestamp,
 ) -> Result<DateTime<Utc>, engram_core::ValidationError> {
+    if !(MIN_SECONDS..=MAX_SECONDS).contains(&timestamp.seconds) {
+        return Err(engram_core::ValidationError::new(
+            field,
+            "must lie between the years 1 and 9999",
+        ));
+    }
     u32::try_from(timestamp.nanos)
         .ok()
+        .filter(|nanos| *nanos < 1_000_000_000)
         .and_then(|nanos| DateTime::from_timestamp(timestamp.seconds, nanos))
         .ok_or_else(|| engram_core::ValidationError::new(field, "is not a valid timestamp"))
 }
@@ -29,4 +41,23 @@ pub fn from_proto_opt(
     timestamp: Option<&prost_types::Timestamp>,
 ) -> Result<Option<DateTime<Utc>>, engram_core::ValidationError> {
     timestamp.map(|t| from_proto(field, t)).transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_outside_years_1_to_9999_are_refused() {
+        let at = |seconds| prost_types::Timestamp { seconds, nanos: 0 };
+        assert!(from_proto("t", &at(MAX_SECONDS)).is_ok());
+        assert!(from_proto("t", &at(MIN_SECONDS)).is_ok());
+        assert!(from_proto("t", &at(MAX_SECONDS + 1)).is_err());
+        assert!(from_proto("t", &at(MIN_SECONDS - 1)).is_err());
+        let bad_nanos = prost_types::Timestamp {
+            seconds: 0,
+            nanos: 1_000_000_000,
+        };
+        assert!(from_proto("t", &bad_nanos).is_err());
+    }
 }

@@ -283,7 +283,8 @@ pub struct ListFilter {
     pub limit: i64,
 }
 
-/// Entries of the space, newest first.
+/// Entries of the space, newest first. The cursor is always a row comparison (never "no cursor
+/// OR ..."), so it stays an index condition under a generic prepared-statement plan.
 pub async fn list(
     pool: &PgPool,
     scope: &Scope,
@@ -298,7 +299,8 @@ pub async fn list(
            AND ($3::boolean IS NULL OR pinned = $3) \
            AND ($4::boolean IS NULL OR manually_saved = $4) \
            AND ($5::text IS NULL OR kind = $5) \
-           AND ($6::timestamptz IS NULL OR (created_at, id) < ($6, $7)) \
+           AND (created_at, id) < (COALESCE($6::timestamptz, 'infinity'::timestamptz), \
+                                   COALESCE($7::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid)) \
          ORDER BY created_at DESC, id DESC \
          LIMIT $8"
     );

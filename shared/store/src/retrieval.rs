@@ -38,8 +38,12 @@ struct HitRow {
     score: f64,
 }
 
+/// A NaN score (cosine against a zero vector) ranks nothing: it is dropped.
 fn hits(rows: Vec<HitRow>) -> Vec<Hit> {
-    rows.into_iter().map(|row| (row.id, row.score)).collect()
+    rows.into_iter()
+        .filter(|row| row.score.is_finite())
+        .map(|row| (row.id, row.score))
+        .collect()
 }
 
 /// Okapi BM25 of the entries holding any word of the query. N, df and the average length come
@@ -56,7 +60,7 @@ pub async fn sparse_search(
         "WITH query AS ( \
              SELECT engram_any_word_query($3) AS words, \
                     ARRAY(SELECT lexeme FROM unnest(engram_search_words($3))) AS terms), \
-         corpus AS ( \
+         corpus AS MATERIALIZED ( \
              SELECT count(*)::float8 AS documents, coalesce(avg(search_length), 0)::float8 AS average_length \
              FROM memories WHERE user_id = $1 AND space = $2 AND kind = $4 AND invalid_at IS NULL), \
          matched AS MATERIALIZED ( \
@@ -200,14 +204,15 @@ pub async fn dense_search(
             .bind(ef_search.to_string())
             .execute(&mut *transaction)
             .await?;
+            // Every filter sits under the LIMIT, so the iterative scan keeps walking until
+            // `limit` entries pass all of them (a rare category still fills its candidates).
             let rows = sqlx::query_as::<_, HitRow>(
                 "SELECT c.id, (1 - c.distance)::float8 AS score FROM ( \
-                     SELECT e.memory_id AS id, e.embedding <=> $3 AS distance FROM memory_embeddings e \
-                     WHERE e.user_id = $1 AND e.space = $2 AND e.kind = $4 \
+                     SELECT e.memory_id AS id, e.embedding <=> $3 AS distance \
+                     FROM memory_embeddings e JOIN memories m ON m.id = e.memory_id \
+                     WHERE e.user_id = $1 AND e.space = $2 AND e.kind = $4 AND m.invalid_at IS NULL \
+                       AND ($5::uuid IS NULL OR m.conversation_id = $5) AND ($6::text IS NULL OR m.category = $6) \
                      ORDER BY e.embedding <=> $3 LIMIT $7) c \
-                 JOIN memories m ON m.id = c.id \
-                 WHERE m.invalid_at IS NULL \
-                   AND ($5::uuid IS NULL OR m.conversation_id = $5) AND ($6::text IS NULL OR m.category = $6) \
                  ORDER BY c.distance, c.id",
             )
             .bind(filter.scope.user_id.as_uuid())

@@ -28,6 +28,10 @@ pub struct SpaceContents {
     pub recent_episodes: Vec<MemoryRecord>,
 }
 
+/// Pinned facts shown per category in a summary (the counts still cover them all), so a space
+/// with thousands of pins gets a readable answer of bounded size.
+const MAX_PINNED_SHOWN: i64 = 50;
+
 pub async fn space_contents(
     pool: &PgPool,
     scope: &Scope,
@@ -63,12 +67,13 @@ pub async fn space_contents(
                  ORDER BY importance DESC, created_at DESC, id) AS position \
                FROM memories \
                WHERE user_id = $1 AND space = $2 AND kind = 'semantic' AND invalid_at IS NULL) ranked \
-         WHERE pinned OR position <= $3 \
+         WHERE position <= CASE WHEN pinned THEN $4 ELSE $3 END \
          ORDER BY pinned DESC, importance DESC, created_at DESC, id"
     ))
     .bind(user_id)
     .bind(space)
     .bind(per_category)
+    .bind(MAX_PINNED_SHOWN)
     .fetch_all(pool)
     .await?;
     let recent_episodes: Vec<MemoryRecord> = sqlx::query_as(concat!(

@@ -72,6 +72,8 @@ pub struct ImportRow {
     pub consolidated_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub simhash: i64,
+    /// Hex SHA-256 of the normalized text, matched against tombstones like Remember does.
+    pub text_digest: String,
     pub tags: Vec<String>,
     pub source_ids: Vec<String>,
     pub metadata_confidence: f64,
@@ -84,16 +86,24 @@ pub struct ImportRow {
     pub embedding_model: Option<String>,
 }
 
-/// Inserts the rows that are not there yet, with one `import` audit event; returns the ids
-/// inserted (the others already existed).
+/// What an import did with each row it did not find already stored.
+#[derive(Debug, Default)]
+pub struct ImportOutcome {
+    pub inserted: Vec<Uuid>,
+    /// Rows matching a live tombstone (the user forgot that memory): not stored, like Remember.
+    pub suppressed: Vec<Uuid>,
+}
+
+/// Inserts the rows that are neither stored yet nor forgotten (a live tombstone within SimHash
+/// distance 3, or the same digest), with one `import` audit event.
 pub async fn import(
     connection: &mut PgConnection,
     scope: &Scope,
     rows: &[ImportRow],
-) -> Result<Vec<Uuid>, StoreError> {
+) -> Result<ImportOutcome, StoreError> {
     let records = serde_json::to_value(rows)
         .map_err(|error| StoreError::Corrupt(format!("cannot encode import rows: {error}")))?;
-    let inserted: Vec<Uuid> = sqlx::query_scalar(
+    let rows_out: Vec<(Uuid, bool)> = sqlx::query_as(
         "WITH incoming AS ( \
              SELECT * FROM jsonb_to_recordset($3) AS r(id uuid, kind text, conversation_id uuid, text text, \
                  role text, category text, valid_at timestamptz, invalid_at timestamptz, title text, \
@@ -101,7 +111,17 @@ pub async fn import(
                  difficulty float8, last_reviewed_at timestamptz, consolidated_at timestamptz, \
                  created_at timestamptz, simhash int8, tags text[], source_ids text[], \
                  metadata_confidence float8, importance float8, pinned bool, manually_saved bool, \
-                 embedding jsonb, embedding_model text)), \
+                 embedding jsonb, embedding_model text, text_digest text)), \
+         forgotten AS ( \
+             SELECT r.id FROM incoming r \
+             WHERE EXISTS (SELECT 1 FROM tombstones t \
+                 WHERE t.user_id = $1 AND t.space = $2 AND t.expires_at > now() \
+                   AND (t.text_digest = decode(r.text_digest, 'hex') \
+                        OR ((t.simhash_band0 = (r.simhash & 65535)::integer \
+                             OR t.simhash_band1 = ((r.simhash >> 16) & 65535)::integer \
+                             OR t.simhash_band2 = ((r.simhash >> 32) & 65535)::integer \
+                             OR t.simhash_band3 = ((r.simhash >> 48) & 65535)::integer) \
+                            AND bit_count(int8send(t.simhash # r.simhash)) <= $5)))), \
          inserted AS ( \
              INSERT INTO memories (id, user_id, space, kind, conversation_id, text, role, category, valid_at, \
                  invalid_at, title, messages, surprise, start_at, end_at, stability, difficulty, \
@@ -113,7 +133,7 @@ pub async fn import(
                  created_at, now(), simhash, tags, source_ids, metadata_confidence, importance, pinned, \
                  manually_saved, embedding IS NULL, CASE WHEN embedding IS NOT NULL THEN embedding_model END, \
                  CASE WHEN embedding IS NOT NULL THEN now() END \
-             FROM incoming ORDER BY id \
+             FROM incoming WHERE id NOT IN (SELECT id FROM forgotten) ORDER BY id \
              ON CONFLICT (id) DO NOTHING \
              RETURNING id, kind), \
          embedded AS ( \
@@ -124,16 +144,27 @@ pub async fn import(
          audited AS ( \
              INSERT INTO audit_events (user_id, space, action, detail) \
              SELECT $1, $2, 'import', jsonb_build_object('received', $4::int, 'inserted', count(*), \
-                 'embedded', (SELECT count(*) FROM embedded)) \
+                 'embedded', (SELECT count(*) FROM embedded), 'forgotten', (SELECT count(*) FROM forgotten)) \
              FROM inserted \
              RETURNING 1) \
-         SELECT id FROM inserted",
+         SELECT id, false AS suppressed FROM inserted \
+         UNION ALL SELECT f.id, true FROM forgotten f \
+             WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = f.id)",
     )
     .bind(scope.user_id.as_uuid())
     .bind(scope.space.as_str())
     .bind(records)
     .bind(rows.len() as i32)
+    .bind(i64::from(engram_core::simhash::NEAR_DUPLICATE_DISTANCE))
     .fetch_all(connection)
     .await?;
-    Ok(inserted)
+    let mut outcome = ImportOutcome::default();
+    for (id, suppressed) in rows_out {
+        if suppressed {
+            outcome.suppressed.push(id);
+        } else {
+            outcome.inserted.push(id);
+        }
+    }
+    Ok(outcome)
 }

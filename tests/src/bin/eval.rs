@@ -4,10 +4,15 @@
 //! (the ingest service's backfill embeds them with the local model), waits until every entry has
 //! its embedding, then asks every task's queries through RetrieveMemory under each configuration:
 //! both ranking profiles with and without the dense leg, and one-parameter sweeps over α, β, γ, τ,
-//! the RRF constant and the candidates per leg. Writes recall@k, nDCG@k and MRR as Markdown.
+//! the RRF constant, the candidates per leg and MMR's λ. Writes recall@k, nDCG@k and MRR as
+//! Markdown.
 //!
-//! One ranked list per query: the two sections of a response (facts, episodes) are merged by the
-//! ranking profile's score, the order an LLM reading both sections would weigh them in.
+//! Every task's space also holds the memories of all the other tasks as distractors (a space of
+//! about 300 entries, like a real user's, instead of ten easy ones); only the task's own memories
+//! are judged relevant.
+//!
+//! One ranked list per query: the two sections of a response (facts, episodes) each keep their
+//! order (MMR's) and are merged by comparing the scores at their heads.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -285,25 +290,35 @@ async fn load_tasks<'a>(
     let now = chrono::Utc::now();
     let mut loaded = Vec::new();
     for task in tasks {
-        let memories = task
-            .memories
-            .iter()
-            .map(|memory| import_entry(task, memory, now))
-            .collect::<anyhow::Result<Vec<_>>>()
-            .with_context(|| format!("task {}", task.id))?;
-        let response = ingest
-            .import_memories(v1::ImportMemoriesRequest {
-                scope: Some(scope(task)),
-                memories,
-            })
-            .await
-            .with_context(|| format!("importing task {}", task.id))?
-            .into_inner();
-        let key_of = response
-            .entries
-            .into_iter()
-            .map(|entry| (entry.id, entry.client_id))
-            .collect();
+        let mut memories = Vec::new();
+        for source in tasks {
+            for memory in &source.memories {
+                let mut entry = import_entry(source, memory, now)
+                    .with_context(|| format!("task {}", source.id))?;
+                if source.id != task.id {
+                    // A distractor: its own client id, never judged relevant.
+                    entry.client_id = format!("{}/{}", source.id, memory.key);
+                }
+                memories.push(entry);
+            }
+        }
+        let mut key_of = HashMap::new();
+        for batch in memories.chunks(500) {
+            let response = ingest
+                .import_memories(v1::ImportMemoriesRequest {
+                    scope: Some(scope(task)),
+                    memories: batch.to_vec(),
+                })
+                .await
+                .with_context(|| format!("importing task {}", task.id))?
+                .into_inner();
+            key_of.extend(
+                response
+                    .entries
+                    .into_iter()
+                    .map(|entry| (entry.id, entry.client_id)),
+            );
+        }
         loaded.push(LoadedTask { task, key_of });
     }
     Ok(loaded)
@@ -335,7 +350,7 @@ async fn wait_for_embeddings(
                     .filter(|memory| !memory.embedding.is_empty())
                     .count();
             }
-            if total == loaded.task.memories.len() && embedded == total {
+            if total == loaded.key_of.len() && embedded == total {
                 break;
             }
             if Instant::now() > deadline {
@@ -372,19 +387,37 @@ async fn ranked_keys(
         .await
         .with_context(|| format!("{} / {query:?}", config.label))?
         .into_inner();
-    let mut results: Vec<(f64, String)> = response
-        .semantic
-        .iter()
-        .chain(&response.episodic)
-        .filter_map(|result| {
-            let memory = result.memory.as_ref()?;
-            let total = result.score.as_ref().map_or(0.0, |score| score.total);
-            Some((total, loaded.key_of.get(&memory.id)?.clone()))
-        })
-        .collect();
-    results.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let section = |results: &[v1::RetrievedMemory]| -> Vec<(f64, String)> {
+        results
+            .iter()
+            .map(|result| {
+                let id = result.memory.as_ref().map_or("", |m| m.id.as_str());
+                let total = result.score.as_ref().map_or(0.0, |score| score.total);
+                let key = loaded.key_of.get(id).cloned().unwrap_or_default();
+                (total, key)
+            })
+            .collect()
+    };
+    let merged = merge_by_heads(section(&response.semantic), section(&response.episodic));
     let path = response.served_by.map(|s| s.path).unwrap_or_default();
-    Ok((results.into_iter().map(|(_, key)| key).collect(), path))
+    Ok((merged, path))
+}
+
+/// Merges two ranked lists, each kept in its own order, taking the higher-scored head each time.
+fn merge_by_heads(first: Vec<(f64, String)>, second: Vec<(f64, String)>) -> Vec<String> {
+    let mut merged = Vec::with_capacity(first.len() + second.len());
+    let (mut a, mut b) = (first.into_iter().peekable(), second.into_iter().peekable());
+    loop {
+        let take_first = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) => x.0 >= y.0,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => break,
+        };
+        let next = if take_first { a.next() } else { b.next() };
+        merged.extend(next.map(|(_, key)| key));
+    }
+    merged
 }
 
 fn ranking(profile: v1::RankingProfile) -> v1::RankingOptions {
@@ -412,8 +445,16 @@ fn configurations() -> Vec<Config> {
                         "BM25 + vector"
                     }
                 ),
+                // The issue's starting parameters, whatever the service's defaults are now.
                 ranking: v1::RankingOptions {
                     sparse_only,
+                    alpha: Some(1.0),
+                    beta: Some(1.0),
+                    gamma: Some(1.0),
+                    recency_tau_days: Some(7.0),
+                    rrf_k: Some(60.0),
+                    candidates_per_leg: Some(100),
+                    mmr_lambda: Some(0.7),
                     ..ranking(profile)
                 },
             });
@@ -421,7 +462,47 @@ fn configurations() -> Vec<Config> {
     }
     let triscore = ranking(v1::RankingProfile::Triscore);
     let fsrs = ranking(v1::RankingProfile::Fsrs);
-    for value in [0.0, 0.5, 1.0, 2.0, 4.0] {
+    // The best of each profile's grids below, with and without the dense leg, for the by-theme
+    // table.
+    let tuned_triscore = v1::RankingOptions {
+        alpha: Some(4.0),
+        beta: Some(0.5),
+        gamma: Some(0.5),
+        recency_tau_days: Some(30.0),
+        candidates_per_leg: Some(20),
+        ..triscore
+    };
+    let tuned_fsrs = v1::RankingOptions {
+        rrf_k: Some(5.0),
+        candidates_per_leg: Some(20),
+        ..fsrs
+    };
+    for (name, options) in [
+        ("tuned fsrs (k = 5, N = 20)", tuned_fsrs),
+        (
+            "tuned triscore (α = 4, β = γ = 0.5, τ = 30 d, N = 20)",
+            tuned_triscore,
+        ),
+    ] {
+        for sparse_only in [false, true] {
+            configs.push(Config {
+                group: "tuned",
+                label: format!(
+                    "{name}, {}",
+                    if sparse_only {
+                        "BM25 only"
+                    } else {
+                        "BM25 + vector"
+                    }
+                ),
+                ranking: v1::RankingOptions {
+                    sparse_only,
+                    ..options
+                },
+            });
+        }
+    }
+    for value in [0.0, 0.5, 1.0, 2.0, 4.0, 8.0] {
         configs.push(Config {
             group: "alpha",
             label: format!("triscore α = {value}"),
@@ -479,6 +560,41 @@ fn configurations() -> Vec<Config> {
                 ranking: v1::RankingOptions {
                     candidates_per_leg: Some(value),
                     ..base
+                },
+            });
+        }
+    }
+    // Joint grids around the best single-parameter values (one-at-a-time sweeps miss interactions).
+    for alpha in [4.0, 8.0, 16.0] {
+        for beta in [0.25, 0.5, 1.0] {
+            for gamma in [0.25, 0.5] {
+                for tau in [7.0, 30.0] {
+                    configs.push(Config {
+                        group: "triscore-grid",
+                        label: format!(
+                            "triscore α = {alpha}, β = {beta}, γ = {gamma}, τ = {tau} d"
+                        ),
+                        ranking: v1::RankingOptions {
+                            alpha: Some(alpha),
+                            beta: Some(beta),
+                            gamma: Some(gamma),
+                            recency_tau_days: Some(tau),
+                            ..triscore
+                        },
+                    });
+                }
+            }
+        }
+    }
+    for rrf_k in [1.0, 2.0, 5.0, 10.0, 20.0] {
+        for candidates in [10, 20, 50, 100] {
+            configs.push(Config {
+                group: "fsrs-grid",
+                label: format!("fsrs RRF k = {rrf_k}, N = {candidates}"),
+                ranking: v1::RankingOptions {
+                    rrf_k: Some(rrf_k),
+                    candidates_per_leg: Some(candidates),
+                    ..fsrs
                 },
             });
         }
@@ -563,21 +679,27 @@ fn report(
          {tasks} tasks of our own (`tests/eval/tasks.json`; {theme_list}), {memories} memories, {queries} \
          queries with graded judgements (2 = the answer, 1 = useful context). Each task is its own space, \
          loaded through ImportMemories with creation dates spread over the past months and embedded by the \
-         ingest service's backfill (all-MiniLM-L6-v2); every query goes through RetrieveMemory over gRPC \
-         asking for 10 facts and 10 episodes, and the two sections are merged by the profile's score into \
-         one ranked list. nDCG uses gain 2^grade − 1. Parameters not named in a row are the defaults.\n",
+         ingest service's backfill (all-MiniLM-L6-v2); each space also holds every other task's memories as \
+         distractors ({memories} entries per space), judged irrelevant. Every query goes through \
+         RetrieveMemory over gRPC asking for 10 facts and 10 episodes; the two sections keep their order \
+         (MMR's) and are merged into one ranked list by comparing the scores at their heads. nDCG uses \
+         gain 2^grade − 1. Parameters not named in a row are the service defaults.\n",
         date = chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
         secs = elapsed.as_secs_f64(),
         tasks = tasks.len(),
     );
-    let groups: [(&str, &str); 8] = [
+    let groups: [(&str, &str); 9] = [
         (
             "baseline",
-            "Ranking profiles, with and without the dense leg",
+            "Ranking profiles at the issue's starting parameters (α = β = γ = 1, τ = 7 d, k = 60, N = 100), with and without the dense leg",
+        ),
+        (
+            "tuned",
+            "Ranking profiles at the parameters chosen from the sweeps below",
         ),
         (
             "alpha",
-            "triscore: relevance weight α (β = γ = 1, τ = 7 days)",
+            "triscore: relevance weight α (the other parameters at the service defaults)",
         ),
         ("beta", "triscore: recency weight β"),
         ("gamma", "triscore: importance weight γ"),
@@ -596,10 +718,36 @@ fn report(
             ));
         }
     }
-    out.push_str("\n## Baselines by theme (nDCG@10)\n\n");
+    for (group, title) in [
+        (
+            "triscore-grid",
+            "triscore: joint grid over α, β, γ, τ (best 8 of 36 by nDCG@10)",
+        ),
+        (
+            "fsrs-grid",
+            "fsrs: joint grid over RRF k and N (best 8 of 20 by nDCG@10)",
+        ),
+    ] {
+        out.push_str(&format!("\n## {title}\n\n{HEADER}\n"));
+        let mut grid: Vec<&ConfigResult> =
+            results.iter().filter(|r| r.config.group == group).collect();
+        grid.sort_by(|a, b| {
+            b.overall
+                .ndcg_10_mean()
+                .total_cmp(&a.overall.ndcg_10_mean())
+        });
+        for result in grid.into_iter().take(8) {
+            out.push_str(&format!(
+                "| {} | {} |\n",
+                result.config.label,
+                result.overall.row()
+            ));
+        }
+    }
+    out.push_str("\n## By theme (nDCG@10)\n\n");
     let baselines: Vec<&ConfigResult> = results
         .iter()
-        .filter(|r| r.config.group == "baseline")
+        .filter(|r| r.config.group == "baseline" || r.config.group == "tuned")
         .collect();
     out.push_str(&format!(
         "| theme | {} |\n|---|{}\n",
@@ -625,7 +773,7 @@ fn report(
             cells.join(" | ")
         ));
     }
-    out.push_str("\n## Which path served the baselines\n\n| configuration | paths |\n|---|---|\n");
+    out.push_str("\n## Which path served each query\n\n| configuration | paths |\n|---|---|\n");
     for result in &baselines {
         let paths = result
             .paths
@@ -691,6 +839,13 @@ mod tests {
         assert_eq!(missing.ndcg_10, 0.0);
         assert_eq!(missing.recall_10, 0.0);
         assert_eq!(missing.mrr, 0.0);
+    }
+
+    #[test]
+    fn merging_keeps_each_sections_order() {
+        let facts = vec![(0.9, "f1".to_owned()), (0.2, "f2".to_owned())];
+        let episodes = vec![(0.5, "e1".to_owned()), (0.6, "e2".to_owned())];
+        assert_eq!(merge_by_heads(facts, episodes), ["f1", "e1", "e2", "f2"]);
     }
 
     #[test]

@@ -192,11 +192,12 @@ async fn retrieval_answers_with_markdown_and_the_reasons_for_each_rank() {
     let scope = new_scope("work");
     load_life(&mut sandbox, &scope).await;
 
-    let response = retrieve(
-        &mut sandbox,
-        query(&scope, "which editor theme do I prefer?"),
-    )
-    .await;
+    let mut request = query(&scope, "which editor theme do I prefer?");
+    request.ranking = Some(v1::RankingOptions {
+        profile: v1::RankingProfile::Fsrs.into(),
+        ..Default::default()
+    });
+    let response = retrieve(&mut sandbox, request).await;
     assert!(
         response.markdown.starts_with("## Semantic Memory\n"),
         "{}",
@@ -249,18 +250,27 @@ async fn the_markdown_layout_is_pinned_by_golden_files() {
     let mut sandbox = Sandbox::start().await;
     let scope = new_scope("work");
     load_life(&mut sandbox, &scope).await;
+    // The layout is what is pinned; the ranking is fixed (fsrs, RRF k = 60) so that tuning the
+    // service's default ranking does not rewrite these files.
+    let pinned_ranking = Some(v1::RankingOptions {
+        profile: v1::RankingProfile::Fsrs.into(),
+        rrf_k: Some(60.0),
+        ..Default::default()
+    });
     for (detail, file) in [
         (v1::DetailLevel::Auto, "retrieve_detail_auto.md"),
         (v1::DetailLevel::High, "retrieve_detail_high.md"),
         (v1::DetailLevel::None, "retrieve_detail_none.md"),
     ] {
         let mut request = query(&scope, "editor theme launch standup");
+        request.ranking = pinned_ranking;
         request.detail = detail.into();
         let response = retrieve(&mut sandbox, request).await;
         assert_golden(file, &response.markdown);
     }
     // A tight budget drops details, then whole entries, and says so.
     let mut request = query(&scope, "editor theme launch standup");
+    request.ranking = pinned_ranking;
     request.token_budget = Some(60);
     let response = retrieve(&mut sandbox, request).await;
     assert!(response.truncated);
@@ -710,7 +720,9 @@ async fn the_triscore_profile_ranks_by_relevance_recency_and_importance() {
     let mut request = query(&scope, "where does the user live near the river");
     request.ranking = Some(v1::RankingOptions {
         profile: v1::RankingProfile::Triscore.into(),
+        alpha: Some(1.0),
         beta: Some(5.0),
+        gamma: Some(1.0),
         ..Default::default()
     });
     let response = retrieve(&mut sandbox, request).await;

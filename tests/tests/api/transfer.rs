@@ -105,8 +105,27 @@ async fn bad_imports_are_rejected_whole_with_the_entry_and_field_named() {
         difficulty: 11.0,
         last_reviewed_at: None,
     });
+    let mut year_10000 = fact("y", "Far away", 1.0);
+    year_10000.invalid_at = Some(prost_types::Timestamp {
+        seconds: 253_402_300_800,
+        nanos: 0,
+    });
+    let mut zero_vector = fact("z", "No direction", 1.0);
+    zero_vector.embedding = vec![0.0; 384];
+    zero_vector.embedding_model = "imported-model".into();
+    let mut nul_title = episode("nul", Uuid::new_v4(), "T\0", "S", 1.0, 0.1, &[]);
+    nul_title.title = "bad\0title".into();
     let cases = vec![
         (vec![good.clone(), future], "memories[1].created_at"),
+        (
+            vec![year_10000],
+            "memories[0].invalid_at: must lie between the years 1 and 9999",
+        ),
+        (
+            vec![zero_vector],
+            "memories[0].embedding: must not be the zero vector",
+        ),
+        (vec![nul_title], "memories[0].title: must not contain NUL"),
         (vec![no_kind], "memories[0].kind"),
         (vec![good.clone(), bad_fsrs], "memories[1].fsrs.difficulty"),
         (vec![good.clone(), good.clone()], "appears twice"),
@@ -159,6 +178,51 @@ async fn bad_imports_are_rejected_whole_with_the_entry_and_field_named() {
         .await
         .unwrap_err();
     assert_status(status, Code::FailedPrecondition, "memory is turned off");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_does_not_bring_back_what_the_user_forgot() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("work");
+    let batch = vec![
+        fact("keep", "My dentist is Dr. Alvarez on Main Street", 3.0),
+        fact("gone", "My old bank PIN hint is the dog's birthday", 3.0),
+    ];
+    let first = import(&mut sandbox, &scope, batch.clone()).await;
+    sandbox
+        .ingest
+        .forget(v1::ForgetRequest {
+            scope: Some(scope.clone()),
+            memory_id: first.entries[1].id.clone(),
+        })
+        .await
+        .unwrap();
+
+    // A client re-sending the same batch (a retry, a re-sync) must not undo the forget.
+    let again = import(&mut sandbox, &scope, batch).await;
+    assert_eq!((again.created, again.existing, again.suppressed), (0, 1, 1));
+    assert!(again.entries[1].suppressed_by_tombstone);
+    assert!(!again.entries[1].created);
+    // Nor does the same text under another client id.
+    let renamed = import(
+        &mut sandbox,
+        &scope,
+        vec![fact(
+            "other-id",
+            "my old bank PIN hint is the dog's birthday!",
+            1.0,
+        )],
+    )
+    .await;
+    assert_eq!(renamed.suppressed, 1);
+    let stored: Vec<String> = sqlx::query_scalar("SELECT text FROM memories")
+        .fetch_all(&sandbox.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        stored,
+        vec!["My dentist is Dr. Alvarez on Main Street".to_owned()]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

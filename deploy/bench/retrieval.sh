@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# make bench-retrieval: seeds a benchmark database of 1,000,000 memories in 10,000 spaces (once;
+# BENCH_REUSE=1 keeps a seeded one), starts a release retrieval service with the local embedder
+# on it, measures RetrieveMemory, a hand-written SQL query and the floor in one run, and writes
+# docs/benchmarks/retrieval.md. BENCH_SECONDS, BENCH_RATE, BENCH_CLIENTS override the load.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+# shellcheck source=../local/common.sh
+source "$here/../local/common.sh"
+
+bin="${CARGO_TARGET_DIR:?}/release"
+db=engram_bench_retrieval
+url="postgres://postgres@127.0.0.1:$ENGRAM_PG_PORT/$db"
+port=50063
+model_dir="$(bash "$here/../local/models.sh")"
+
+seeded="$(pg_psql postgres -c "SELECT 1 FROM pg_database WHERE datname = '$db'")"
+if [[ -n "$seeded" ]]; then
+    seeded="$(pg_psql "$db" -c "SELECT 1 FROM pg_indexes WHERE indexname = 'memory_embeddings_hnsw'" || true)"
+fi
+if [[ "${BENCH_REUSE:-0}" != 1 || -z "$seeded" ]]; then
+    log "creating a fresh $db database (seeding takes a while: the HNSW index over 1M vectors)"
+    pg_psql postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db TEMPLATE template1"
+    ENGRAM_DATABASE__URL="$url" "$bin/ingest" migrate
+    "$bin/bench-retrieval" --database-url "$url" --model-dir "$model_dir" seed
+fi
+
+log "starting a release retrieval service on 127.0.0.1:$port"
+# shellcheck disable=SC2086  # BENCH_SERVER_ENV holds extra VAR=value words for the server
+env ENGRAM_DATABASE__URL="$url" ENGRAM_GRPC__LISTEN_ADDR="127.0.0.1:$port" ENGRAM_EMBED__PROVIDER=local \
+    ENGRAM_EMBED__MODEL_DIR="$model_dir" RUST_LOG=warn ${BENCH_SERVER_ENV:-} \
+    "$bin/retrieval" >"$ENGRAM_LOG_DIR/bench-retrieval-server.log" 2>&1 &
+server=$!
+trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
+wait_for_port 127.0.0.1 "$port" 120 || die "the retrieval service did not start (see $ENGRAM_LOG_DIR/bench-retrieval-server.log)"
+
+mkdir -p "$repo/docs/benchmarks"
+"$bin/bench-retrieval" --database-url "$url" --model-dir "$model_dir" run \
+    --endpoint "http://127.0.0.1:$port" \
+    --rate "${BENCH_RATE:-50}" --seconds "${BENCH_SECONDS:-30}" --concurrency "${BENCH_CLIENTS:-32}" \
+    --report "$repo/docs/benchmarks/retrieval.md" --command-line "make bench-retrieval"
