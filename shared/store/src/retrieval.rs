@@ -329,6 +329,12 @@ pub struct RetrievalRecord {
     pub metrics: RetrievalMetrics,
 }
 
+/// How old cached scores may get before a retrieval that returns the entry rewrites them. Each
+/// rewrite updates the row and all its indexes; the capacity policy only needs scores fresher
+/// than a day, and a higher total than the cached one is always written, so the best relevance an
+/// entry showed is kept.
+const SCORES_REFRESH: std::time::Duration = std::time::Duration::from_secs(3600);
+
 pub async fn record(
     pool: &PgPool,
     scope: &Scope,
@@ -352,8 +358,12 @@ pub async fn record(
              UPDATE memories m SET last_scores = s.scores \
              FROM unnest($6::uuid[], $7::jsonb[]) AS s(id, scores) \
              WHERE m.id = s.id AND m.id IN ( \
-                 SELECT id FROM memories WHERE user_id = $1 AND space = $2 AND id = ANY($6) \
-                 FOR UPDATE SKIP LOCKED) \
+                 SELECT c.id FROM memories c JOIN unnest($6::uuid[], $7::jsonb[]) AS n(id, scores) ON n.id = c.id \
+                 WHERE c.user_id = $1 AND c.space = $2 \
+                   AND (c.last_scored_at IS NULL OR c.last_total IS NULL \
+                        OR c.last_scored_at < $8::timestamptz - make_interval(secs => $22) \
+                        OR c.last_total < (n.scores ->> 'total')::float8) \
+                 FOR UPDATE OF c SKIP LOCKED) \
              RETURNING 1) \
          INSERT INTO retrieval_metrics (user_id, space, conversation_id, created_at, query, sparse_hits, \
              dense_hits, trigram_hits, used_fallback, retrieval_path, ranking_profile, scope_widened, \
@@ -381,6 +391,7 @@ pub async fn record(
     .bind(metrics.latency_embed_ms)
     .bind(metrics.latency_retrieval_ms)
     .bind(metrics.error_stage.as_deref())
+    .bind(SCORES_REFRESH.as_secs_f64())
     .execute(pool)
     .await?;
     Ok(())
