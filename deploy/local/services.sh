@@ -35,7 +35,13 @@ start_one() {
     fi
     [[ -x "$ENGRAM_BIN_DIR/$name" ]] || die "$ENGRAM_BIN_DIR/$name is not built; run 'make build'"
     log "starting $name on 127.0.0.1:$port (log: $ENGRAM_LOG_DIR/$name.log)"
-    ENGRAM_GRPC__LISTEN_ADDR="127.0.0.1:$port" \
+    # retrieval embeds small query batches: one model thread leaves the other core to Postgres
+    # (docs/benchmarks/README.md). ingest's backfill keeps every core for its large batches.
+    local extra_env=()
+    if [[ "$name" == retrieval ]]; then
+        extra_env+=("RAYON_NUM_THREADS=${RAYON_NUM_THREADS:-1}")
+    fi
+    env "${extra_env[@]}" ENGRAM_GRPC__LISTEN_ADDR="127.0.0.1:$port" \
         setsid nohup "$ENGRAM_BIN_DIR/$name" >>"$ENGRAM_LOG_DIR/$name.log" 2>&1 9>&- &
     echo $! >"$(pid_file "$name")"
     if ! wait_for_port 127.0.0.1 "$port" 150; then
