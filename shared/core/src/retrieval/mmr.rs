@@ -28,10 +28,17 @@ pub fn similarity(a: &MmrItem<'_>, b: &MmrItem<'_>) -> f64 {
 }
 
 fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    cosine_with_norms(a, norm(a), b, norm(b))
+}
+
+fn norm(vector: &[f32]) -> f32 {
+    vector.iter().map(|x| x * x).sum::<f32>().sqrt()
+}
+
+fn cosine_with_norms(a: &[f32], norm_a: f32, b: &[f32], norm_b: f32) -> f32 {
     let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-    let norm =
-        a.iter().map(|x| x * x).sum::<f32>().sqrt() * b.iter().map(|x| x * x).sum::<f32>().sqrt();
-    if norm == 0.0 { 0.0 } else { dot / norm }
+    let norms = norm_a * norm_b;
+    if norms == 0.0 { 0.0 } else { dot / norms }
 }
 
 /// Jaccard overlap of two tag sets (0 when both are empty).
@@ -61,6 +68,19 @@ pub fn select(items: &[MmrItem<'_>], lambda: f64, limit: usize) -> Vec<usize> {
     // Highest similarity of each remaining item to anything picked so far.
     let mut max_similarity = vec![0.0f64; items.len()];
     let mut remaining: Vec<usize> = (0..items.len()).collect();
+    // Norms once per item, not once per pair: the pairwise loop below is MMR's whole cost.
+    let norms: Vec<f32> = items
+        .iter()
+        .map(|item| item.embedding.map_or(0.0, norm))
+        .collect();
+    let similarity_of = |a: usize, b: usize| -> f64 {
+        match (items[a].embedding, items[b].embedding) {
+            (Some(x), Some(y)) => {
+                f64::from(cosine_with_norms(x, norms[a], y, norms[b])).clamp(0.0, 1.0)
+            }
+            _ => tag_overlap(items[a].tags, items[b].tags),
+        }
+    };
     while picked.len() < limit && !remaining.is_empty() {
         let picked_items: Vec<&MmrItem<'_>> = picked.iter().map(|&i| &items[i]).collect();
         let mut best_position = 0;
@@ -88,7 +108,7 @@ pub fn select(items: &[MmrItem<'_>], lambda: f64, limit: usize) -> Vec<usize> {
         }
         let chosen = remaining.remove(best_position);
         for &index in &remaining {
-            let s = similarity(&items[index], &items[chosen]);
+            let s = similarity_of(index, chosen);
             if s > max_similarity[index] {
                 max_similarity[index] = s;
             }
