@@ -4,6 +4,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod bench;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;

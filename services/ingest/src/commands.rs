@@ -62,8 +62,7 @@ impl MemoryWriter {
                 "Recall is not available in this service.",
             ));
         };
-        let request =
-            recall.default_request(scope.clone(), Some(conversation), topic.to_owned())?;
+        let request = recall.default_request(scope.clone(), Some(conversation), topic.to_owned());
         let retrieval = recall.retrieve(&request).await?;
         Ok(CommandOutcome::done(command, retrieval.markdown, None))
     }

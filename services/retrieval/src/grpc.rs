@@ -200,7 +200,7 @@ impl RetrievalService for RetrievalApi {
         request: Request<v1::RetrieveMemoryRequest>,
     ) -> Result<Response<v1::RetrieveMemoryResponse>, Status> {
         let scope = authorized_scope(&request, request.get_ref().scope.clone())?;
-        let retrieve = request::retrieve_memory(scope, request.get_ref(), self.recall.settings())
+        let retrieve = request::retrieve_memory(scope, request.get_ref(), &self.recall)
             .map_err(RetrievalError::from)?;
         let retrieval = self
             .recall
@@ -219,9 +219,8 @@ impl RetrievalService for RetrievalApi {
         request: Request<v1::ContextPreRetrieveRequest>,
     ) -> Result<Response<v1::ContextPreRetrieveResponse>, Status> {
         let scope = authorized_scope(&request, request.get_ref().scope.clone())?;
-        let retrieve =
-            request::context_pre_retrieve(scope, request.get_ref(), self.recall.settings())
-                .map_err(RetrievalError::from)?;
+        let retrieve = request::context_pre_retrieve(scope, request.get_ref(), &self.recall)
+            .map_err(RetrievalError::from)?;
         let retrieval = self
             .recall
             .retrieve(&retrieve)

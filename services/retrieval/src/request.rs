@@ -4,10 +4,7 @@
 use engram_core::retrieval::markdown::Detail;
 use engram_core::{ConversationId, Scope, ValidationError};
 use engram_proto::v1;
-use engram_recall::{
-    DEFAULT_EPISODIC_LIMIT, DEFAULT_SEMANTIC_LIMIT, RankingOverrides, RecallSettings,
-    RetrieveRequest,
-};
+use engram_recall::{RankingOverrides, Recall, RetrieveRequest};
 use engram_server::convert::category_from_proto;
 
 pub const MAX_QUERY_CHARS: usize = 2_048;
@@ -111,40 +108,31 @@ pub struct CommonFields<'a> {
     pub ranking: Option<&'a v1::RankingOptions>,
 }
 
-fn common(
-    fields: CommonFields<'_>,
-    settings: &RecallSettings,
-) -> Result<RetrieveRequest, ValidationError> {
+/// The configured defaults (`Recall::default_request`) with what the request overrides.
+fn common(fields: CommonFields<'_>, recall: &Recall) -> Result<RetrieveRequest, ValidationError> {
     let query = parse_query(fields.query)?;
     let conversation = parse_conversation(fields.conversation_id)?;
     let category = category_from_proto("category", fields.category)?;
-    let token_budget = within(
+    let mut request = recall.default_request(fields.scope, conversation, query);
+    request.category = category;
+    request.token_budget = within(
         "token_budget",
-        fields.token_budget.unwrap_or(settings.token_budget),
+        fields
+            .token_budget
+            .unwrap_or(recall.settings().token_budget),
         MIN_TOKEN_BUDGET,
         MAX_TOKEN_BUDGET,
-    )?;
+    )? as usize;
     let (overrides, sparse_only) = parse_ranking(fields.ranking)?;
-    let ranking = overrides.apply(settings.default_ranking()?, "ranking")?;
-    Ok(RetrieveRequest {
-        scope: fields.scope,
-        conversation,
-        query,
-        episodic_limit: DEFAULT_EPISODIC_LIMIT,
-        semantic_limit: DEFAULT_SEMANTIC_LIMIT,
-        detail: Detail::Auto,
-        category,
-        token_budget: token_budget as usize,
-        ranking,
-        dense: !sparse_only,
-        side_effects: true,
-    })
+    request.ranking = overrides.apply(request.ranking, "ranking")?;
+    request.dense = !sparse_only;
+    Ok(request)
 }
 
 pub fn retrieve_memory(
     scope: Scope,
     message: &v1::RetrieveMemoryRequest,
-    settings: &RecallSettings,
+    recall: &Recall,
 ) -> Result<RetrieveRequest, ValidationError> {
     let mut request = common(
         CommonFields {
@@ -155,7 +143,7 @@ pub fn retrieve_memory(
             token_budget: message.token_budget,
             ranking: message.ranking.as_ref(),
         },
-        settings,
+        recall,
     )?;
     if let Some(limit) = message.episodic_limit {
         request.episodic_limit = within("episodic_limit", limit, 1, MAX_EPISODIC_LIMIT)? as usize;
@@ -170,7 +158,7 @@ pub fn retrieve_memory(
 pub fn context_pre_retrieve(
     scope: Scope,
     message: &v1::ContextPreRetrieveRequest,
-    settings: &RecallSettings,
+    recall: &Recall,
 ) -> Result<RetrieveRequest, ValidationError> {
     let mut request = common(
         CommonFields {
@@ -181,7 +169,7 @@ pub fn context_pre_retrieve(
             token_budget: message.token_budget,
             ranking: message.ranking.as_ref(),
         },
-        settings,
+        recall,
     )?;
     if let Some(limit) = message.semantic_limit {
         request.semantic_limit = within("semantic_limit", limit, 1, MAX_SEMANTIC_LIMIT)? as usize;

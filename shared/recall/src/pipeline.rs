@@ -89,6 +89,8 @@ pub struct Recall {
     pool: PgPool,
     embedder: Option<QueryEmbedder>,
     settings: RecallSettings,
+    /// The configured ranking, checked once at construction.
+    default_ranking: RankingParams,
 }
 
 const SEMANTIC: &str = "semantic";
@@ -102,12 +104,19 @@ struct Legs {
 }
 
 impl Recall {
-    pub fn new(pool: PgPool, embedder: Option<QueryEmbedder>, settings: RecallSettings) -> Self {
-        Self {
+    /// Fails when the configured ranking is out of bounds (a bad configuration stops start-up).
+    pub fn new(
+        pool: PgPool,
+        embedder: Option<QueryEmbedder>,
+        settings: RecallSettings,
+    ) -> Result<Self, engram_core::ValidationError> {
+        let default_ranking = settings.default_ranking()?;
+        Ok(Self {
             pool,
             embedder,
             settings,
-        }
+            default_ranking,
+        })
     }
 
     pub fn settings(&self) -> &RecallSettings {
@@ -115,14 +124,15 @@ impl Recall {
     }
 
     /// A request with the configured defaults (five episodes, twenty facts, auto detail, the
-    /// configured budget and ranking, side effects on), for callers that only have a query.
+    /// configured budget and ranking, both legs, side effects on); callers override what their
+    /// request asks for.
     pub fn default_request(
         &self,
         scope: Scope,
         conversation: Option<ConversationId>,
         query: String,
-    ) -> Result<RetrieveRequest, RecallError> {
-        Ok(RetrieveRequest {
+    ) -> RetrieveRequest {
+        RetrieveRequest {
             scope,
             conversation,
             query,
@@ -131,10 +141,10 @@ impl Recall {
             detail: Detail::Auto,
             category: None,
             token_budget: self.settings.token_budget as usize,
-            ranking: self.settings.default_ranking()?,
+            ranking: self.default_ranking,
             dense: true,
             side_effects: true,
-        })
+        }
     }
 
     /// Runs a retrieval. A request with side effects that fails still leaves a metrics row

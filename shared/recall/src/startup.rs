@@ -100,9 +100,7 @@ pub fn start_recall(
     queries: QueryEmbedderSettings,
     settings: RecallSettings,
 ) -> anyhow::Result<Recall> {
-    settings
-        .default_ranking()
-        .map_err(|error| anyhow::anyhow!("invalid recall settings: {error}"))?;
     let queries = embedder.map(|embedder| QueryEmbedder::start(embedder, queries));
-    Ok(Recall::new(pool, queries, settings))
+    Recall::new(pool, queries, settings)
+        .map_err(|error| anyhow::anyhow!("invalid recall settings: {error}"))
 }

@@ -17,6 +17,7 @@ pub mod outbox;
 pub mod retrieval;
 pub mod spaces;
 pub mod summary;
+#[macro_use]
 pub mod tombstones;
 pub mod transfer;
 pub mod write_path;

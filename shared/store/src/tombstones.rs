@@ -8,6 +8,37 @@ use uuid::Uuid;
 
 use crate::StoreError;
 
+/// SQL condition: tombstone `t` is live and matches a text with SimHash `$simhash` and digest
+/// `$digest` (the same digest, or a fingerprint within `$distance` bits; the band equalities let
+/// Postgres probe the band indexes instead of scanning the space's tombstones). The one definition
+/// Remember and ImportMemories share; the caller filters `t` by user and space. A macro so that
+/// queries stay `&'static str`.
+macro_rules! live_tombstone_matches {
+    ($simhash:literal, $digest:literal, $distance:literal) => {
+        concat!(
+            "t.expires_at > now() AND (t.text_digest = ",
+            $digest,
+            " OR ((t.simhash_band0 = (",
+            $simhash,
+            " & 65535)::integer",
+            " OR t.simhash_band1 = ((",
+            $simhash,
+            " >> 16) & 65535)::integer",
+            " OR t.simhash_band2 = ((",
+            $simhash,
+            " >> 32) & 65535)::integer",
+            " OR t.simhash_band3 = ((",
+            $simhash,
+            " >> 48) & 65535)::integer)",
+            " AND bit_count(int8send(t.simhash # ",
+            $simhash,
+            ")) <= ",
+            $distance,
+            "))"
+        )
+    };
+}
+
 pub async fn insert(
     connection: &mut PgConnection,
     scope: &Scope,

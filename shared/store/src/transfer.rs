@@ -103,7 +103,7 @@ pub async fn import(
 ) -> Result<ImportOutcome, StoreError> {
     let records = serde_json::to_value(rows)
         .map_err(|error| StoreError::Corrupt(format!("cannot encode import rows: {error}")))?;
-    let rows_out: Vec<(Uuid, bool)> = sqlx::query_as(
+    let rows_out: Vec<(Uuid, bool)> = sqlx::query_as(concat!(
         "WITH incoming AS ( \
              SELECT * FROM jsonb_to_recordset($3) AS r(id uuid, kind text, conversation_id uuid, text text, \
                  role text, category text, valid_at timestamptz, invalid_at timestamptz, title text, \
@@ -114,14 +114,9 @@ pub async fn import(
                  embedding jsonb, embedding_model text, text_digest text)), \
          forgotten AS ( \
              SELECT r.id FROM incoming r \
-             WHERE EXISTS (SELECT 1 FROM tombstones t \
-                 WHERE t.user_id = $1 AND t.space = $2 AND t.expires_at > now() \
-                   AND (t.text_digest = decode(r.text_digest, 'hex') \
-                        OR ((t.simhash_band0 = (r.simhash & 65535)::integer \
-                             OR t.simhash_band1 = ((r.simhash >> 16) & 65535)::integer \
-                             OR t.simhash_band2 = ((r.simhash >> 32) & 65535)::integer \
-                             OR t.simhash_band3 = ((r.simhash >> 48) & 65535)::integer) \
-                            AND bit_count(int8send(t.simhash # r.simhash)) <= $5)))), \
+             WHERE EXISTS (SELECT 1 FROM tombstones t WHERE t.user_id = $1 AND t.space = $2 AND ",
+        live_tombstone_matches!("r.simhash", "decode(r.text_digest, 'hex')", "$5"),
+        ")), \
          inserted AS ( \
              INSERT INTO memories (id, user_id, space, kind, conversation_id, text, role, category, valid_at, \
                  invalid_at, title, messages, surprise, start_at, end_at, stability, difficulty, \
@@ -149,8 +144,8 @@ pub async fn import(
              RETURNING 1) \
          SELECT id, false AS suppressed FROM inserted \
          UNION ALL SELECT f.id, true FROM forgotten f \
-             WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = f.id)",
-    )
+             WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = f.id)"
+    ))
     .bind(scope.user_id.as_uuid())
     .bind(scope.space.as_str())
     .bind(records)

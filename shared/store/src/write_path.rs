@@ -30,8 +30,7 @@ pub async fn write_context(
     simhash: SimHash,
     text_digest: &[u8],
 ) -> Result<WriteContext, StoreError> {
-    let [band0, band1, band2, band3] = simhash.bands();
-    let context = sqlx::query_as::<_, WriteContext>(
+    let context = sqlx::query_as::<_, WriteContext>(concat!(
         "SELECT COALESCE(s.memory_enabled, true) AS memory_enabled, \
                 COALESCE(s.incognito_default, false) AS incognito_default, \
                 s.soft_cap, \
@@ -39,21 +38,16 @@ pub async fn write_context(
                 (SELECT c.incognito FROM conversations c \
                   WHERE c.user_id = $1 AND c.space = $2 AND c.conversation_id = $3) AS conversation_incognito, \
                 (SELECT max(t.expires_at) FROM tombstones t \
-                  WHERE t.user_id = $1 AND t.space = $2 AND t.expires_at > now() \
-                    AND (t.text_digest = $5 OR ((t.simhash_band0 = $6 OR t.simhash_band1 = $7 \
-                         OR t.simhash_band2 = $8 OR t.simhash_band3 = $9) \
-                         AND bit_count(int8send(t.simhash # $4)) <= $10))) AS tombstone_expires_at \
-         FROM (SELECT 1) AS one LEFT JOIN spaces s ON s.user_id = $1 AND s.space = $2",
-    )
+                  WHERE t.user_id = $1 AND t.space = $2 AND ",
+        live_tombstone_matches!("$4", "$5", "$6"),
+        ") AS tombstone_expires_at \
+         FROM (SELECT 1) AS one LEFT JOIN spaces s ON s.user_id = $1 AND s.space = $2"
+    ))
     .bind(scope.user_id.as_uuid())
     .bind(scope.space.as_str())
     .bind(conversation.map(|c| c.as_uuid()))
     .bind(simhash.as_i64())
     .bind(text_digest)
-    .bind(band0)
-    .bind(band1)
-    .bind(band2)
-    .bind(band3)
     .bind(i64::from(engram_core::simhash::NEAR_DUPLICATE_DISTANCE))
     .fetch_one(connection)
     .await?;

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use engram_core::{Scope, SimHash};
+use engram_e2e::bench::{machine_summary, space_user};
 use engram_proto::v1;
 use engram_proto::v1::ingest_service_client::IngestServiceClient;
 use hdrhistogram::Histogram;
@@ -71,11 +72,6 @@ enum Command {
         #[arg(long, default_value = "make bench-ingest")]
         command_line: String,
     },
-}
-
-/// User id of bench space `n` (deterministic, so seed and load agree).
-fn space_user(n: u32) -> String {
-    format!("00000000-0000-4000-8000-{n:012}")
 }
 
 async fn seed(url: &str, spaces: u32, per_space: u32, big: u32) -> anyhow::Result<()> {
@@ -257,7 +253,7 @@ async fn run_load(
                 };
                 let request = v1::RememberRequest {
                     scope: Some(v1::Scope {
-                        user_id: space_user(space),
+                        user_id: space_user(i64::from(space)),
                         space: SPACE.into(),
                     }),
                     text,
@@ -342,7 +338,7 @@ async fn run_at_rate(
         let mut client = IngestServiceClient::new(channel.clone());
         let request = v1::RememberRequest {
             scope: Some(v1::Scope {
-                user_id: space_user(rng.random_range(0..spaces)),
+                user_id: space_user(i64::from(rng.random_range(0..spaces))),
                 space: SPACE.into(),
             }),
             text: new_text(&mut rng),
@@ -415,23 +411,6 @@ async fn measure_lookup(
 
 fn micros(value: u64) -> String {
     format!("{:.2} ms", value as f64 / 1000.0)
-}
-
-async fn machine_summary() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown cpu".into());
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(0);
-    format!(
-        "{cores} cores ({cpu}); Postgres, the ingest service (release build) and the load generator share them"
-    )
 }
 
 #[tokio::main]
@@ -525,7 +504,9 @@ async fn main() -> anyhow::Result<()> {
                  Plan in the 100,000-entry space (four band-index probes, no scan of the space):\n\n```\n{big_plan}\n```\n\n\
                  Plan in a 200-entry space:\n\n```\n{small_plan}\n```\n",
                 date = chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
-                machine = machine_summary().await,
+                machine = machine_summary(
+                    "Postgres, the ingest service (release build) and the load generator"
+                ),
                 repeat = repeat_share * 100.0,
                 p50 = micros(h.value_at_quantile(0.5)),
                 p90 = micros(h.value_at_quantile(0.9)),

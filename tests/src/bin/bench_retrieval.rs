@@ -23,11 +23,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use engram_e2e::bench::{machine_summary, space_user};
 use engram_embed::{Embedder, LocalEmbedder, LocalModelSettings};
 use engram_proto::v1;
 use engram_proto::v1::retrieval_service_client::RetrievalServiceClient;
 use engram_recall::{QueryEmbedder, QueryEmbedderSettings};
 use hdrhistogram::Histogram;
+use pgvector::Vector;
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom as _;
 use rand::{Rng as _, SeedableRng as _};
@@ -83,10 +85,6 @@ enum Command {
         #[arg(long, default_value = "make bench-retrieval")]
         command_line: String,
     },
-}
-
-fn space_user(n: i64) -> String {
-    format!("00000000-0000-4000-8000-{n:012}")
 }
 
 const SUBJECTS: &[&str] = &[
@@ -220,11 +218,6 @@ fn sentence(rng: &mut StdRng) -> (String, String) {
     }
 }
 
-fn vector_literal(vector: &[f32]) -> String {
-    let parts: Vec<String> = vector.iter().map(|x| format!("{x:.6}")).collect();
-    format!("[{}]", parts.join(","))
-}
-
 async fn seed(
     url: &str,
     model_dir: &std::path::Path,
@@ -294,11 +287,11 @@ async fn seed_pool(
         .execute(&mut *connection)
         .await?;
     for (n, ((text, title), vector)) in pool.iter().zip(&vectors).enumerate() {
-        sqlx::query("INSERT INTO bench_pool VALUES ($1, $2, $3, $4::text::vector)")
+        sqlx::query("INSERT INTO bench_pool VALUES ($1, $2, $3, $4)")
             .bind(n as i64)
             .bind(text)
             .bind(title)
-            .bind(vector_literal(vector))
+            .bind(Vector::from(vector.clone()))
             .execute(&mut *connection)
             .await?;
     }
@@ -306,9 +299,9 @@ async fn seed_pool(
         let raw: Vec<f32> = (0..384).map(|_| rng.random_range(-1.0f32..1.0)).collect();
         let norm = raw.iter().map(|x| x * x).sum::<f32>().sqrt();
         let noise: Vec<f32> = raw.iter().map(|x| x / norm * NOISE_NORM).collect();
-        sqlx::query("INSERT INTO bench_noise VALUES ($1, $2::text::vector)")
+        sqlx::query("INSERT INTO bench_noise VALUES ($1, $2)")
             .bind(n)
-            .bind(vector_literal(&noise))
+            .bind(Vector::from(noise))
             .execute(&mut *connection)
             .await?;
     }
@@ -569,16 +562,16 @@ async fn saturated(
 /// (b): a hybrid query as a user would write it: websearch tsquery ranked by ts_rank, pgvector
 /// cosine, both within the space, fused by RRF in SQL, top 25 with their text.
 const HAND_WRITTEN_SQL: &str = "\
-WITH q AS (SELECT websearch_to_tsquery('simple', replace($3, ' ', ' or ')) AS words), \
+WITH q AS (SELECT websearch_to_tsquery('english', replace($4, ' ', ' or ')) AS words), \
 sparse AS ( \
     SELECT m.id, row_number() OVER (ORDER BY ts_rank(m.search_document, q.words) DESC) AS r \
     FROM memories m, q \
     WHERE m.user_id = $1::uuid AND m.space = $2 AND m.search_document @@ q.words \
     ORDER BY ts_rank(m.search_document, q.words) DESC LIMIT 100), \
 dense AS MATERIALIZED ( \
-    SELECT e.memory_id AS id, row_number() OVER (ORDER BY e.embedding <=> $4::text::vector) AS r \
+    SELECT e.memory_id AS id, row_number() OVER (ORDER BY e.embedding <=> $3) AS r \
     FROM memory_embeddings e WHERE e.user_id = $1::uuid AND e.space = $2 \
-    ORDER BY e.embedding <=> $4::text::vector LIMIT 100), \
+    ORDER BY e.embedding <=> $3 LIMIT 100), \
 fused AS ( \
     SELECT coalesce(s.id, d.id) AS id, \
            coalesce(1.0 / (60 + s.r), 0) + coalesce(1.0 / (60 + d.r), 0) AS score \
@@ -591,7 +584,37 @@ ORDER BY f.score DESC LIMIT 25";
 const FLOOR_SQL: &str = "\
 WITH space AS MATERIALIZED ( \
     SELECT memory_id, embedding FROM memory_embeddings WHERE user_id = $1::uuid AND space = $2) \
-SELECT memory_id FROM space ORDER BY embedding <=> $3::text::vector LIMIT 25";
+SELECT memory_id FROM space ORDER BY embedding <=> $3 LIMIT 25";
+
+/// (b) and (c): the query embedded by the same micro-batching, caching embedder as the service,
+/// then one SQL statement ($1 user, $2 space, $3 query embedding, and $4 the query text when
+/// `with_text`).
+fn embed_then_sql(
+    pool: PgPool,
+    embedder: QueryEmbedder,
+    sql: &'static str,
+    with_text: bool,
+) -> Call {
+    Arc::new(move |query: Query| {
+        let (pool, embedder) = (pool.clone(), embedder.clone());
+        Box::pin(async move {
+            let vector = embedder
+                .embed(&query.text)
+                .await
+                .map_err(anyhow::Error::msg)?;
+            let mut statement = sqlx::query(sql)
+                .bind(&query.user)
+                .bind(SPACE)
+                .bind(Vector::from(vector.as_ref().clone()));
+            if with_text {
+                statement = statement.bind(&query.text);
+            }
+            let rows = statement.fetch_all(&pool).await?;
+            anyhow::ensure!(!rows.is_empty(), "no rows");
+            Ok(())
+        })
+    })
+}
 
 fn millis(micros: u64) -> String {
     format!("{:.1} ms", micros as f64 / 1000.0)
@@ -681,43 +704,8 @@ async fn run(
             timeout: Duration::from_secs(10),
         },
     );
-    let (hybrid_pool, hybrid_embedder) = (pool.clone(), embedder.clone());
-    let hand_written: Call = Arc::new(move |query: Query| {
-        let (pool, embedder) = (hybrid_pool.clone(), hybrid_embedder.clone());
-        Box::pin(async move {
-            let vector = embedder
-                .embed(&query.text)
-                .await
-                .map_err(anyhow::Error::msg)?;
-            let rows = sqlx::query(HAND_WRITTEN_SQL)
-                .bind(&query.user)
-                .bind(SPACE)
-                .bind(&query.text)
-                .bind(vector_literal(&vector))
-                .fetch_all(&pool)
-                .await?;
-            anyhow::ensure!(!rows.is_empty(), "no rows");
-            Ok(())
-        })
-    });
-    let (floor_pool, floor_embedder) = (pool.clone(), embedder.clone());
-    let floor: Call = Arc::new(move |query: Query| {
-        let (pool, embedder) = (floor_pool.clone(), floor_embedder.clone());
-        Box::pin(async move {
-            let vector = embedder
-                .embed(&query.text)
-                .await
-                .map_err(anyhow::Error::msg)?;
-            let rows = sqlx::query(FLOOR_SQL)
-                .bind(&query.user)
-                .bind(SPACE)
-                .bind(vector_literal(&vector))
-                .fetch_all(&pool)
-                .await?;
-            anyhow::ensure!(!rows.is_empty(), "no rows");
-            Ok(())
-        })
-    });
+    let hand_written = embed_then_sql(pool.clone(), embedder.clone(), HAND_WRITTEN_SQL, true);
+    let floor = embed_then_sql(pool.clone(), embedder.clone(), FLOOR_SQL, false);
 
     // Warm the caches of Postgres and of the model once, then measure each way at the fixed load
     // and at saturation, each over a different slice of the query set (no way is handed another
@@ -756,10 +744,7 @@ async fn run(
         FLOOR_SQL
             .replace("$1", &format!("'{}'", space_user(1)))
             .replace("$2", &format!("'{SPACE}'"))
-            .replace(
-                "$3::text::vector",
-                "(SELECT embedding FROM bench_pool WHERE n = 1)"
-            )
+            .replace("$3", "(SELECT embedding FROM bench_pool WHERE n = 1)")
     )))
     .fetch_all(&pool)
     .await?;
@@ -789,7 +774,9 @@ async fn run(
          | way | load | queries | QPS | p50 | p95 | p99 | max | errors |\n|---|---|---|---|---|---|---|---|---|\n{rows}\n\n\
          Plan of the floor query in one space:\n\n```\n{plan}\n```\n",
         date = chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
-        machine = machine_summary(),
+        machine = machine_summary(
+            "Postgres, the retrieval service (release build), the model and the load generator"
+        ),
         count = queries.len(),
         rows = rows.join("\n"),
         plan = plan.join("\n"),
@@ -797,24 +784,6 @@ async fn run(
     std::fs::write(report, text).with_context(|| format!("writing {}", report.display()))?;
     eprintln!("report written to {}", report.display());
     Ok(())
-}
-
-fn machine_summary() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown cpu".into());
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(0);
-    format!(
-        "{cores} cores ({cpu}); Postgres, the retrieval service (release build), the model and the load \
-         generator share them"
-    )
 }
 
 #[tokio::main]

@@ -336,7 +336,7 @@ async fn wait_for_embeddings(
             let mut stream = retrieval
                 .export_space(v1::ExportSpaceRequest {
                     scope: Some(scope(loaded.task)),
-                    include_embeddings: true,
+                    include_embeddings: false,
                     page_size: 1000,
                 })
                 .await?
@@ -347,7 +347,12 @@ async fn wait_for_embeddings(
                 embedded += page
                     .memories
                     .iter()
-                    .filter(|memory| !memory.embedding.is_empty())
+                    .filter(|exported| {
+                        exported
+                            .memory
+                            .as_ref()
+                            .is_some_and(|memory| !memory.needs_embedding)
+                    })
                     .count();
             }
             if total == loaded.key_of.len() && embedded == total {
@@ -427,6 +432,22 @@ fn ranking(profile: v1::RankingProfile) -> v1::RankingOptions {
     }
 }
 
+/// `options` as given, then with the vector leg skipped.
+fn with_and_without_dense(
+    group: &'static str,
+    name: &str,
+    options: v1::RankingOptions,
+) -> [Config; 2] {
+    [(false, "BM25 + vector"), (true, "BM25 only")].map(|(sparse_only, legs)| Config {
+        group,
+        label: format!("{name}, {legs}"),
+        ranking: v1::RankingOptions {
+            sparse_only,
+            ..options
+        },
+    })
+}
+
 /// The configurations: the four baselines, then one parameter at a time around the defaults.
 fn configurations() -> Vec<Config> {
     let mut configs = Vec::new();
@@ -434,31 +455,18 @@ fn configurations() -> Vec<Config> {
         (v1::RankingProfile::Fsrs, "fsrs"),
         (v1::RankingProfile::Triscore, "triscore"),
     ] {
-        for sparse_only in [false, true] {
-            configs.push(Config {
-                group: "baseline",
-                label: format!(
-                    "{name}, {}",
-                    if sparse_only {
-                        "BM25 only"
-                    } else {
-                        "BM25 + vector"
-                    }
-                ),
-                // The starting parameters, whatever the service's defaults are now.
-                ranking: v1::RankingOptions {
-                    sparse_only,
-                    alpha: Some(1.0),
-                    beta: Some(1.0),
-                    gamma: Some(1.0),
-                    recency_tau_days: Some(7.0),
-                    rrf_k: Some(60.0),
-                    candidates_per_leg: Some(100),
-                    mmr_lambda: Some(0.7),
-                    ..ranking(profile)
-                },
-            });
-        }
+        // The starting parameters, whatever the service's defaults are now.
+        let starting = v1::RankingOptions {
+            alpha: Some(1.0),
+            beta: Some(1.0),
+            gamma: Some(1.0),
+            recency_tau_days: Some(7.0),
+            rrf_k: Some(60.0),
+            candidates_per_leg: Some(100),
+            mmr_lambda: Some(0.7),
+            ..ranking(profile)
+        };
+        configs.extend(with_and_without_dense("baseline", name, starting));
     }
     let triscore = ranking(v1::RankingProfile::Triscore);
     let fsrs = ranking(v1::RankingProfile::Fsrs);
@@ -484,23 +492,7 @@ fn configurations() -> Vec<Config> {
             tuned_triscore,
         ),
     ] {
-        for sparse_only in [false, true] {
-            configs.push(Config {
-                group: "tuned",
-                label: format!(
-                    "{name}, {}",
-                    if sparse_only {
-                        "BM25 only"
-                    } else {
-                        "BM25 + vector"
-                    }
-                ),
-                ranking: v1::RankingOptions {
-                    sparse_only,
-                    ..options
-                },
-            });
-        }
+        configs.extend(with_and_without_dense("tuned", name, options));
     }
     for value in [0.0, 0.5, 1.0, 2.0, 4.0, 8.0] {
         configs.push(Config {
