@@ -123,6 +123,11 @@ pub struct TrimOutcome {
 /// Cached totals are used while fresh; missing or stale ones are recomputed as
 /// recency exp(−Δt/τ) + importance (relevance 0) and cached; the `overage` lowest totals among
 /// entries that are neither pinned nor manually saved are deleted and audited as trims.
+///
+/// Only the entries that can matter are read, each set through an index: all entries with a
+/// missing or stale cache (recomputed), and the `overage` lowest fresh totals of trimmable and of
+/// protected entries. The lowest `overage` entries of the whole space are among them, so the
+/// ranking is the reference's, at a cost that does not grow with the space.
 pub async fn enforce_soft_cap(
     connection: &mut PgConnection,
     scope: &Scope,
@@ -132,23 +137,36 @@ pub async fn enforce_soft_cap(
     let tau_secs = policy.recency_tau.num_milliseconds() as f64 / 1000.0;
     let staleness_secs = policy.score_staleness.num_milliseconds() as f64 / 1000.0;
     let outcome = sqlx::query_as::<_, TrimOutcome>(
-        "WITH candidates AS ( \
+        "WITH uncached AS ( \
              SELECT id, created_at, importance, pinned OR manually_saved AS protected, \
-                    exp(-greatest(extract(epoch FROM now() - created_at)::float8, 0) / $4) AS recency, \
-                    CASE WHEN last_scored_at >= now() - make_interval(secs => $5) THEN last_total END AS cached_total \
-             FROM memories WHERE user_id = $1 AND space = $2), \
+                    exp(-greatest(extract(epoch FROM now() - created_at)::float8, 0) / $4) AS recency \
+             FROM memories \
+             WHERE user_id = $1 AND space = $2 \
+               AND (last_scored_at IS NULL OR last_scored_at < now() - make_interval(secs => $5))), \
+         lowest_trimmable AS ( \
+             SELECT id, created_at, last_total FROM memories \
+             WHERE user_id = $1 AND space = $2 AND NOT (pinned OR manually_saved) \
+               AND last_scored_at >= now() - make_interval(secs => $5) \
+             ORDER BY last_total, created_at, id LIMIT $3), \
+         lowest_protected AS ( \
+             SELECT id, created_at, last_total FROM memories \
+             WHERE user_id = $1 AND space = $2 AND (pinned OR manually_saved) \
+               AND last_scored_at >= now() - make_interval(secs => $5) \
+             ORDER BY last_total, created_at, id LIMIT $3), \
          ranked AS ( \
-             SELECT *, COALESCE(cached_total, recency + importance) AS total, \
-                    row_number() OVER (ORDER BY COALESCE(cached_total, recency + importance), created_at, id) AS position \
-             FROM candidates), \
+             SELECT id, protected, total, \
+                    row_number() OVER (ORDER BY total, created_at, id) AS position \
+             FROM (SELECT id, created_at, protected, recency + importance AS total FROM uncached \
+                   UNION ALL SELECT id, created_at, false, last_total FROM lowest_trimmable \
+                   UNION ALL SELECT id, created_at, true, last_total FROM lowest_protected) AS candidates), \
          victims AS ( \
              SELECT id, total FROM ranked WHERE NOT protected ORDER BY position LIMIT $3), \
          rescored AS ( \
-             UPDATE memories m SET last_scores = jsonb_build_object('relevance', 0.0, 'recency', r.recency, \
-                 'importance', r.importance, 'total', r.recency + r.importance, 'computed_at', now()) \
-             FROM ranked r \
-             WHERE m.user_id = $1 AND m.space = $2 AND m.id = r.id AND r.cached_total IS NULL \
-               AND r.id NOT IN (SELECT id FROM victims)), \
+             UPDATE memories m SET last_scores = jsonb_build_object('relevance', 0.0, 'recency', u.recency, \
+                 'importance', u.importance, 'total', u.recency + u.importance, 'computed_at', now()) \
+             FROM uncached u \
+             WHERE m.user_id = $1 AND m.space = $2 AND m.id = u.id \
+               AND u.id NOT IN (SELECT id FROM victims)), \
          deleted AS ( \
              DELETE FROM memories m USING victims v \
              WHERE m.user_id = $1 AND m.space = $2 AND m.id = v.id RETURNING m.id, v.total), \
