@@ -15,6 +15,13 @@
 --    be affected: every entry whose cached score is missing or stale (recomputed, as before), the
 --    lowest fresh totals of trimmable entries, and the lowest fresh totals of protected ones (for
 --    the alert). The cost no longer grows with the size of the space.
+--
+-- 3. One index whose upkeep outweighed its use: the trigram GIN index took about a sixth of a
+--    write's CPU (every write adds about one key per three characters, and merging its pending
+--    list into the index happens in the foreground of some write: 200-400 ms outliers), for a
+--    fallback that runs only when no word of a query matches. The fallback now compares against
+--    the newest entries of the space through the (user, space, created_at) index instead (see
+--    `trigram_search` in the store).
 
 -- plpgsql instead of SQL-standard bodies: a plpgsql function is compiled once per connection and
 -- its query plan cached, where a SQL body is re-read and re-planned by every statement that calls
@@ -111,3 +118,5 @@ CREATE INDEX memories_scope_trim_order ON memories (user_id, space, last_total, 
 -- Entries whose cached score is missing or oldest.
 CREATE INDEX memories_scope_scored_at ON memories (user_id, space, last_scored_at NULLS FIRST);
 -- Protected entries are found through memories_scope_protected.
+
+DROP INDEX memories_search_trigrams;

@@ -94,9 +94,14 @@ pub async fn sparse_search(
     Ok(hits(rows))
 }
 
+/// How many of a space's newest entries the trigram fallback compares. There is no trigram index
+/// (its upkeep cost every write far more than this fallback, which runs only when no word of a
+/// query matches, saves): the fallback reads the newest entries through the scope index, all of
+/// them in a space at the default cap, the newest 2,000 in larger spaces.
+pub const TRIGRAM_FALLBACK_SCAN: i64 = 2_000;
+
 /// Entries whose search text contains something close to the query (pg_trgm word similarity at
-/// least `threshold`): the fallback when no word of the query matches, e.g. CJK text, which has
-/// no spaces between words.
+/// least `threshold`): the fallback when no word of the query matches, e.g. a misspelt word.
 pub async fn trigram_search(
     pool: &PgPool,
     filter: &SearchFilter<'_>,
@@ -105,16 +110,18 @@ pub async fn trigram_search(
     limit: i64,
 ) -> Result<Vec<Hit>, StoreError> {
     let mut transaction = pool.begin().await?;
-    // `<%` uses the trigram index with this threshold; it applies to this transaction only.
+    // `<%` compares with this threshold; it applies to this transaction only.
     sqlx::query("SELECT set_config('pg_trgm.word_similarity_threshold', $1, true)")
         .bind(threshold.to_string())
         .execute(&mut *transaction)
         .await?;
     let rows = sqlx::query_as::<_, HitRow>(
-        "SELECT id, word_similarity($3, search_text)::float8 AS score FROM memories \
-         WHERE user_id = $1 AND space = $2 AND kind = $4 AND invalid_at IS NULL \
-           AND ($5::uuid IS NULL OR conversation_id = $5) AND ($6::text IS NULL OR category = $6) \
-           AND $3 <% search_text \
+        "SELECT id, word_similarity($3, search_text)::float8 AS score \
+         FROM (SELECT id, search_text FROM memories \
+               WHERE user_id = $1 AND space = $2 AND kind = $4 AND invalid_at IS NULL \
+                 AND ($5::uuid IS NULL OR conversation_id = $5) AND ($6::text IS NULL OR category = $6) \
+               ORDER BY created_at DESC, id DESC LIMIT $8) AS newest \
+         WHERE $3 <% search_text \
          ORDER BY score DESC, id LIMIT $7",
     )
     .bind(filter.scope.user_id.as_uuid())
@@ -124,6 +131,7 @@ pub async fn trigram_search(
     .bind(filter.conversation)
     .bind(filter.category)
     .bind(limit)
+    .bind(TRIGRAM_FALLBACK_SCAN)
     .fetch_all(&mut *transaction)
     .await?;
     transaction.commit().await?;
