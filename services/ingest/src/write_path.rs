@@ -201,9 +201,11 @@ impl MemoryWriter {
             return Ok(RememberResult::SuppressedByTombstone { expires_at });
         }
 
-        if let Some(existing) =
-            memories::find_near_duplicate(&mut transaction, scope, analysis.simhash).await?
-        {
+        let near_duplicate = match context.near_duplicate_id {
+            Some(id) => memories::get(&mut transaction, scope, id).await?,
+            None => None,
+        };
+        if let Some(existing) = near_duplicate {
             let retention = self.settings.retention();
             let memory =
                 merge(&mut transaction, &command, &analysis, &existing, &retention).await?;

@@ -92,34 +92,38 @@ pub(crate) fn scores_json(scores: &Scores) -> Result<serde_json::Value, StoreErr
         .map_err(|error| StoreError::Corrupt(format!("cannot encode scores: {error}")))
 }
 
-/// The closest semantic memory of the space within the near-duplicate distance, if any.
-///
-/// The band predicates let Postgres probe the four band indexes (a BitmapOr) instead of scanning
-/// the space; the exact distance then filters the few candidates.
+/// SQL: the `columns` of the semantic memory of `$user` / `$space` nearest to SimHash
+/// `$simhash` within `$distance` bits, nearest then oldest first. The band equalities let Postgres
+/// probe the four band indexes instead of scanning the space (two fingerprints within distance 3
+/// share a band). One definition for the write path, which folds it into its context query, and
+/// [`find_near_duplicate`]. A macro so that queries stay `&'static str`.
+macro_rules! near_duplicate_lookup {
+    ($columns:expr, $user:literal, $space:literal, $simhash:literal, $distance:literal) => {
+        concat!(
+            "SELECT ", $columns, " FROM memories \
+             WHERE user_id = ", $user, " AND space = ", $space, " AND kind = 'semantic' \
+               AND (simhash_band0 = (", $simhash, " & 65535)::integer \
+                 OR simhash_band1 = ((", $simhash, " >> 16) & 65535)::integer \
+                 OR simhash_band2 = ((", $simhash, " >> 32) & 65535)::integer \
+                 OR simhash_band3 = ((", $simhash, " >> 48) & 65535)::integer) \
+               AND bit_count(int8send(simhash # ", $simhash, ")) <= ", $distance, " \
+             ORDER BY bit_count(int8send(simhash # ", $simhash, ")), created_at, id \
+             LIMIT 1"
+        )
+    };
+}
+
+/// The near-duplicate of a fingerprint in a space (what a Remember of that text would merge into).
 pub async fn find_near_duplicate(
     connection: &mut PgConnection,
     scope: &Scope,
     simhash: SimHash,
 ) -> Result<Option<MemoryRecord>, StoreError> {
-    let [band0, band1, band2, band3] = simhash.bands();
-    let sql = concat!(
-        "SELECT ",
-        memory_columns!(),
-        " FROM memories \
-         WHERE user_id = $1 AND space = $2 AND kind = 'semantic' \
-           AND (simhash_band0 = $4 OR simhash_band1 = $5 OR simhash_band2 = $6 OR simhash_band3 = $7) \
-           AND bit_count(int8send(simhash # $3)) <= $8 \
-         ORDER BY bit_count(int8send(simhash # $3)), created_at, id \
-         LIMIT 1"
-    );
+    let sql = near_duplicate_lookup!(memory_columns!(), "$1", "$2", "$3::int8", "$4");
     let record = sqlx::query_as::<_, MemoryRecord>(sql)
         .bind(scope.user_id.as_uuid())
         .bind(scope.space.as_str())
         .bind(simhash.as_i64())
-        .bind(band0)
-        .bind(band1)
-        .bind(band2)
-        .bind(band3)
         .bind(i64::from(engram_core::simhash::NEAR_DUPLICATE_DISTANCE))
         .fetch_optional(connection)
         .await?;

@@ -9,8 +9,8 @@ use uuid::Uuid;
 use crate::StoreError;
 use crate::memories::{MemoryRecord, NewSemanticMemory};
 
-/// What a write needs to know about its space and conversation, read in one query (after the
-/// space lock is held, so it cannot change underneath).
+/// What a write needs to know about its space, its conversation and the text's near-duplicate,
+/// read in one query (after the space lock is held, so it cannot change underneath).
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct WriteContext {
     pub memory_enabled: bool,
@@ -21,6 +21,8 @@ pub struct WriteContext {
     pub conversation_incognito: Option<bool>,
     /// Expiry of a live tombstone matching the text (same digest or SimHash within distance 3).
     pub tombstone_expires_at: Option<DateTime<Utc>>,
+    /// The semantic memory this text would merge into (nearest within distance 3), if any.
+    pub near_duplicate_id: Option<Uuid>,
 }
 
 pub async fn write_context(
@@ -40,8 +42,12 @@ pub async fn write_context(
                 (SELECT max(t.expires_at) FROM tombstones t \
                   WHERE t.user_id = $1 AND t.space = $2 AND ",
         live_tombstone_matches!("$4", "$5", "$6"),
-        ") AS tombstone_expires_at \
-         FROM (SELECT 1) AS one LEFT JOIN spaces s ON s.user_id = $1 AND s.space = $2"
+        ") AS tombstone_expires_at, \
+                duplicate.id AS near_duplicate_id \
+         FROM (SELECT 1) AS one LEFT JOIN spaces s ON s.user_id = $1 AND s.space = $2 \
+         LEFT JOIN LATERAL (",
+        near_duplicate_lookup!("id", "$1", "$2", "$4", "$6"),
+        ") AS duplicate ON true"
     ))
     .bind(scope.user_id.as_uuid())
     .bind(scope.space.as_str())
