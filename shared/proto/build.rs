@@ -4,7 +4,10 @@
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let proto_root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    // Read at run time: `env!` would bake in the directory the build script was compiled in, and a
+    // build script shared through CARGO_TARGET_DIR by another checkout (CI's clone) would then
+    // compile that checkout's protos, or fail once it is gone.
+    let proto_root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?)
         .join("../../proto")
         .canonicalize()?;
     let files = ["common", "ingest", "retrieval", "review", "events"]

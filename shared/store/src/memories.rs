@@ -100,14 +100,34 @@ pub(crate) fn scores_json(scores: &Scores) -> Result<serde_json::Value, StoreErr
 macro_rules! near_duplicate_lookup {
     ($columns:expr, $user:literal, $space:literal, $simhash:literal, $distance:literal) => {
         concat!(
-            "SELECT ", $columns, " FROM memories \
-             WHERE user_id = ", $user, " AND space = ", $space, " AND kind = 'semantic' \
-               AND (simhash_band0 = (", $simhash, " & 65535)::integer \
-                 OR simhash_band1 = ((", $simhash, " >> 16) & 65535)::integer \
-                 OR simhash_band2 = ((", $simhash, " >> 32) & 65535)::integer \
-                 OR simhash_band3 = ((", $simhash, " >> 48) & 65535)::integer) \
-               AND bit_count(int8send(simhash # ", $simhash, ")) <= ", $distance, " \
-             ORDER BY bit_count(int8send(simhash # ", $simhash, ")), created_at, id \
+            "SELECT ",
+            $columns,
+            " FROM memories \
+             WHERE user_id = ",
+            $user,
+            " AND space = ",
+            $space,
+            " AND kind = 'semantic' \
+               AND (simhash_band0 = (",
+            $simhash,
+            " & 65535)::integer \
+                 OR simhash_band1 = ((",
+            $simhash,
+            " >> 16) & 65535)::integer \
+                 OR simhash_band2 = ((",
+            $simhash,
+            " >> 32) & 65535)::integer \
+                 OR simhash_band3 = ((",
+            $simhash,
+            " >> 48) & 65535)::integer) \
+               AND bit_count(int8send(simhash # ",
+            $simhash,
+            ")) <= ",
+            $distance,
+            " \
+             ORDER BY bit_count(int8send(simhash # ",
+            $simhash,
+            ")), created_at, id \
              LIMIT 1"
         )
     };

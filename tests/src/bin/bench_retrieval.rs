@@ -227,11 +227,20 @@ async fn seed(
 ) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut connection = PgConnection::connect(url).await?;
-    let pooled: Option<i64> = sqlx::query_scalar(
-        "SELECT (SELECT count(*) FROM bench_pool) WHERE to_regclass('bench_pool') IS NOT NULL",
-    )
-    .fetch_optional(&mut connection)
-    .await?;
+    // Two statements: a query naming bench_pool fails at parse time on a fresh database, whatever
+    // its WHERE clause says.
+    let pool_exists: bool = sqlx::query_scalar("SELECT to_regclass('bench_pool') IS NOT NULL")
+        .fetch_one(&mut connection)
+        .await?;
+    let pooled: Option<i64> = if pool_exists {
+        Some(
+            sqlx::query_scalar("SELECT count(*) FROM bench_pool")
+                .fetch_one(&mut connection)
+                .await?,
+        )
+    } else {
+        None
+    };
     if pooled != Some(pool_size as i64) {
         seed_pool(&mut connection, model_dir, pool_size).await?;
     }

@@ -113,7 +113,9 @@ fn served_by(response: &v1::RetrieveMemoryResponse) -> &v1::ServedBy {
 
 /// Compares with a committed golden file; `ENGRAM_UPDATE_GOLDEN=1` rewrites it.
 fn assert_golden(name: &str, actual: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    // At run time (cargo sets it for tests), so a binary built from another checkout that shares
+    // CARGO_TARGET_DIR still compares with this checkout's files.
+    let path = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("run by cargo"))
         .join("tests/api/golden")
         .join(name);
     if std::env::var_os("ENGRAM_UPDATE_GOLDEN").is_some() {
