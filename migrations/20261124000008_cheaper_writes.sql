@@ -22,6 +22,11 @@
 --    fallback that runs only when no word of a query matches. The fallback now compares against
 --    the newest entries of the space through the (user, space, created_at) index instead (see
 --    `trigram_search` in the store).
+--
+-- 4. The BM25 index writes straight into its tree. With GIN's default fast update, inserts append
+--    to a pending list that some unlucky write later merges into the index in its own foreground
+--    (the 100-400 ms maxima of the ingest benchmark); searches also scan that list. Without it,
+--    pgbench replaying a write at the cap ran at least as fast (1,208 against 1,129 writes/s).
 
 -- plpgsql instead of SQL-standard bodies: a plpgsql function is compiled once per connection and
 -- its query plan cached, where a SQL body is re-read and re-planned by every statement that calls
@@ -120,3 +125,7 @@ CREATE INDEX memories_scope_scored_at ON memories (user_id, space, last_scored_a
 -- Protected entries are found through memories_scope_protected.
 
 DROP INDEX memories_search_trigrams;
+
+ALTER INDEX memories_search_document SET (fastupdate = off);
+-- What the pending list already holds moves into the index now, not at the next vacuum.
+SELECT gin_clean_pending_list('memories_search_document'::regclass);
