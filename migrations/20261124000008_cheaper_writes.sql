@@ -6,9 +6,9 @@
 -- 1. Stored generated columns. Postgres rebuilds their expressions for every INSERT or UPDATE
 --    statement (reading the stored expression trees back and re-planning them, including the SQL
 --    function bodies of the search columns), and recomputes all of them on every UPDATE, even one
---    that only rewrites `last_scores`. One plpgsql trigger, whose plans are cached per connection,
---    now keeps the same columns, and recomputes the search columns only when their inputs change.
---    The values are the same as before; writers still never set them (the trigger overrides).
+--    that only rewrites `last_scores`. A plpgsql trigger, whose plans are cached per connection,
+--    now keeps the same columns, and runs only when a statement sets one of their inputs.
+--    The values are the same as before.
 --
 -- 2. The soft cap read every entry of a space, ranked them all and sorted them on each write at the
 --    cap. Cached totals are now kept in index order, so the policy reads the few entries that can
@@ -70,50 +70,28 @@ ALTER TABLE memories
     ALTER COLUMN search_document DROP EXPRESSION,
     ALTER COLUMN search_length DROP EXPRESSION;
 
--- Every column derived from others: SimHash bands, search text and words with their length, and
--- the cached total and its time taken out of last_scores (which stays the one thing writers set).
+-- The columns derived from the text and the fingerprint: SimHash bands, search text and words with
+-- their length. The trigger fires only when a statement sets one of their inputs, so score
+-- rewrites (retrieval, the soft cap) never reach it; the cached-score columns keep their own
+-- trigger (memories_cached_scores, migration 2). Writers never set these columns themselves.
 CREATE FUNCTION memories_derive_columns() RETURNS trigger LANGUAGE plpgsql AS $body$
 BEGIN
-    IF TG_OP = 'INSERT' OR NEW.simhash IS DISTINCT FROM OLD.simhash THEN
-        NEW.simhash_band0 := (NEW.simhash & 65535)::integer;
-        NEW.simhash_band1 := ((NEW.simhash >> 16) & 65535)::integer;
-        NEW.simhash_band2 := ((NEW.simhash >> 32) & 65535)::integer;
-        NEW.simhash_band3 := ((NEW.simhash >> 48) & 65535)::integer;
-    ELSE
-        NEW.simhash_band0 := OLD.simhash_band0;
-        NEW.simhash_band1 := OLD.simhash_band1;
-        NEW.simhash_band2 := OLD.simhash_band2;
-        NEW.simhash_band3 := OLD.simhash_band3;
-    END IF;
-
+    NEW.simhash_band0 := (NEW.simhash & 65535)::integer;
+    NEW.simhash_band1 := ((NEW.simhash >> 16) & 65535)::integer;
+    NEW.simhash_band2 := ((NEW.simhash >> 32) & 65535)::integer;
+    NEW.simhash_band3 := ((NEW.simhash >> 48) & 65535)::integer;
+    -- A merge sets tags on every write; the words are recomputed only when they really change.
     IF TG_OP = 'INSERT' OR NEW.kind IS DISTINCT FROM OLD.kind OR NEW.title IS DISTINCT FROM OLD.title
        OR NEW.text IS DISTINCT FROM OLD.text OR NEW.tags IS DISTINCT FROM OLD.tags THEN
         NEW.search_text := engram_search_text(NEW.kind, NEW.title, NEW.text, NEW.tags);
         NEW.search_document := engram_search_words(NEW.search_text);
         NEW.search_length := engram_token_count(NEW.search_document);
-    ELSE
-        NEW.search_text := OLD.search_text;
-        NEW.search_document := OLD.search_document;
-        NEW.search_length := OLD.search_length;
-    END IF;
-
-    IF NEW.last_scores IS NOT NULL
-       AND jsonb_typeof(NEW.last_scores -> 'total') = 'number'
-       AND jsonb_typeof(NEW.last_scores -> 'computed_at') = 'string' THEN
-        NEW.last_total := (NEW.last_scores ->> 'total')::double precision;
-        NEW.last_scored_at := (NEW.last_scores ->> 'computed_at')::timestamptz;
-    ELSE
-        -- Missing or malformed: the capacity policy recomputes it.
-        NEW.last_total := NULL;
-        NEW.last_scored_at := NULL;
     END IF;
     RETURN NEW;
 END $body$;
 
-DROP TRIGGER memories_cached_scores ON memories;
-DROP FUNCTION memories_derive_cached_scores();
-CREATE TRIGGER memories_derived_columns BEFORE INSERT OR UPDATE ON memories
-    FOR EACH ROW EXECUTE FUNCTION memories_derive_columns();
+CREATE TRIGGER memories_derived_columns BEFORE INSERT OR UPDATE OF simhash, kind, title, text, tags
+    ON memories FOR EACH ROW EXECUTE FUNCTION memories_derive_columns();
 
 -- The capacity policy's three reads, each an index probe.
 DROP INDEX memories_scope_retention;
