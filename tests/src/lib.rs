@@ -86,6 +86,8 @@ pub struct SandboxOptions {
     pub soft_cap: Option<u32>,
     /// Requests one connection may have in flight; `None`: 64.
     pub max_concurrent_requests_per_connection: Option<usize>,
+    /// Group-commit transactions of the ingest service in flight at once; `None` keeps the default.
+    pub write_batch_concurrency: Option<usize>,
     /// The embedding backfill of the ingest service (off unless a test needs it).
     pub embedder: TestEmbedder,
     /// The RabbitMQ bus (off unless a test needs it), under a topology prefix of its own.
@@ -181,6 +183,9 @@ fn ingest_settings(database_url: &str, options: &SandboxOptions) -> IngestSettin
     };
     if let Some(soft_cap) = options.soft_cap {
         ingest_settings.memory.soft_cap = soft_cap;
+    }
+    if let Some(concurrency) = options.write_batch_concurrency {
+        ingest_settings.memory.write_batch_concurrency = concurrency;
     }
     ingest_settings.embed.poll_interval_ms = 100;
     ingest_settings.amqp.enabled = options.bus.is_some();

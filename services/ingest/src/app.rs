@@ -18,7 +18,7 @@ use crate::bus::{EmbeddingConsumer, OutboxRelay};
 use crate::config::IngestSettings;
 use crate::grpc::IngestApi;
 use crate::metrics::IngestMetrics;
-use crate::write_path::MemoryWriter;
+use crate::write_path::{BackfillHooks, MemoryWriter};
 
 pub const SERVICE_NAME: &str = "engram.v1.IngestService";
 
@@ -43,23 +43,29 @@ impl App {
         };
         let pool = engram_server::database::connect(&settings.database).await?;
         let metrics = Arc::new(IngestMetrics::default());
-        let mut writer = MemoryWriter::new(pool.clone(), settings.memory.clone(), metrics.clone());
 
         let embedder = engram_recall::load_embedder(&settings.embed.embedder_choice()).await?;
         if let Some(embedder) = &embedder {
             engram_recall::check_dimension(&pool, embedder.as_ref()).await?;
         }
         // "What do you remember about X" runs the retrieval pipeline over the same model.
-        writer = writer.with_recall(engram_recall::start_recall(
+        let recall = engram_recall::start_recall(
             pool.clone(),
             embedder.clone(),
             settings.embed.query_embedder(),
             settings.recall.clone(),
-        )?);
+        )?;
         let Some(embedder) = embedder else {
             tracing::warn!(
                 "embedding backfill disabled: entries keep needs_embedding until an embedder runs"
             );
+            let writer = MemoryWriter::new(
+                pool.clone(),
+                settings.memory.clone(),
+                metrics,
+                BackfillHooks::default(),
+            )
+            .with_recall(recall);
             let server = GrpcServer::bind(&settings.grpc).await?;
             return Ok(Self {
                 server,
@@ -95,11 +101,14 @@ impl App {
             sweep_wake.clone(),
             metrics.clone(),
         );
-        let bus = if bus_enabled {
+        let (hooks, bus) = if bus_enabled {
             let relay_wake = Arc::new(Notify::new());
-            writer = writer
-                .with_backfill(relay_wake.clone(), sweep_wake.clone(), model)
-                .publishing_events();
+            let hooks = BackfillHooks {
+                new_entry_wake: Some(relay_wake.clone()),
+                sweep_wake: Some(sweep_wake.clone()),
+                embedding_model: Some(model),
+                publish_events: true,
+            };
             let relay = OutboxRelay {
                 pool: pool.clone(),
                 settings: settings.amqp.clone(),
@@ -110,11 +119,18 @@ impl App {
                 settings: settings.amqp.clone(),
                 batch_size: settings.embed.batch_size.max(1),
             };
-            Some((relay, consumer))
+            (hooks, Some((relay, consumer)))
         } else {
-            writer = writer.with_backfill(sweep_wake.clone(), sweep_wake, model);
-            None
+            let hooks = BackfillHooks {
+                new_entry_wake: Some(sweep_wake.clone()),
+                sweep_wake: Some(sweep_wake),
+                embedding_model: Some(model),
+                publish_events: false,
+            };
+            (hooks, None)
         };
+        let writer = MemoryWriter::new(pool.clone(), settings.memory.clone(), metrics, hooks)
+            .with_recall(recall);
         let server = GrpcServer::bind(&settings.grpc).await?;
         Ok(Self {
             server,

@@ -2,6 +2,7 @@
 //! and the embedding consumer embeds the entries those events name. Both reconnect on their own
 //! with jittered backoff, so the broker can come and go; nothing the write path does waits for it.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,8 +59,13 @@ async fn connect(settings: &AmqpSettings, url: &SecretString) -> Result<Bus, Bus
     Ok(bus)
 }
 
-/// The EmbeddingRequested event for a new entry, ready for the outbox.
-pub fn embedding_requested(memory_id: Uuid, scope: &engram_core::Scope) -> outbox::NewOutboxEvent {
+/// The EmbeddingRequested event for a new entry, ready for the outbox. `trace_headers` carry the
+/// trace of the request that wrote the entry (see [`engram_bus::current_trace_headers`]).
+pub fn embedding_requested(
+    memory_id: Uuid,
+    scope: &engram_core::Scope,
+    trace_headers: HashMap<String, String>,
+) -> outbox::NewOutboxEvent {
     let event = v1::EmbeddingRequested {
         memory_id: memory_id.to_string(),
         scope: Some(v1::Scope {
@@ -74,7 +80,7 @@ pub fn embedding_requested(memory_id: Uuid, scope: &engram_core::Scope) -> outbo
         routing_key: EMBEDDING_REQUESTED_KEY.into(),
         type_name: EMBEDDING_REQUESTED_TYPE.into(),
         payload: event.encode_to_vec(),
-        trace_headers: engram_bus::current_trace_headers(),
+        trace_headers,
     }
 }
 

@@ -61,6 +61,10 @@ pub struct MemorySettings {
     pub score_staleness_secs: i64,
     /// Longest accepted memory text, in characters.
     pub max_text_chars: usize,
+    /// Most Remembers written in one transaction by the group commit.
+    pub write_batch_max: usize,
+    /// Group-commit transactions in flight at once (each holds a database connection).
+    pub write_batch_concurrency: usize,
 }
 
 impl EmbedSettings {
@@ -94,6 +98,13 @@ impl MemorySettings {
     pub fn tombstone_ttl(&self) -> Duration {
         Duration::seconds(self.tombstone_ttl_secs)
     }
+
+    pub fn group_commit(&self) -> crate::group_commit::GroupCommitSettings {
+        crate::group_commit::GroupCommitSettings {
+            max_batch: self.write_batch_max,
+            concurrency: self.write_batch_concurrency,
+        }
+    }
 }
 
 impl IngestSettings {
@@ -113,6 +124,8 @@ impl IngestSettings {
             ("memory.recency_tau_secs", 604_800i64.into()),
             ("memory.score_staleness_secs", 86_400i64.into()),
             ("memory.max_text_chars", 8_192i64.into()),
+            ("memory.write_batch_max", 32i64.into()),
+            ("memory.write_batch_concurrency", 3i64.into()),
             // The backfill's own embed.* settings (the model ones are shared with retrieval).
             ("embed.poll_interval_ms", 1_000i64.into()),
             ("embed.max_failures", 5i64.into()),

@@ -203,7 +203,7 @@ impl MemoryWriter {
         only_other_models: bool,
     ) -> Result<u64, IngestError> {
         let only_other_than = if only_other_models {
-            self.embedding_model.as_deref()
+            self.hooks.embedding_model.as_deref()
         } else {
             None
         };
@@ -211,13 +211,13 @@ impl MemoryWriter {
             engram_store::embeddings::request_reembedding(&self.pool, scope, only_other_than)
                 .await?;
         tracing::info!(queued, only_other_models, "re-embedding requested");
-        if let Some(wake) = &self.sweep_wake {
+        if let Some(wake) = &self.hooks.sweep_wake {
             wake.notify_one();
         }
         Ok(queued)
     }
 
     pub fn embedding_model(&self) -> Option<&str> {
-        self.embedding_model.as_deref()
+        self.hooks.embedding_model.as_deref()
     }
 }

@@ -13,6 +13,9 @@ pub enum IngestError {
     NotFound(String),
     #[error("{0}")]
     FailedPrecondition(String),
+    /// The service cannot take the request now (shutting down).
+    #[error("{0}")]
+    Unavailable(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -38,6 +41,7 @@ impl From<IngestError> for Status {
             IngestError::Invalid(error) => Status::invalid_argument(error.to_string()),
             IngestError::NotFound(message) => Status::not_found(message),
             IngestError::FailedPrecondition(message) => Status::failed_precondition(message),
+            IngestError::Unavailable(message) => Status::unavailable(message),
             IngestError::Store(error) => engram_server::status::from_store_error(&error),
         }
     }

@@ -494,7 +494,7 @@ impl MemoryWriter {
         if rows
             .iter()
             .any(|row| row.embedding.is_none() && inserted.contains(&row.id))
-            && let Some(wake) = &self.sweep_wake
+            && let Some(wake) = &self.hooks.sweep_wake
         {
             // Imports announce nothing on the bus; the backfill's sweep embeds them.
             wake.notify_one();
@@ -515,7 +515,7 @@ impl MemoryWriter {
         let dimension = engram_store::embeddings::stored_dimension(&self.pool).await?;
         Ok(ImportLimits {
             max_text_chars: self.settings.max_text_chars,
-            embedding_model: self.embedding_model.as_deref(),
+            embedding_model: self.hooks.embedding_model.as_deref(),
             dimension,
             now: Utc::now(),
         })

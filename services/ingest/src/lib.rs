@@ -1,9 +1,10 @@
 //! The ingest service: everything that writes memory, and the user's controls over it.
 //!
 //! A `Remember` runs the write path: normalize and fingerprint the text (SimHash), extract
-//! metadata, score importance, then — in one transaction holding the space's lock — honour memory
-//! off, incognito and tombstones, merge into a near-duplicate or insert, enforce the soft cap and
-//! append to the audit trail. Forget, pin, settings, incognito and the natural-language commands
+//! metadata, score importance, then — in a transaction holding the space's lock, shared with the
+//! other writes waiting at that moment (group commit) — honour memory off, incognito and
+//! tombstones, merge into a near-duplicate or insert, enforce the soft cap and append to the audit
+//! trail. Forget, pin, settings, incognito and the natural-language commands
 //! are carried out the same way.
 
 #![forbid(unsafe_code)]
@@ -15,6 +16,7 @@ pub mod commands;
 pub mod config;
 pub mod controls;
 pub mod error;
+pub mod group_commit;
 pub mod grpc;
 pub mod import;
 pub mod metrics;

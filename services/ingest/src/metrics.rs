@@ -14,7 +14,27 @@ pub struct IngestMetrics {
     merged_counter: Counter<u64>,
     trimmed_counter: Counter<u64>,
     pinned_trim_alert_counter: Counter<u64>,
+    writes: WriteMetrics,
     embedding: EmbeddingMetrics,
+}
+
+/// The group commit: how many Remembers wait or are being written, and how they are grouped.
+#[derive(Debug)]
+struct WriteMetrics {
+    in_flight: std::sync::Arc<AtomicU64>,
+    batches: AtomicU64,
+    batched_writes: AtomicU64,
+    batch_size_histogram: opentelemetry::metrics::Histogram<u64>,
+}
+
+/// Counts a Remember as in flight until dropped.
+#[derive(Debug)]
+pub struct InFlightWrite(std::sync::Arc<AtomicU64>);
+
+impl Drop for InFlightWrite {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Backfill metrics: readable here, exported through OpenTelemetry.
@@ -58,6 +78,16 @@ impl Default for IngestMetrics {
                 .u64_counter("engram.ingest.pinned_trim_alerts")
                 .with_description("pinned or saved entries that would have been trimmed had they not been protected")
                 .build(),
+            writes: WriteMetrics {
+                in_flight: std::sync::Arc::new(AtomicU64::new(0)),
+                batches: AtomicU64::new(0),
+                batched_writes: AtomicU64::new(0),
+                batch_size_histogram: meter
+                    .u64_histogram("engram.ingest.write_batch_size")
+                    .with_description("Remembers written together by one group commit")
+                    .with_boundaries(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0])
+                    .build(),
+            },
             embedding: EmbeddingMetrics {
                 embedded: AtomicU64::new(0),
                 failures: AtomicU64::new(0),
@@ -87,6 +117,33 @@ impl Default for IngestMetrics {
 }
 
 impl IngestMetrics {
+    /// Marks a Remember in flight (queued for or inside its group commit) until the guard drops.
+    pub fn write_in_flight(&self) -> InFlightWrite {
+        self.writes.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlightWrite(self.writes.in_flight.clone())
+    }
+
+    /// Remembers queued for or inside their group commit now.
+    pub fn writes_in_flight(&self) -> u64 {
+        self.writes.in_flight.load(Ordering::Relaxed)
+    }
+
+    pub fn record_write_batch(&self, writes: usize) {
+        self.writes.batches.fetch_add(1, Ordering::Relaxed);
+        self.writes
+            .batched_writes
+            .fetch_add(writes as u64, Ordering::Relaxed);
+        self.writes.batch_size_histogram.record(writes as u64, &[]);
+    }
+
+    /// Group commits so far, and the writes they carried.
+    pub fn write_batches(&self) -> (u64, u64) {
+        (
+            self.writes.batches.load(Ordering::Relaxed),
+            self.writes.batched_writes.load(Ordering::Relaxed),
+        )
+    }
+
     pub fn record_created(&self) {
         self.created.fetch_add(1, Ordering::Relaxed);
         self.created_counter.add(1, &[]);

@@ -1,5 +1,11 @@
 //! The write path of an explicit memory (seed: "Write Path Policy").
+//!
+//! A Remember is analysed where it arrives (fingerprint, metadata, importance: no I/O), then
+//! handed to the group commit ([`crate::group_commit`]), which writes it in a transaction shared
+//! with the other writes waiting at that moment. What each write does to the store is decided
+//! here, one write at a time, from what the store holds for its space.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -8,16 +14,15 @@ use engram_core::{
     Category, ConversationId, MemoryText, RetentionPolicy, Scope, SimHash, SpeakerRole, importance,
     metadata,
 };
-use engram_store::audit::{self, AuditAction};
-use engram_store::memories::{self, MemoryRecord, MergeUpdate, NewSemanticMemory};
-use engram_store::write_path;
-use serde_json::json;
+use engram_store::memories::{MemoryRecord, MergeUpdate, NewSemanticMemory};
+use engram_store::write_path::WriteContext;
 use sha2::{Digest, Sha256};
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::config::MemorySettings;
 use crate::error::IngestError;
+use crate::group_commit::{GroupCommitter, WriteQueue};
 use crate::metrics::IngestMetrics;
 
 /// Most tags and source ids an entry keeps (merges included).
@@ -30,16 +35,24 @@ pub struct MemoryWriter {
     pub(crate) pool: PgPool,
     pub(crate) settings: Arc<MemorySettings>,
     pub(crate) metrics: Arc<IngestMetrics>,
-    /// Woken after a new entry is committed: the outbox relay (bus on) or the sweep (bus off).
-    pub(crate) new_entry_wake: Option<Arc<tokio::sync::Notify>>,
-    /// Wakes the sweep itself (re-embedding requests are found by it, not announced on the bus).
-    pub(crate) sweep_wake: Option<Arc<tokio::sync::Notify>>,
-    /// The model the backfill embeds with; `None` when it is disabled.
-    pub(crate) embedding_model: Option<String>,
-    /// Whether new entries are announced on the bus (an EmbeddingRequested event in the outbox).
-    publish_events: bool,
+    pub(crate) hooks: Arc<BackfillHooks>,
+    /// Remembers wait here for their group commit.
+    queue: WriteQueue,
     /// The retrieval pipeline, for "what do you remember about X".
     pub(crate) recall: Option<engram_recall::Recall>,
+}
+
+/// How writes reach the embedding backfill; all off when it is disabled.
+#[derive(Debug, Clone, Default)]
+pub struct BackfillHooks {
+    /// Woken after a new entry is committed: the outbox relay (bus on) or the sweep (bus off).
+    pub new_entry_wake: Option<Arc<tokio::sync::Notify>>,
+    /// Wakes the sweep itself (re-embedding requests are found by it, not announced on the bus).
+    pub sweep_wake: Option<Arc<tokio::sync::Notify>>,
+    /// The model the backfill embeds with.
+    pub embedding_model: Option<String>,
+    /// Whether new entries are announced on the bus (an EmbeddingRequested event in the outbox).
+    pub publish_events: bool,
 }
 
 /// A validated Remember.
@@ -57,7 +70,7 @@ pub struct RememberCommand {
     pub conversation: Option<ConversationId>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum RememberResult {
     Created {
         memory: MemoryRecord,
@@ -74,17 +87,21 @@ pub enum RememberResult {
 }
 
 /// Everything about a text that can be decided without the database.
-struct Analysis {
-    simhash: SimHash,
-    digest: Vec<u8>,
+#[derive(Debug, Clone)]
+pub(crate) struct Analysis {
+    pub(crate) simhash: SimHash,
+    pub(crate) digest: Vec<u8>,
     tags: Vec<String>,
     metadata_confidence: f64,
     importance: f64,
     manually_saved: bool,
     category: Category,
+    /// The trace context of the request, for the event that announces a new entry (the entry is
+    /// written later, by the group commit, outside the request's span).
+    pub(crate) trace_headers: HashMap<String, String>,
 }
 
-fn analyse(command: &RememberCommand) -> Analysis {
+pub(crate) fn analyse(command: &RememberCommand) -> Analysis {
     let text = command.text.as_str();
     let normalized = normalize_for_fingerprint(text);
     let extracted = metadata::extract(text);
@@ -104,6 +121,7 @@ fn analyse(command: &RememberCommand) -> Analysis {
         category: command
             .category
             .unwrap_or_else(|| importance::infer_category(text)),
+        trace_headers: engram_bus::current_trace_headers(),
     }
 }
 
@@ -127,15 +145,30 @@ fn merge_labels(first: &[String], second: &[String], limit: usize) -> Vec<String
 }
 
 impl MemoryWriter {
-    pub fn new(pool: PgPool, settings: MemorySettings, metrics: Arc<IngestMetrics>) -> Self {
+    /// Starts the group commit that carries out Remembers (so it needs a Tokio runtime).
+    pub fn new(
+        pool: PgPool,
+        settings: MemorySettings,
+        metrics: Arc<IngestMetrics>,
+        hooks: BackfillHooks,
+    ) -> Self {
+        let settings = Arc::new(settings);
+        let hooks = Arc::new(hooks);
+        let queue = WriteQueue::start(
+            GroupCommitter {
+                pool: pool.clone(),
+                settings: settings.clone(),
+                metrics: metrics.clone(),
+                hooks: hooks.clone(),
+            },
+            settings.group_commit(),
+        );
         Self {
             pool,
-            settings: Arc::new(settings),
+            settings,
             metrics,
-            new_entry_wake: None,
-            sweep_wake: None,
-            embedding_model: None,
-            publish_events: false,
+            hooks,
+            queue,
             recall: None,
         }
     }
@@ -143,26 +176,6 @@ impl MemoryWriter {
     /// Lets ApplyCommand answer "what do you remember about X" with a retrieval.
     pub fn with_recall(mut self, recall: engram_recall::Recall) -> Self {
         self.recall = Some(recall);
-        self
-    }
-
-    /// New entries get an EmbeddingRequested event in the outbox, in the writing transaction.
-    pub fn publishing_events(mut self) -> Self {
-        self.publish_events = true;
-        self
-    }
-
-    /// Connects the writer to a running backfill: `new_entry_wake` is woken after each new entry,
-    /// `sweep_wake` after a re-embedding request.
-    pub fn with_backfill(
-        mut self,
-        new_entry_wake: Arc<tokio::sync::Notify>,
-        sweep_wake: Arc<tokio::sync::Notify>,
-        model: String,
-    ) -> Self {
-        self.new_entry_wake = Some(new_entry_wake);
-        self.sweep_wake = Some(sweep_wake);
-        self.embedding_model = Some(model);
         self
     }
 
@@ -174,155 +187,117 @@ impl MemoryWriter {
     #[tracing::instrument(skip_all, fields(user_id = %command.scope.user_id, space = %command.scope.space), err(Display))]
     pub async fn remember(&self, command: RememberCommand) -> Result<RememberResult, IngestError> {
         let analysis = analyse(&command);
-        let scope = &command.scope;
-
-        let mut transaction = self.pool.begin().await?;
-        engram_store::lock_space(&mut transaction, scope).await?;
-
-        let context = write_path::write_context(
-            &mut transaction,
-            scope,
-            command.conversation,
-            analysis.simhash,
-            &analysis.digest,
-        )
-        .await?;
-        if !context.memory_enabled {
-            return Ok(RememberResult::SkippedMemoryDisabled);
-        }
-        if command.conversation.is_some()
-            && context
-                .conversation_incognito
-                .unwrap_or(context.incognito_default)
-        {
-            return Ok(RememberResult::SkippedIncognito);
-        }
-        if let Some(expires_at) = context.tombstone_expires_at {
-            return Ok(RememberResult::SuppressedByTombstone { expires_at });
-        }
-
-        let near_duplicate = match context.near_duplicate_id {
-            Some(id) => memories::get(&mut transaction, scope, id).await?,
-            None => None,
-        };
-        if let Some(existing) = near_duplicate {
-            let retention = self.settings.retention();
-            let memory =
-                merge(&mut transaction, &command, &analysis, &existing, &retention).await?;
-            transaction.commit().await?;
-            self.metrics.record_merged();
-            return Ok(RememberResult::Merged { memory });
-        }
-
-        let now = Utc::now();
-        let new_memory = NewSemanticMemory {
-            id: Uuid::now_v7(),
-            conversation_id: command.conversation.map(|c| c.as_uuid()),
-            text: command.text.as_str().to_owned(),
-            role: command.role.as_str(),
-            category: analysis.category.as_str(),
-            simhash: analysis.simhash,
-            tags: analysis.tags.clone(),
-            source_ids: command.source_ids.clone(),
-            metadata_confidence: analysis.metadata_confidence,
-            importance: analysis.importance,
-            pinned: command.pin,
-            manually_saved: analysis.manually_saved,
-            last_scores: self.settings.retention().scores_without_query(
-                now,
-                analysis.importance,
-                now,
-            ),
-        };
-        let event = self
-            .publish_events
-            .then(|| crate::bus::embedding_requested(new_memory.id, scope));
-        let memory = write_path::insert_semantic_audited(
-            &mut transaction,
-            scope,
-            &new_memory,
-            json!({ "importance": analysis.importance, "category": analysis.category.as_str() }),
-            event.as_ref(),
-        )
-        .await?;
-
-        let soft_cap = context
-            .soft_cap
-            .map_or(i64::from(self.settings.soft_cap), i64::from);
-        let overage = context.memory_count + 1 - soft_cap;
-        let trimmed = if overage > 0 {
-            self.enforce_capacity(&mut transaction, scope, overage)
-                .await?
-        } else {
-            Vec::new()
-        };
-        transaction.commit().await?;
-
-        self.metrics.record_created();
-        if let Some(wake) = &self.new_entry_wake {
-            wake.notify_one();
-        }
-        if !trimmed.is_empty() {
-            self.metrics.record_trimmed(trimmed.len() as u64);
-        }
-        Ok(RememberResult::Created { memory, trimmed })
-    }
-
-    /// Trims `overage` entries of lowest total score, never pinned or saved ones, and alerts
-    /// when a protected entry would have been a victim.
-    async fn enforce_capacity(
-        &self,
-        connection: &mut PgConnection,
-        scope: &Scope,
-        overage: i64,
-    ) -> Result<Vec<Uuid>, IngestError> {
-        let outcome =
-            write_path::enforce_soft_cap(connection, scope, overage, &self.settings.retention())
-                .await?;
-        if !outcome.protected_would_be_victims.is_empty() {
-            tracing::warn!(
-                user_id = %scope.user_id,
-                space = %scope.space,
-                protected = ?outcome.protected_would_be_victims,
-                "capacity alert: pinned or saved entries have the lowest scores and would have been trimmed"
-            );
-            self.metrics
-                .record_pinned_trim_alerts(outcome.protected_would_be_victims.len() as u64);
-        }
-        let shortfall = overage - outcome.trimmed.len() as i64;
-        if shortfall > 0 {
-            tracing::info!(
-                user_id = %scope.user_id,
-                space = %scope.space,
-                over_by = shortfall,
-                "space stays over its soft cap: the remaining entries are pinned or saved"
-            );
-        }
-        Ok(outcome.trimmed)
+        self.queue.write(command, analysis).await
     }
 }
 
-async fn merge(
-    connection: &mut PgConnection,
+/// What one write does, decided from its space's state (read under the space's lock).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Decision {
+    /// Nothing is written: memory is off, the conversation is incognito, or a tombstone blocks
+    /// the text.
+    Skip(Skipped),
+    /// Fold the write into this near-duplicate.
+    Merge(Uuid),
+    Create,
+}
+
+/// Why a write writes nothing.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Skipped {
+    MemoryDisabled,
+    Incognito,
+    Tombstone { expires_at: DateTime<Utc> },
+}
+
+impl From<Skipped> for RememberResult {
+    fn from(skipped: Skipped) -> Self {
+        match skipped {
+            Skipped::MemoryDisabled => RememberResult::SkippedMemoryDisabled,
+            Skipped::Incognito => RememberResult::SkippedIncognito,
+            Skipped::Tombstone { expires_at } => {
+                RememberResult::SuppressedByTombstone { expires_at }
+            }
+        }
+    }
+}
+
+/// Memory off, incognito and tombstones first; then merge into a near-duplicate or create.
+pub(crate) fn decide(command: &RememberCommand, context: &WriteContext) -> Decision {
+    if !context.memory_enabled {
+        return Decision::Skip(Skipped::MemoryDisabled);
+    }
+    if command.conversation.is_some()
+        && context
+            .conversation_incognito
+            .unwrap_or(context.incognito_default)
+    {
+        return Decision::Skip(Skipped::Incognito);
+    }
+    if let Some(expires_at) = context.tombstone_expires_at {
+        return Decision::Skip(Skipped::Tombstone { expires_at });
+    }
+    match context.near_duplicate_id {
+        Some(id) => Decision::Merge(id),
+        None => Decision::Create,
+    }
+}
+
+/// By how many entries the space goes over its soft cap once a new entry is in.
+pub(crate) fn overage_after_insert(context: &WriteContext, default_soft_cap: u32) -> i64 {
+    let soft_cap = context
+        .soft_cap
+        .map_or(i64::from(default_soft_cap), i64::from);
+    context.memory_count + 1 - soft_cap
+}
+
+/// The entry a write creates.
+pub(crate) fn new_memory(
+    command: &RememberCommand,
+    analysis: &Analysis,
+    retention: &RetentionPolicy,
+    now: DateTime<Utc>,
+) -> NewSemanticMemory {
+    NewSemanticMemory {
+        id: Uuid::now_v7(),
+        conversation_id: command.conversation.map(|c| c.as_uuid()),
+        text: command.text.as_str().to_owned(),
+        role: command.role.as_str(),
+        category: analysis.category.as_str(),
+        simhash: analysis.simhash,
+        tags: analysis.tags.clone(),
+        source_ids: command.source_ids.clone(),
+        metadata_confidence: analysis.metadata_confidence,
+        importance: analysis.importance,
+        pinned: command.pin,
+        manually_saved: analysis.manually_saved,
+        last_scores: retention.scores_without_query(now, analysis.importance, now),
+    }
+}
+
+/// Detail of a new entry's `create` audit event.
+pub(crate) fn create_audit_detail(analysis: &Analysis) -> serde_json::Value {
+    serde_json::json!({ "importance": analysis.importance, "category": analysis.category.as_str() })
+}
+
+/// What a near-duplicate write changes on its canonical entry.
+pub(crate) fn merge_update(
     command: &RememberCommand,
     analysis: &Analysis,
     existing: &MemoryRecord,
     retention: &RetentionPolicy,
-) -> Result<MemoryRecord, IngestError> {
+    now: DateTime<Utc>,
+) -> MergeUpdate {
     let repeat_count = existing.repeat_count.saturating_add(1);
     let merged_importance = importance::merged_importance(
         existing.importance,
         analysis.importance,
         u32::try_from(repeat_count).unwrap_or(u32::MAX),
     );
-    let update = MergeUpdate {
+    MergeUpdate {
         repeat_count,
         importance: merged_importance,
-        last_scores: retention.scores_without_query(
-            existing.created_at,
-            merged_importance,
-            Utc::now(),
-        ),
+        last_scores: retention.scores_without_query(existing.created_at, merged_importance, now),
         manually_saved: existing.manually_saved || analysis.manually_saved,
         // Pinning policy: an explicit pin request pins the canonical entry; nothing unpins it here.
         pinned: existing.pinned || command.pin,
@@ -335,18 +310,12 @@ async fn merge(
         metadata_confidence: existing
             .metadata_confidence
             .max(analysis.metadata_confidence),
-    };
-    let memory = memories::apply_merge(connection, &command.scope, existing.id, &update).await?;
-    audit::append(
-        connection,
-        &command.scope,
-        AuditAction::Merge,
-        Some(memory.id),
-        command.conversation,
-        json!({ "repeat_count": repeat_count, "importance": update.importance }),
-    )
-    .await?;
-    Ok(memory)
+    }
+}
+
+/// Detail of a merge's audit event.
+pub(crate) fn merge_audit_detail(update: &MergeUpdate) -> serde_json::Value {
+    serde_json::json!({ "repeat_count": update.repeat_count, "importance": update.importance })
 }
 
 #[cfg(test)]

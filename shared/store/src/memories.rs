@@ -164,37 +164,6 @@ pub struct MergeUpdate {
     pub last_scores: Scores,
 }
 
-pub async fn apply_merge(
-    connection: &mut PgConnection,
-    scope: &Scope,
-    id: Uuid,
-    update: &MergeUpdate,
-) -> Result<MemoryRecord, StoreError> {
-    let sql = concat!(
-        "UPDATE memories SET repeat_count = $4, importance = $5, manually_saved = $6, pinned = $7, \
-             tags = $8, source_ids = $9, metadata_confidence = $10, last_scores = $11, updated_at = now() \
-         WHERE user_id = $1 AND space = $2 AND id = $3 \
-         RETURNING ",
-        memory_columns!(),
-        ""
-    );
-    let record = sqlx::query_as::<_, MemoryRecord>(sql)
-        .bind(scope.user_id.as_uuid())
-        .bind(scope.space.as_str())
-        .bind(id)
-        .bind(update.repeat_count)
-        .bind(update.importance)
-        .bind(update.manually_saved)
-        .bind(update.pinned)
-        .bind(&update.tags)
-        .bind(&update.source_ids)
-        .bind(update.metadata_confidence)
-        .bind(scores_json(&update.last_scores)?)
-        .fetch_one(connection)
-        .await?;
-    Ok(record)
-}
-
 pub async fn get(
     connection: &mut PgConnection,
     scope: &Scope,
@@ -212,6 +181,50 @@ pub async fn get(
         .fetch_optional(connection)
         .await?;
     Ok(record)
+}
+
+/// The memories `(scope, id)` name, in the order given (`None` where a space holds no such id).
+pub async fn get_many(
+    connection: &mut PgConnection,
+    wanted: &[(&Scope, Uuid)],
+) -> Result<Vec<Option<MemoryRecord>>, StoreError> {
+    if wanted.is_empty() {
+        return Ok(Vec::new());
+    }
+    let user_ids: Vec<Uuid> = wanted
+        .iter()
+        .map(|(scope, _)| scope.user_id.as_uuid())
+        .collect();
+    let spaces: Vec<&str> = wanted
+        .iter()
+        .map(|(scope, _)| scope.space.as_str())
+        .collect();
+    let ids: Vec<Uuid> = wanted.iter().map(|(_, id)| *id).collect();
+    let sql = concat!(
+        "SELECT ",
+        memory_columns!(),
+        " FROM memories WHERE (user_id, space, id) IN ( \
+             SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[]))"
+    );
+    let found = sqlx::query_as::<_, MemoryRecord>(sql)
+        .bind(&user_ids)
+        .bind(&spaces)
+        .bind(&ids)
+        .fetch_all(connection)
+        .await?;
+    Ok(wanted
+        .iter()
+        .map(|(scope, id)| {
+            found
+                .iter()
+                .find(|record| {
+                    record.id == *id
+                        && record.user_id == scope.user_id.as_uuid()
+                        && record.space == scope.space.as_str()
+                })
+                .cloned()
+        })
+        .collect())
 }
 
 /// Sets or clears the pin; `None` when the space holds no such memory.

@@ -1,13 +1,22 @@
-//! The statements of the write path, shaped for few round trips: one query reads everything a
-//! write decides on, one statement inserts and audits, one statement enforces the soft cap.
+//! The statements of the write path, shaped for group commit: each statement serves every write
+//! of a batch at once (one per space), so a batch of N writes to N spaces costs the same few round
+//! trips and statement executions as a single write. One query reads everything the writes decide
+//! on, one statement inserts and audits the new entries, one applies the merges, one enforces the
+//! soft cap of every space that went over it.
+//!
+//! Rows are passed as arrays (`unnest`) or as one JSON document (`jsonb_to_recordset`) when they
+//! carry arrays of their own (tags). Per-write lookups are written as LATERAL subqueries so that
+//! they stay index probes under generic plans, whatever the planner guesses about the batch size.
 
 use chrono::{DateTime, Utc};
 use engram_core::{ConversationId, RetentionPolicy, Scope, SimHash};
+use serde::Serialize;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::StoreError;
-use crate::memories::{MemoryRecord, NewSemanticMemory};
+use crate::memories::{MemoryRecord, MergeUpdate, NewSemanticMemory, scores_json};
+use crate::outbox::NewOutboxEvent;
 
 /// What a write needs to know about its space, its conversation and the text's near-duplicate,
 /// read in one query (after the space lock is held, so it cannot change underneath).
@@ -25,95 +34,324 @@ pub struct WriteContext {
     pub near_duplicate_id: Option<Uuid>,
 }
 
-pub async fn write_context(
+/// One write's question to [`write_contexts`].
+#[derive(Debug, Clone, Copy)]
+pub struct ContextQuery<'a> {
+    pub scope: &'a Scope,
+    pub conversation: Option<ConversationId>,
+    pub simhash: SimHash,
+    pub text_digest: &'a [u8],
+}
+
+#[derive(sqlx::FromRow)]
+struct PositionedContext {
+    position: i64,
+    #[sqlx(flatten)]
+    context: WriteContext,
+}
+
+/// The write context of every query, in the order given. The spaces must already be locked
+/// ([`crate::lock_spaces`]).
+pub async fn write_contexts(
     connection: &mut PgConnection,
-    scope: &Scope,
-    conversation: Option<ConversationId>,
-    simhash: SimHash,
-    text_digest: &[u8],
-) -> Result<WriteContext, StoreError> {
-    let context = sqlx::query_as::<_, WriteContext>(concat!(
-        "SELECT COALESCE(s.memory_enabled, true) AS memory_enabled, \
+    queries: &[ContextQuery<'_>],
+) -> Result<Vec<WriteContext>, StoreError> {
+    let mut user_ids = Vec::with_capacity(queries.len());
+    let mut spaces = Vec::with_capacity(queries.len());
+    let mut conversations = Vec::with_capacity(queries.len());
+    let mut simhashes = Vec::with_capacity(queries.len());
+    let mut digests = Vec::with_capacity(queries.len());
+    for query in queries {
+        user_ids.push(query.scope.user_id.as_uuid());
+        spaces.push(query.scope.space.as_str());
+        conversations.push(query.conversation.map(|c| c.as_uuid()));
+        simhashes.push(query.simhash.as_i64());
+        digests.push(query.text_digest);
+    }
+    let rows = sqlx::query_as::<_, PositionedContext>(concat!(
+        "SELECT w.position, \
+                COALESCE(s.memory_enabled, true) AS memory_enabled, \
                 COALESCE(s.incognito_default, false) AS incognito_default, \
                 s.soft_cap, \
                 COALESCE(s.memory_count, 0) AS memory_count, \
                 (SELECT c.incognito FROM conversations c \
-                  WHERE c.user_id = $1 AND c.space = $2 AND c.conversation_id = $3) AS conversation_incognito, \
+                  WHERE c.user_id = w.user_id AND c.space = w.space \
+                    AND c.conversation_id = w.conversation_id) AS conversation_incognito, \
                 (SELECT max(t.expires_at) FROM tombstones t \
-                  WHERE t.user_id = $1 AND t.space = $2 AND ",
-        live_tombstone_matches!("$4", "$5", "$6"),
+                  WHERE t.user_id = w.user_id AND t.space = w.space AND ",
+        live_tombstone_matches!("w.simhash", "w.digest", "$6"),
         ") AS tombstone_expires_at, \
                 duplicate.id AS near_duplicate_id \
-         FROM (SELECT 1) AS one LEFT JOIN spaces s ON s.user_id = $1 AND s.space = $2 \
+         FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::int8[], $5::bytea[]) \
+              WITH ORDINALITY AS w(user_id, space, conversation_id, simhash, digest, position) \
+         LEFT JOIN spaces s ON s.user_id = w.user_id AND s.space = w.space \
          LEFT JOIN LATERAL (",
-        near_duplicate_lookup!("id", "$1", "$2", "$4", "$6"),
-        ") AS duplicate ON true"
+        near_duplicate_lookup!("id", "w.user_id", "w.space", "w.simhash", "$6"),
+        ") AS duplicate ON true \
+         ORDER BY w.position"
     ))
-    .bind(scope.user_id.as_uuid())
-    .bind(scope.space.as_str())
-    .bind(conversation.map(|c| c.as_uuid()))
-    .bind(simhash.as_i64())
-    .bind(text_digest)
+    .bind(&user_ids)
+    .bind(&spaces)
+    .bind(&conversations)
+    .bind(&simhashes)
+    .bind(&digests)
     .bind(i64::from(engram_core::simhash::NEAR_DUPLICATE_DISTANCE))
-    .fetch_one(connection)
+    .fetch_all(connection)
     .await?;
-    Ok(context)
+    if rows.len() != queries.len() || rows.iter().zip(1..).any(|(row, at)| row.position != at) {
+        return Err(StoreError::Corrupt(format!(
+            "write context query answered {} rows for {} writes",
+            rows.len(),
+            queries.len()
+        )));
+    }
+    Ok(rows.into_iter().map(|row| row.context).collect())
 }
 
-/// Inserts a semantic memory, its `create` audit event and (when given) the outbox event that asks
-/// for its embedding, in one statement and so in one transaction.
+/// A new semantic memory with what is written beside it in the same statement.
+#[derive(Debug, Clone)]
+pub struct AuditedInsert<'a> {
+    pub scope: &'a Scope,
+    pub memory: &'a NewSemanticMemory,
+    /// Detail of the `create` audit event.
+    pub audit_detail: serde_json::Value,
+    /// The outbox event announcing the entry (asks for its embedding), when the bus is on.
+    pub event: Option<&'a NewOutboxEvent>,
+}
+
+/// One row of the insert document: the columns of `jsonb_to_recordset` in the statement below.
+#[derive(Serialize)]
+struct InsertRow<'a> {
+    id: Uuid,
+    user_id: Uuid,
+    space: &'a str,
+    conversation_id: Option<Uuid>,
+    text: &'a str,
+    role: &'a str,
+    category: &'a str,
+    simhash: i64,
+    tags: &'a [String],
+    source_ids: &'a [String],
+    metadata_confidence: f64,
+    importance: f64,
+    pinned: bool,
+    manually_saved: bool,
+    last_scores: serde_json::Value,
+    audit_detail: &'a serde_json::Value,
+    event_message_id: Option<Uuid>,
+    event_routing_key: Option<&'a str>,
+    event_type_name: Option<&'a str>,
+    /// bytea in Postgres's hex input form (`\x...`).
+    event_payload: Option<String>,
+    event_trace_headers: Option<serde_json::Value>,
+}
+
+fn bytea_hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut hex = String::with_capacity(2 + bytes.len() * 2);
+    hex.push_str("\\x");
+    for byte in bytes {
+        let _ = write!(hex, "{byte:02x}");
+    }
+    hex
+}
+
+/// Inserts semantic memories, their `create` audit events and (when given) the outbox events that
+/// ask for their embeddings, in one statement. Returns the stored records in the order given.
 pub async fn insert_semantic_audited(
     connection: &mut PgConnection,
-    scope: &Scope,
-    memory: &NewSemanticMemory,
-    audit_detail: serde_json::Value,
-    event: Option<&crate::outbox::NewOutboxEvent>,
-) -> Result<MemoryRecord, StoreError> {
+    inserts: &[AuditedInsert<'_>],
+) -> Result<Vec<MemoryRecord>, StoreError> {
+    if inserts.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = inserts
+        .iter()
+        .map(|insert| {
+            let memory = insert.memory;
+            Ok(InsertRow {
+                id: memory.id,
+                user_id: insert.scope.user_id.as_uuid(),
+                space: insert.scope.space.as_str(),
+                conversation_id: memory.conversation_id,
+                text: &memory.text,
+                role: memory.role,
+                category: memory.category,
+                simhash: memory.simhash.as_i64(),
+                tags: &memory.tags,
+                source_ids: &memory.source_ids,
+                metadata_confidence: memory.metadata_confidence,
+                importance: memory.importance,
+                pinned: memory.pinned,
+                manually_saved: memory.manually_saved,
+                last_scores: scores_json(&memory.last_scores)?,
+                audit_detail: &insert.audit_detail,
+                event_message_id: insert.event.map(|e| e.message_id),
+                event_routing_key: insert.event.map(|e| e.routing_key.as_str()),
+                event_type_name: insert.event.map(|e| e.type_name.as_str()),
+                event_payload: insert.event.map(|e| bytea_hex(&e.payload)),
+                event_trace_headers: insert.event.map(NewOutboxEvent::trace_headers_json),
+            })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    let document = serde_json::to_value(&rows)
+        .map_err(|error| StoreError::Corrupt(format!("cannot encode new memories: {error}")))?;
     let sql = concat!(
-        "WITH inserted AS ( \
+        "WITH batch AS ( \
+             SELECT * FROM jsonb_to_recordset($1) AS r(id uuid, user_id uuid, space text, \
+                 conversation_id uuid, text text, role text, category text, simhash int8, tags text[], \
+                 source_ids text[], metadata_confidence float8, importance float8, pinned boolean, \
+                 manually_saved boolean, last_scores jsonb, audit_detail jsonb, event_message_id uuid, \
+                 event_routing_key text, event_type_name text, event_payload bytea, \
+                 event_trace_headers jsonb)), \
+         inserted AS ( \
              INSERT INTO memories (id, user_id, space, kind, conversation_id, text, role, category, \
                  valid_at, simhash, tags, source_ids, metadata_confidence, importance, pinned, \
                  manually_saved, needs_embedding, last_scores) \
-             VALUES ($1, $2, $3, 'semantic', $4, $5, $6, $7, now(), $8, $9, $10, $11, $12, $13, $14, true, $16) \
+             SELECT id, user_id, space, 'semantic', conversation_id, text, role, category, now(), \
+                 simhash, tags, source_ids, metadata_confidence, importance, pinned, manually_saved, \
+                 true, last_scores \
+             FROM batch \
              RETURNING *), \
          audited AS ( \
              INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \
-             SELECT user_id, space, 'create', id, conversation_id, $15 FROM inserted), \
+             SELECT i.user_id, i.space, 'create', i.id, i.conversation_id, b.audit_detail \
+             FROM inserted i JOIN batch b ON b.id = i.id), \
          outboxed AS ( \
              INSERT INTO outbox_events (message_id, routing_key, type_name, payload, trace_headers) \
-             SELECT $17, $18, $19, $20, $21 FROM inserted WHERE $17::uuid IS NOT NULL) \
+             SELECT b.event_message_id, b.event_routing_key, b.event_type_name, b.event_payload, \
+                    b.event_trace_headers \
+             FROM inserted i JOIN batch b ON b.id = i.id \
+             WHERE b.event_message_id IS NOT NULL) \
          SELECT ",
         memory_columns!(),
         " FROM inserted"
     );
-    let record = sqlx::query_as::<_, MemoryRecord>(sql)
-        .bind(memory.id)
-        .bind(scope.user_id.as_uuid())
-        .bind(scope.space.as_str())
-        .bind(memory.conversation_id)
-        .bind(&memory.text)
-        .bind(memory.role)
-        .bind(memory.category)
-        .bind(memory.simhash.as_i64())
-        .bind(&memory.tags)
-        .bind(&memory.source_ids)
-        .bind(memory.metadata_confidence)
-        .bind(memory.importance)
-        .bind(memory.pinned)
-        .bind(memory.manually_saved)
-        .bind(audit_detail)
-        .bind(crate::memories::scores_json(&memory.last_scores)?)
-        .bind(event.map(|e| e.message_id))
-        .bind(event.map(|e| e.routing_key.as_str()))
-        .bind(event.map(|e| e.type_name.as_str()))
-        .bind(event.map(|e| e.payload.as_slice()))
-        .bind(event.map(|e| e.trace_headers_json()))
-        .fetch_one(connection)
+    let records = sqlx::query_as::<_, MemoryRecord>(sql)
+        .bind(document)
+        .fetch_all(connection)
         .await?;
-    Ok(record)
+    in_given_order(records, inserts.iter().map(|insert| insert.memory.id))
 }
 
-/// The outcome of enforcing the soft cap.
+/// A near-duplicate write folded into its canonical entry, with the audit event it leaves.
+#[derive(Debug, Clone)]
+pub struct AuditedMerge<'a> {
+    pub scope: &'a Scope,
+    pub id: Uuid,
+    pub update: &'a MergeUpdate,
+    pub conversation: Option<ConversationId>,
+    /// Detail of the `merge` audit event.
+    pub audit_detail: serde_json::Value,
+}
+
+#[derive(Serialize)]
+struct MergeRow<'a> {
+    id: Uuid,
+    user_id: Uuid,
+    space: &'a str,
+    repeat_count: i32,
+    importance: f64,
+    manually_saved: bool,
+    pinned: bool,
+    tags: &'a [String],
+    source_ids: &'a [String],
+    metadata_confidence: f64,
+    last_scores: serde_json::Value,
+    conversation_id: Option<Uuid>,
+    audit_detail: &'a serde_json::Value,
+}
+
+/// Applies merges and audits them in one statement; each entry appears at most once. Returns the
+/// updated records in the order given.
+pub async fn apply_merges(
+    connection: &mut PgConnection,
+    merges: &[AuditedMerge<'_>],
+) -> Result<Vec<MemoryRecord>, StoreError> {
+    if merges.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = merges
+        .iter()
+        .map(|merge| {
+            Ok(MergeRow {
+                id: merge.id,
+                user_id: merge.scope.user_id.as_uuid(),
+                space: merge.scope.space.as_str(),
+                repeat_count: merge.update.repeat_count,
+                importance: merge.update.importance,
+                manually_saved: merge.update.manually_saved,
+                pinned: merge.update.pinned,
+                tags: &merge.update.tags,
+                source_ids: &merge.update.source_ids,
+                metadata_confidence: merge.update.metadata_confidence,
+                last_scores: scores_json(&merge.update.last_scores)?,
+                conversation_id: merge.conversation.map(|c| c.as_uuid()),
+                audit_detail: &merge.audit_detail,
+            })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    let document = serde_json::to_value(&rows)
+        .map_err(|error| StoreError::Corrupt(format!("cannot encode merges: {error}")))?;
+    let sql = concat!(
+        "WITH batch AS ( \
+             SELECT * FROM jsonb_to_recordset($1) AS r(id uuid, user_id uuid, space text, \
+                 repeat_count integer, importance float8, manually_saved boolean, pinned boolean, \
+                 tags text[], source_ids text[], metadata_confidence float8, last_scores jsonb, \
+                 conversation_id uuid, audit_detail jsonb)), \
+         updated AS ( \
+             UPDATE memories m SET repeat_count = b.repeat_count, importance = b.importance, \
+                 manually_saved = b.manually_saved, pinned = b.pinned, tags = b.tags, \
+                 source_ids = b.source_ids, metadata_confidence = b.metadata_confidence, \
+                 last_scores = b.last_scores, updated_at = now() \
+             FROM batch b \
+             WHERE m.user_id = b.user_id AND m.space = b.space AND m.id = b.id \
+             RETURNING m.*), \
+         audited AS ( \
+             INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \
+             SELECT u.user_id, u.space, 'merge', u.id, b.conversation_id, b.audit_detail \
+             FROM updated u JOIN batch b ON b.id = u.id) \
+         SELECT ",
+        memory_columns!(),
+        " FROM updated"
+    );
+    let records = sqlx::query_as::<_, MemoryRecord>(sql)
+        .bind(document)
+        .fetch_all(connection)
+        .await?;
+    in_given_order(records, merges.iter().map(|merge| merge.id))
+}
+
+/// `records` reordered to follow `ids`; an id without its record means the statement did not
+/// write what it was asked to.
+fn in_given_order(
+    mut records: Vec<MemoryRecord>,
+    ids: impl ExactSizeIterator<Item = Uuid>,
+) -> Result<Vec<MemoryRecord>, StoreError> {
+    let expected = ids.len();
+    let mut ordered = Vec::with_capacity(expected);
+    for id in ids {
+        let at = records
+            .iter()
+            .position(|record| record.id == id)
+            .ok_or_else(|| {
+                StoreError::Corrupt(format!(
+                    "memory {id} was not written by its batch statement"
+                ))
+            })?;
+        ordered.push(records.swap_remove(at));
+    }
+    Ok(ordered)
+}
+
+/// A space over its soft cap, and by how many entries.
+#[derive(Debug, Clone, Copy)]
+pub struct CapacityTarget<'a> {
+    pub scope: &'a Scope,
+    pub overage: i64,
+}
+
+/// The outcome of enforcing the soft cap of one space.
 #[derive(Debug, Clone, Default, PartialEq, sqlx::FromRow)]
 pub struct TrimOutcome {
     /// Deleted entries, lowest total first.
@@ -122,9 +360,17 @@ pub struct TrimOutcome {
     pub protected_would_be_victims: Vec<Uuid>,
 }
 
-/// Enforces the soft cap in one statement: the capacity policy of
+#[derive(sqlx::FromRow)]
+struct PositionedTrim {
+    position: i64,
+    #[sqlx(flatten)]
+    outcome: TrimOutcome,
+}
+
+/// Enforces the soft cap of every target space in one statement: the capacity policy of
 /// [`engram_core::capacity::plan_trim`] (the reference, which a test holds this SQL to), run
 /// where the rows are so that a write at the cap does not ship the whole space to the service.
+/// Returns one outcome per target, in the order given; each space appears at most once.
 ///
 /// Cached totals are used while fresh; missing or stale ones are recomputed as
 /// recency exp(−Δt/τ) + importance (relevance 0) and cached; the `overage` lowest totals among
@@ -134,63 +380,101 @@ pub struct TrimOutcome {
 /// missing or stale cache (recomputed), and the `overage` lowest fresh totals of trimmable and of
 /// protected entries. The lowest `overage` entries of the whole space are among them, so the
 /// ranking is the reference's, at a cost that does not grow with the space.
-pub async fn enforce_soft_cap(
+pub async fn enforce_soft_caps(
     connection: &mut PgConnection,
-    scope: &Scope,
-    overage: i64,
+    targets: &[CapacityTarget<'_>],
     policy: &RetentionPolicy,
-) -> Result<TrimOutcome, StoreError> {
+) -> Result<Vec<TrimOutcome>, StoreError> {
+    if targets.is_empty() {
+        return Ok(Vec::new());
+    }
     let tau_secs = policy.recency_tau.num_milliseconds() as f64 / 1000.0;
     let staleness_secs = policy.score_staleness.num_milliseconds() as f64 / 1000.0;
-    let outcome = sqlx::query_as::<_, TrimOutcome>(
-        "WITH uncached AS ( \
-             SELECT id, created_at, importance, pinned OR manually_saved AS protected, \
-                    exp(-greatest(extract(epoch FROM now() - created_at)::float8, 0) / $4) AS recency \
-             FROM memories \
-             WHERE user_id = $1 AND space = $2 \
-               AND (last_scored_at IS NULL OR last_scored_at < now() - make_interval(secs => $5))), \
+    let user_ids: Vec<Uuid> = targets.iter().map(|t| t.scope.user_id.as_uuid()).collect();
+    let spaces: Vec<&str> = targets.iter().map(|t| t.scope.space.as_str()).collect();
+    let overages: Vec<i64> = targets.iter().map(|t| t.overage).collect();
+    // `OFFSET 0` keeps each space's lookups as LATERAL index probes: pulled up into a join, a
+    // generic plan may guess a large batch and scan the table instead.
+    let rows = sqlx::query_as::<_, PositionedTrim>(
+        "WITH target AS ( \
+             SELECT * FROM unnest($1::uuid[], $2::text[], $3::int8[]) \
+                 WITH ORDINALITY AS t(user_id, space, overage, position)), \
+         uncached AS ( \
+             SELECT t.position, u.id, u.created_at, u.importance, u.protected, \
+                    exp(-greatest(extract(epoch FROM now() - u.created_at)::float8, 0) / $4) AS recency \
+             FROM target t CROSS JOIN LATERAL ( \
+                 SELECT id, created_at, importance, pinned OR manually_saved AS protected \
+                 FROM memories m WHERE m.user_id = t.user_id AND m.space = t.space \
+                   AND m.last_scored_at IS NULL \
+                 UNION ALL \
+                 SELECT id, created_at, importance, pinned OR manually_saved \
+                 FROM memories m WHERE m.user_id = t.user_id AND m.space = t.space \
+                   AND m.last_scored_at < now() - make_interval(secs => $5) \
+                 OFFSET 0) AS u), \
          lowest_trimmable AS ( \
-             SELECT id, created_at, last_total FROM memories \
-             WHERE user_id = $1 AND space = $2 AND NOT (pinned OR manually_saved) \
-               AND last_scored_at >= now() - make_interval(secs => $5) \
-             ORDER BY last_total, created_at, id LIMIT $3), \
+             SELECT t.position, l.id, l.created_at, l.last_total \
+             FROM target t CROSS JOIN LATERAL ( \
+                 SELECT id, created_at, last_total FROM memories m \
+                 WHERE m.user_id = t.user_id AND m.space = t.space \
+                   AND NOT (m.pinned OR m.manually_saved) \
+                   AND m.last_scored_at >= now() - make_interval(secs => $5) \
+                 ORDER BY last_total, created_at, id LIMIT t.overage) AS l), \
          lowest_protected AS ( \
-             SELECT id, created_at, last_total FROM memories \
-             WHERE user_id = $1 AND space = $2 AND (pinned OR manually_saved) \
-               AND last_scored_at >= now() - make_interval(secs => $5) \
-             ORDER BY last_total, created_at, id LIMIT $3), \
+             SELECT t.position, l.id, l.created_at, l.last_total \
+             FROM target t CROSS JOIN LATERAL ( \
+                 SELECT id, created_at, last_total FROM memories m \
+                 WHERE m.user_id = t.user_id AND m.space = t.space \
+                   AND (m.pinned OR m.manually_saved) \
+                   AND m.last_scored_at >= now() - make_interval(secs => $5) \
+                 ORDER BY last_total, created_at, id LIMIT t.overage) AS l), \
          ranked AS ( \
-             SELECT id, protected, total, \
-                    row_number() OVER (ORDER BY total, created_at, id) AS position \
-             FROM (SELECT id, created_at, protected, recency + importance AS total FROM uncached \
-                   UNION ALL SELECT id, created_at, false, last_total FROM lowest_trimmable \
-                   UNION ALL SELECT id, created_at, true, last_total FROM lowest_protected) AS candidates), \
+             SELECT position, id, protected, total, \
+                    row_number() OVER (PARTITION BY position ORDER BY total, created_at, id) AS rank \
+             FROM (SELECT position, id, created_at, protected, recency + importance AS total FROM uncached \
+                   UNION ALL SELECT position, id, created_at, false, last_total FROM lowest_trimmable \
+                   UNION ALL SELECT position, id, created_at, true, last_total FROM lowest_protected) AS candidates), \
          victims AS ( \
-             SELECT id, total FROM ranked WHERE NOT protected ORDER BY position LIMIT $3), \
+             SELECT r.position, r.id, r.total, r.rank \
+             FROM (SELECT *, row_number() OVER (PARTITION BY position ORDER BY rank) AS victim_rank \
+                   FROM ranked WHERE NOT protected) AS r \
+             JOIN target t ON t.position = r.position \
+             WHERE r.victim_rank <= t.overage), \
          rescored AS ( \
              UPDATE memories m SET last_scores = jsonb_build_object('relevance', 0.0, 'recency', u.recency, \
                  'importance', u.importance, 'total', u.recency + u.importance, 'computed_at', now()) \
-             FROM uncached u \
-             WHERE m.user_id = $1 AND m.space = $2 AND m.id = u.id \
+             FROM uncached u JOIN target t ON t.position = u.position \
+             WHERE m.user_id = t.user_id AND m.space = t.space AND m.id = u.id \
                AND u.id NOT IN (SELECT id FROM victims)), \
          deleted AS ( \
-             DELETE FROM memories m USING victims v \
-             WHERE m.user_id = $1 AND m.space = $2 AND m.id = v.id RETURNING m.id, v.total), \
+             DELETE FROM memories m USING victims v JOIN target t ON t.position = v.position \
+             WHERE m.user_id = t.user_id AND m.space = t.space AND m.id = v.id \
+             RETURNING m.id, m.user_id, m.space, v.total), \
          audited AS ( \
              INSERT INTO audit_events (user_id, space, action, memory_id, detail) \
-             SELECT $1, $2, 'trim', id, jsonb_build_object('reason', 'soft cap exceeded', 'total_score', total) \
+             SELECT user_id, space, 'trim', id, \
+                    jsonb_build_object('reason', 'soft cap exceeded', 'total_score', total) \
              FROM deleted) \
-         SELECT COALESCE((SELECT array_agg(v.id ORDER BY r.position) FROM victims v JOIN ranked r USING (id) \
-                          WHERE v.id IN (SELECT id FROM deleted)), '{}') AS trimmed, \
-                COALESCE((SELECT array_agg(id ORDER BY position) FROM ranked \
-                          WHERE position <= $3 AND protected), '{}') AS protected_would_be_victims",
+         SELECT t.position, \
+                COALESCE((SELECT array_agg(v.id ORDER BY v.rank) FROM victims v \
+                          WHERE v.position = t.position AND v.id IN (SELECT id FROM deleted)), '{}') AS trimmed, \
+                COALESCE((SELECT array_agg(r.id ORDER BY r.rank) FROM ranked r \
+                          WHERE r.position = t.position AND r.rank <= t.overage AND r.protected), '{}') \
+                    AS protected_would_be_victims \
+         FROM target t ORDER BY t.position",
     )
-    .bind(scope.user_id.as_uuid())
-    .bind(scope.space.as_str())
-    .bind(overage)
+    .bind(&user_ids)
+    .bind(&spaces)
+    .bind(&overages)
     .bind(tau_secs)
     .bind(staleness_secs)
-    .fetch_one(connection)
+    .fetch_all(connection)
     .await?;
-    Ok(outcome)
+    if rows.len() != targets.len() || rows.iter().zip(1..).any(|(row, at)| row.position != at) {
+        return Err(StoreError::Corrupt(format!(
+            "soft cap statement answered {} rows for {} spaces",
+            rows.len(),
+            targets.len()
+        )));
+    }
+    Ok(rows.into_iter().map(|row| row.outcome).collect())
 }

@@ -181,13 +181,15 @@ async fn manually_saved_entries_are_never_trimmed() {
     assert_eq!(entries.len(), 3);
 }
 
-/// The soft cap is enforced in SQL on the hot path; the domain policy in `engram-core` is the
-/// reference. Both must pick the same victims and raise the same alerts.
+/// The soft cap is enforced in SQL on the hot path, for all the spaces of a group commit in one
+/// statement; the domain policy in `engram-core` is the reference. Both must pick the same victims
+/// and raise the same alerts in every space, and no space's entries may affect another's.
 #[tokio::test]
 async fn the_sql_trim_agrees_with_the_domain_policy() {
     let sandbox = Sandbox::start().await;
-    let scope =
+    let first =
         engram_core::Scope::parse("scope", &uuid::Uuid::new_v4().to_string(), "work").unwrap();
+    let second = engram_core::Scope::parse("scope", &first.user_id.to_string(), "home").unwrap();
     // Ages, importances and score caches chosen to spread totals well apart: fresh caches (used as
     // they are), stale caches and missing ones (recomputed), pinned and saved entries.
     let rows = [
@@ -201,64 +203,88 @@ async fn the_sql_trim_agrees_with_the_domain_policy() {
         (10.0, 0.5, Some(2.5), 1.0, false, false),
         (20.0, 0.2, None, 0.0, false, false),
     ];
-    for (age, importance, cached, cache_age, pinned, saved) in rows {
-        sqlx::query(
-            "INSERT INTO memories (id, user_id, space, kind, text, category, valid_at, simhash, importance, \
-                 pinned, manually_saved, created_at, last_scores) \
-             VALUES (gen_random_uuid(), $1, $2, 'semantic', 'x', 'fact', now(), 1, $3, $4, $5, \
-                 now() - make_interval(secs => $6), \
-                 CASE WHEN $7::float8 IS NULL THEN NULL ELSE jsonb_build_object('relevance', 0, 'recency', 0, \
-                     'importance', $3, 'total', $7::float8, 'computed_at', now() - make_interval(secs => $8)) END)",
-        )
-        .bind(scope.user_id.as_uuid())
-        .bind(scope.space.as_str())
-        .bind(importance)
-        .bind(pinned)
-        .bind(saved)
-        .bind(age * 86_400.0)
-        .bind(cached)
-        .bind(cache_age * 3_600.0)
-        .execute(&sandbox.pool)
-        .await
-        .unwrap();
+    // The second space holds the same shapes with other importances and ages, so that its lowest
+    // entries would rank among the first space's if the statement mixed the spaces up.
+    for (scope, age_factor, importance_shift) in [(&first, 1.0, 0.0), (&second, 0.5, 0.05)] {
+        for (age, importance, cached, cache_age, pinned, saved) in rows {
+            sqlx::query(
+                "INSERT INTO memories (id, user_id, space, kind, text, category, valid_at, simhash, importance, \
+                     pinned, manually_saved, created_at, last_scores) \
+                 VALUES (gen_random_uuid(), $1, $2, 'semantic', 'x', 'fact', now(), 1, $3, $4, $5, \
+                     now() - make_interval(secs => $6), \
+                     CASE WHEN $7::float8 IS NULL THEN NULL ELSE jsonb_build_object('relevance', 0, 'recency', 0, \
+                         'importance', $3, 'total', $7::float8, 'computed_at', now() - make_interval(secs => $8)) END)",
+            )
+            .bind(scope.user_id.as_uuid())
+            .bind(scope.space.as_str())
+            .bind(f64::min(importance + importance_shift, 1.0))
+            .bind(pinned)
+            .bind(saved)
+            .bind(age * age_factor * 86_400.0)
+            .bind(cached)
+            .bind(cache_age * 3_600.0)
+            .execute(&sandbox.pool)
+            .await
+            .unwrap();
+        }
     }
     let policy = engram_core::RetentionPolicy::default();
     for overage in 1..=4 {
         let mut transaction = sandbox.pool.begin().await.unwrap();
-        let candidates = engram_store::memories::trim_candidates(&mut transaction, &scope)
-            .await
-            .unwrap();
-        let plan =
-            engram_core::capacity::plan_trim(&candidates, overage, chrono::Utc::now(), &policy);
-        let outcome = engram_store::write_path::enforce_soft_cap(
-            &mut transaction,
-            &scope,
-            overage as i64,
-            &policy,
-        )
-        .await
-        .unwrap();
-        assert_eq!(outcome.trimmed, plan.victims, "overage {overage}");
-        assert_eq!(
-            outcome.protected_would_be_victims, plan.protected_would_be_victims,
-            "overage {overage}"
+        // The second space one entry further over its cap than the first.
+        let spaces = [(&first, overage), (&second, overage + 1)];
+        let mut plans = Vec::new();
+        for (scope, overage) in spaces {
+            let candidates = engram_store::memories::trim_candidates(&mut transaction, scope)
+                .await
+                .unwrap();
+            plans.push(engram_core::capacity::plan_trim(
+                &candidates,
+                overage,
+                chrono::Utc::now(),
+                &policy,
+            ));
+        }
+        let targets = spaces.map(
+            |(scope, overage)| engram_store::write_path::CapacityTarget {
+                scope,
+                overage: overage as i64,
+            },
         );
-        // Recomputed scores were cached for the survivors, as the reference recomputes them.
-        let survivors = engram_store::memories::trim_candidates(&mut transaction, &scope)
-            .await
-            .unwrap();
-        for (id, expected) in &plan.rescored {
-            if let Some(survivor) = survivors.iter().find(|s| s.id == *id) {
-                let cached = survivor
-                    .last_scores
-                    .expect("rescored entry has cached scores");
-                assert!(
-                    (cached.total - expected.total).abs() < 1e-4,
-                    "{id}: {} vs {}",
-                    cached.total,
-                    expected.total
-                );
-                assert_eq!(cached.relevance, 0.0);
+        let outcomes =
+            engram_store::write_path::enforce_soft_caps(&mut transaction, &targets, &policy)
+                .await
+                .unwrap();
+        assert_eq!(outcomes.len(), 2);
+        for ((scope, plan), outcome) in [&first, &second].into_iter().zip(&plans).zip(&outcomes) {
+            assert_eq!(
+                outcome.trimmed, plan.victims,
+                "{} overage {overage}",
+                scope.space
+            );
+            assert_eq!(
+                outcome.protected_would_be_victims, plan.protected_would_be_victims,
+                "{} overage {overage}",
+                scope.space
+            );
+            // Recomputed scores were cached for the survivors, as the reference recomputes them.
+            let survivors = engram_store::memories::trim_candidates(&mut transaction, scope)
+                .await
+                .unwrap();
+            assert_eq!(survivors.len(), rows.len() - plan.victims.len());
+            for (id, expected) in &plan.rescored {
+                if let Some(survivor) = survivors.iter().find(|s| s.id == *id) {
+                    let cached = survivor
+                        .last_scores
+                        .expect("rescored entry has cached scores");
+                    assert!(
+                        (cached.total - expected.total).abs() < 1e-4,
+                        "{id}: {} vs {}",
+                        cached.total,
+                        expected.total
+                    );
+                    assert_eq!(cached.relevance, 0.0);
+                }
             }
         }
         transaction.rollback().await.unwrap();

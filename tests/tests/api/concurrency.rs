@@ -67,22 +67,24 @@ async fn requests_beyond_the_connection_limit_get_resource_exhausted() {
             tokio::spawn(async move { client.remember(request).await })
         })
         .collect();
-    // Wait until all eight are in flight: blocked on the space's lock in Postgres.
+    // Wait until all eight are in flight: queued for their group commit, which waits for the
+    // space's lock in Postgres.
     let started = std::time::Instant::now();
     loop {
-        let waiting: i64 = sqlx::query_scalar(
+        let blocked_in_postgres: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
              AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
         )
         .fetch_one(&own_pool)
         .await
         .unwrap();
-        if waiting >= 8 {
+        let in_flight = sandbox.ingest_metrics.writes_in_flight();
+        if in_flight >= 8 && blocked_in_postgres >= 1 {
             break;
         }
         assert!(
             started.elapsed() < std::time::Duration::from_secs(20),
-            "only {waiting} writes waiting"
+            "only {in_flight} writes in flight, {blocked_in_postgres} blocked in Postgres"
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }

@@ -8,6 +8,7 @@ mod concurrency;
 mod controls;
 mod dense;
 mod embeddings;
+mod group_commit;
 mod helpers;
 mod isolation;
 mod read_services;
