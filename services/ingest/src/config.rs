@@ -65,6 +65,9 @@ pub struct MemorySettings {
     pub write_batch_max: usize,
     /// Group-commit transactions in flight at once (each holds a database connection).
     pub write_batch_concurrency: usize,
+    /// Longest a group commit waits for the writes recent batches suggest are on their way, in
+    /// microseconds; 0 never waits.
+    pub write_batch_linger_us: u64,
 }
 
 impl EmbedSettings {
@@ -103,6 +106,7 @@ impl MemorySettings {
         crate::group_commit::GroupCommitSettings {
             max_batch: self.write_batch_max,
             concurrency: self.write_batch_concurrency,
+            linger: std::time::Duration::from_micros(self.write_batch_linger_us),
         }
     }
 }
@@ -125,7 +129,8 @@ impl IngestSettings {
             ("memory.score_staleness_secs", 86_400i64.into()),
             ("memory.max_text_chars", 8_192i64.into()),
             ("memory.write_batch_max", 32i64.into()),
-            ("memory.write_batch_concurrency", 3i64.into()),
+            ("memory.write_batch_concurrency", 2i64.into()),
+            ("memory.write_batch_linger_us", 1_000i64.into()),
             // The backfill's own embed.* settings (the model ones are shared with retrieval).
             ("embed.poll_interval_ms", 1_000i64.into()),
             ("embed.max_failures", 5i64.into()),

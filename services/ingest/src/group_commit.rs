@@ -45,6 +45,8 @@ pub struct GroupCommitSettings {
     pub max_batch: usize,
     /// Transactions in flight at once (each holds a database connection).
     pub concurrency: usize,
+    /// Longest a batch waits for the writes it expects (see [`dispatch`]); zero: never waits.
+    pub linger: std::time::Duration,
 }
 
 /// A write waiting for its group commit, with where to send its answer.
@@ -68,6 +70,7 @@ impl WriteQueue {
         let settings = GroupCommitSettings {
             max_batch: settings.max_batch.max(1),
             concurrency: settings.concurrency.max(1),
+            linger: settings.linger,
         };
         // Room for a few full batches per slot; beyond that, callers wait to enqueue (their
         // request deadline still applies).
@@ -106,6 +109,7 @@ async fn dispatch(
     settings: GroupCommitSettings,
 ) {
     let slots = Arc::new(Semaphore::new(settings.concurrency));
+    let mut sizer = BatchSizer::default();
     loop {
         let slot: OwnedSemaphorePermit = match slots.clone().acquire_owned().await {
             Ok(slot) => slot,
@@ -115,6 +119,23 @@ async fn dispatch(
         if queue.recv_many(&mut batch, settings.max_batch).await == 0 {
             return;
         }
+        // Under load, writes come back in waves (the callers of the last batch); a batch that
+        // leaves with the first of a wave is paid in full for one write, and the rest of the wave
+        // waits behind it. So when fewer writes are waiting than recent batches held, give the
+        // others a moment to arrive. When the service is quiet the expected size is one and
+        // nothing waits.
+        let expected = sizer.expected().min(settings.max_batch);
+        if batch.len() < expected && !settings.linger.is_zero() {
+            let deadline = tokio::time::Instant::now() + settings.linger;
+            while batch.len() < expected {
+                let wanted = settings.max_batch - batch.len();
+                match tokio::time::timeout_at(deadline, queue.recv_many(&mut batch, wanted)).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+        }
+        sizer.observe(batch.len());
         let committer = committer.clone();
         let span = tracing::info_span!("group_commit", writes = batch.len());
         tokio::spawn(
@@ -124,6 +145,32 @@ async fn dispatch(
             }
             .instrument(span),
         );
+    }
+}
+
+/// The size recent batches had (an exponentially weighted mean): what the next batch may expect
+/// to gather.
+#[derive(Debug, Clone, Copy)]
+struct BatchSizer {
+    mean: f64,
+}
+
+impl Default for BatchSizer {
+    fn default() -> Self {
+        Self { mean: 1.0 }
+    }
+}
+
+impl BatchSizer {
+    /// Weight of the newest batch.
+    const WEIGHT: f64 = 0.25;
+
+    fn observe(&mut self, size: usize) {
+        self.mean += Self::WEIGHT * (size as f64 - self.mean);
+    }
+
+    fn expected(&self) -> usize {
+        self.mean.round().max(1.0) as usize
     }
 }
 
@@ -147,8 +194,16 @@ impl GroupCommitter {
             return;
         }
         self.metrics.record_write_batch(batch.len());
+        let started = std::time::Instant::now();
         let writes: Vec<&QueuedWrite> = batch.iter().collect();
-        match self.write_in_one_transaction(&writes).await {
+        let written = self.write_in_one_transaction(&writes).await;
+        tracing::debug!(
+            writes = batch.len(),
+            elapsed_us = started.elapsed().as_micros() as u64,
+            ok = written.is_ok(),
+            "group commit"
+        );
+        match written {
             Ok(results) => {
                 for (write, result) in batch.into_iter().zip(results) {
                     let _ = write.answer.send(Ok(result));
@@ -410,6 +465,24 @@ mod tests {
         assert_eq!(
             rounds_by_key(keys.iter()),
             vec![vec![0, 1, 3], vec![2, 5], vec![4]]
+        );
+    }
+
+    #[test]
+    fn the_expected_batch_follows_recent_sizes() {
+        let mut sizer = BatchSizer::default();
+        assert_eq!(sizer.expected(), 1, "a quiet service waits for nothing");
+        for _ in 0..20 {
+            sizer.observe(16);
+        }
+        assert_eq!(sizer.expected(), 16);
+        for _ in 0..20 {
+            sizer.observe(1);
+        }
+        assert_eq!(
+            sizer.expected(),
+            1,
+            "back to no waiting once the load is gone"
         );
     }
 
