@@ -64,7 +64,7 @@ enum Command {
         report: std::path::PathBuf,
         /// Offered loads (Remember/s) measured open-loop after the closed-loop run, each for
         /// `rate_seconds`; latency counts from the scheduled send time (no coordinated omission).
-        #[arg(long, value_delimiter = ',', default_value = "250,500,750")]
+        #[arg(long, value_delimiter = ',', default_value = "250,500,750,1000,1250,1500")]
         rates: Vec<u32>,
         #[arg(long, default_value_t = 15)]
         rate_seconds: u64,
@@ -312,12 +312,15 @@ async fn run_load(
     })
 }
 
-/// Sends Remember at a fixed rate; latency is measured from when each request was due.
+/// Sends Remember at a fixed rate from at most `clients` requests in flight (the same number of
+/// concurrent clients as the closed loop); latency is measured from when each request was due, so
+/// a request that waited for a free client counts its wait.
 async fn run_at_rate(
     endpoint: &str,
     rate: u32,
     seconds: u64,
     spaces: u32,
+    clients: usize,
 ) -> anyhow::Result<(Histogram<u64>, u64)> {
     let channel = tonic::transport::Channel::from_shared(endpoint.to_owned())?
         .connect()
@@ -326,7 +329,7 @@ async fn run_at_rate(
         1, 60_000_000, 3,
     )?));
     let errors = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let in_flight = Arc::new(tokio::sync::Semaphore::new(512));
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(clients));
     let interval = Duration::from_secs_f64(1.0 / f64::from(rate));
     let start = tokio::time::Instant::now();
     let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::from_os_rng();
@@ -454,7 +457,7 @@ async fn main() -> anyhow::Result<()> {
             for rate in rates {
                 eprintln!("open loop: {rate} Remember/s for {rate_seconds}s");
                 let (histogram, errors) =
-                    run_at_rate(&endpoint, rate, rate_seconds, spaces).await?;
+                    run_at_rate(&endpoint, rate, rate_seconds, spaces, clients).await?;
                 rate_rows.push(format!(
                     "| {rate} /s | {} | {} | {} | {} | {} | {errors} |",
                     histogram.len(),
@@ -493,9 +496,10 @@ async fn main() -> anyhow::Result<()> {
                  | requests | throughput | p50 | p90 | p99 | p99.9 | max | created | merged | trimmed | errors |\n\
                  |---|---|---|---|---|---|---|---|---|---|---|\n\
                  | {requests} | {throughput:.0} Remember/s | {p50} | {p90} | {p99} | {p999} | {max} | {created} | {merged} | {trimmed} | {errors} |\n\n\
-                 With 16 clients each waiting for its answer before sending again, mean latency is 16 / throughput, \
-                 so this run shows the saturation throughput, not the latency at a given load. Latency at fixed \
-                 offered loads (open loop, {rate_seconds} s each, measured from when each request was due):\n\n\
+                 With {clients} clients each waiting for its answer before sending again, mean latency is {clients} / \
+                 throughput, so this run shows the saturation throughput, not the latency at a given load. Latency \
+                 at fixed offered loads (open loop from the same {clients} concurrent clients, {rate_seconds} s each, \
+                 measured from when each request was due, so time spent waiting for a free client counts):\n\n\
                  | offered load | requests | p50 | p95 | p99 | max | errors |\n|---|---|---|---|---|---|---|\n{rate_rows}\n\n\
                  ## Near-duplicate lookup cost\n\n\
                  The write path's lookup (`engram_store::memories::find_near_duplicate`), 2,000 random fingerprints \
