@@ -337,10 +337,10 @@ pub struct RetrievalRecord {
     pub metrics: RetrievalMetrics,
 }
 
-/// How old cached scores may get before a retrieval that returns the entry rewrites them. Each
-/// rewrite updates the row and all its indexes; the capacity policy only needs scores fresher
-/// than a day, and a higher total than the cached one is always written, so the best relevance an
-/// entry showed is kept.
+/// How old cached scores may get before a retrieval that returns the entry rewrites them. A
+/// rewrite is cheap (a HOT update of the row and an update of its narrow `memory_retention` row)
+/// but not free; the capacity policy only needs scores fresher than a day, and a higher total than
+/// the cached one is always written, so the best relevance an entry showed is kept.
 const SCORES_REFRESH: std::time::Duration = std::time::Duration::from_secs(3600);
 
 pub async fn record(
@@ -367,10 +367,11 @@ pub async fn record(
              FROM unnest($6::uuid[], $7::jsonb[]) AS s(id, scores) \
              WHERE m.id = s.id AND m.id IN ( \
                  SELECT c.id FROM memories c JOIN unnest($6::uuid[], $7::jsonb[]) AS n(id, scores) ON n.id = c.id \
+                 JOIN memory_retention r ON r.memory_id = c.id \
                  WHERE c.user_id = $1 AND c.space = $2 \
-                   AND (c.last_scored_at IS NULL OR c.last_total IS NULL \
-                        OR c.last_scored_at < $8::timestamptz - make_interval(secs => $22) \
-                        OR c.last_total < (n.scores ->> 'total')::float8) \
+                   AND (r.last_scored_at IS NULL OR r.last_total IS NULL \
+                        OR r.last_scored_at < $8::timestamptz - make_interval(secs => $22) \
+                        OR r.last_total < (n.scores ->> 'total')::float8) \
                  FOR UPDATE OF c SKIP LOCKED) \
              RETURNING 1) \
          INSERT INTO retrieval_metrics (user_id, space, conversation_id, created_at, query, sparse_hits, \

@@ -376,8 +376,9 @@ struct PositionedTrim {
 /// recency exp(−Δt/τ) + importance (relevance 0) and cached; the `overage` lowest totals among
 /// entries that are neither pinned nor manually saved are deleted and audited as trims.
 ///
-/// Only the entries that can matter are read, each set through an index: all entries with a
-/// missing or stale cache (recomputed), and the `overage` lowest fresh totals of trimmable and of
+/// Only the entries that can matter are read, each set through an index of the narrow
+/// `memory_retention` table (kept in step with `memories` by triggers): all entries with a missing
+/// or stale cache (recomputed), and the `overage` lowest fresh totals of trimmable and of
 /// protected entries. The lowest `overage` entries of the whole space are among them, so the
 /// ranking is the reference's, at a cost that does not grow with the space.
 pub async fn enforce_soft_caps(
@@ -403,30 +404,28 @@ pub async fn enforce_soft_caps(
              SELECT t.position, u.id, u.created_at, u.importance, u.protected, \
                     exp(-greatest(extract(epoch FROM now() - u.created_at)::float8, 0) / $4) AS recency \
              FROM target t CROSS JOIN LATERAL ( \
-                 SELECT id, created_at, importance, pinned OR manually_saved AS protected \
-                 FROM memories m WHERE m.user_id = t.user_id AND m.space = t.space \
-                   AND m.last_scored_at IS NULL \
+                 SELECT memory_id AS id, created_at, importance, protected \
+                 FROM memory_retention r WHERE r.user_id = t.user_id AND r.space = t.space \
+                   AND r.last_scored_at IS NULL \
                  UNION ALL \
-                 SELECT id, created_at, importance, pinned OR manually_saved \
-                 FROM memories m WHERE m.user_id = t.user_id AND m.space = t.space \
-                   AND m.last_scored_at < now() - make_interval(secs => $5) \
+                 SELECT memory_id, created_at, importance, protected \
+                 FROM memory_retention r WHERE r.user_id = t.user_id AND r.space = t.space \
+                   AND r.last_scored_at < now() - make_interval(secs => $5) \
                  OFFSET 0) AS u), \
          lowest_trimmable AS ( \
              SELECT t.position, l.id, l.created_at, l.last_total \
              FROM target t CROSS JOIN LATERAL ( \
-                 SELECT id, created_at, last_total FROM memories m \
-                 WHERE m.user_id = t.user_id AND m.space = t.space \
-                   AND NOT (m.pinned OR m.manually_saved) \
-                   AND m.last_scored_at >= now() - make_interval(secs => $5) \
-                 ORDER BY last_total, created_at, id LIMIT t.overage) AS l), \
+                 SELECT memory_id AS id, created_at, last_total FROM memory_retention r \
+                 WHERE r.user_id = t.user_id AND r.space = t.space AND NOT r.protected \
+                   AND r.last_scored_at >= now() - make_interval(secs => $5) \
+                 ORDER BY last_total, created_at, memory_id LIMIT t.overage) AS l), \
          lowest_protected AS ( \
              SELECT t.position, l.id, l.created_at, l.last_total \
              FROM target t CROSS JOIN LATERAL ( \
-                 SELECT id, created_at, last_total FROM memories m \
-                 WHERE m.user_id = t.user_id AND m.space = t.space \
-                   AND (m.pinned OR m.manually_saved) \
-                   AND m.last_scored_at >= now() - make_interval(secs => $5) \
-                 ORDER BY last_total, created_at, id LIMIT t.overage) AS l), \
+                 SELECT memory_id AS id, created_at, last_total FROM memory_retention r \
+                 WHERE r.user_id = t.user_id AND r.space = t.space AND r.protected \
+                   AND r.last_scored_at >= now() - make_interval(secs => $5) \
+                 ORDER BY last_total, created_at, memory_id LIMIT t.overage) AS l), \
          ranked AS ( \
              SELECT position, id, protected, total, \
                     row_number() OVER (PARTITION BY position ORDER BY total, created_at, id) AS rank \

@@ -64,7 +64,11 @@ enum Command {
         report: std::path::PathBuf,
         /// Offered loads (Remember/s) measured open-loop after the closed-loop run, each for
         /// `rate_seconds`; latency counts from the scheduled send time (no coordinated omission).
-        #[arg(long, value_delimiter = ',', default_value = "250,500,750,1000,1250,1500")]
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "250,500,750,1000,1250,1500"
+        )]
         rates: Vec<u32>,
         #[arg(long, default_value_t = 15)]
         rate_seconds: u64,

@@ -113,6 +113,8 @@ async fn exceeding_the_soft_cap_trims_the_lowest_scores_and_spares_pinned_entrie
     );
     let settings = space_settings(&mut sandbox, &scope).await;
     assert_eq!(settings.memory_count, 3);
+    // The trim's rescoring and deletions reached the soft cap's own table.
+    crate::helpers::assert_retention_in_step(&sandbox.pool).await;
 }
 
 #[tokio::test]

@@ -127,6 +127,7 @@ async fn pin_and_unpin() {
         .memory
         .unwrap();
     assert!(!unpinned.pinned);
+    crate::helpers::assert_retention_in_step(&sandbox.pool).await;
     // Another user's memory id cannot be pinned from this scope.
     let stranger = new_scope("work");
     let denied = sandbox

@@ -125,3 +125,23 @@ pub(crate) async fn wait_until_embedded(sandbox: &Sandbox, limit: Duration) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// The soft cap's narrow table (`memory_retention`, kept by triggers) agrees with `memories`:
+/// one row per entry, with the entry's importance, protection and cached score.
+pub(crate) async fn assert_retention_in_step(pool: &sqlx::PgPool) {
+    let disagreements: Vec<(Option<Uuid>, Option<Uuid>)> = sqlx::query_as(
+        "SELECT m.id, r.memory_id FROM memories m FULL JOIN memory_retention r ON r.memory_id = m.id \
+         WHERE m.id IS NULL OR r.memory_id IS NULL \
+            OR r.user_id <> m.user_id OR r.space <> m.space OR r.created_at <> m.created_at \
+            OR r.importance <> m.importance OR r.protected <> (m.pinned OR m.manually_saved) \
+            OR r.last_total IS DISTINCT FROM (m.last_scores ->> 'total')::float8 \
+            OR r.last_scored_at IS DISTINCT FROM (m.last_scores ->> 'computed_at')::timestamptz",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert!(
+        disagreements.is_empty(),
+        "memory_retention out of step with memories: {disagreements:?}"
+    );
+}

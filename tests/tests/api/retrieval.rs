@@ -519,6 +519,7 @@ async fn retrieval_records_scores_and_metrics_but_never_touches_fsrs_state() {
         before,
         "FSRS state unchanged"
     );
+    crate::helpers::assert_retention_in_step(&sandbox.pool).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -86,6 +86,7 @@ async fn importing_the_same_batch_twice_creates_nothing_new() {
         .await
         .unwrap();
     assert_eq!(waiting, 4);
+    crate::helpers::assert_retention_in_step(&sandbox.pool).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
