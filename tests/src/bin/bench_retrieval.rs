@@ -662,6 +662,14 @@ async fn run(
     let memories: i64 = sqlx::query_scalar("SELECT count(*) FROM memories")
         .fetch_one(&pool)
         .await?;
+    // Whether requests will also rewrite cached scores: a fresh seed has none, and a retrieval
+    // rewrites missing, hour-old or lower scores of the entries it returns.
+    let fresh_scores: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM memories \
+         WHERE (last_scores ->> 'computed_at')::timestamptz > now() - interval '1 hour'",
+    )
+    .fetch_one(&pool)
+    .await?;
     let queries = query_set(&pool, spaces, 20_000).await?;
     let distinct = queries
         .iter()
@@ -775,8 +783,11 @@ async fn run(
          embedding cache, as in the service. Each measurement uses its own slice of the set.\n\n\
          ## Results\n\n\
          (a) is the whole RetrieveMemory pipeline with default settings (BM25 and vector legs over facts and \
-         episodes, RRF, FSRS ranking, MMR, the Markdown and its token count, pending reviews, cached scores \
-         and a metrics row written per request) over gRPC from this process. (b) is what a user would write \
+         episodes, RRF, the default ranking profile, MMR, the Markdown and its token count, pending reviews, \
+         cached scores and a metrics row written per request) over gRPC from this process. When the run \
+         started, {fresh_scores} of the {memories} memories had cached scores less than an hour old \
+         (a retrieval rewrites the missing, older or lower scores of the entries it returns: with none \
+         fresh, every request rewrites them all). (b) is what a user would write \
          instead: the same query embedder, then one SQL statement (websearch tsquery ranked by ts_rank, \
          pgvector cosine, RRF in SQL). (c) is the floor: the query embedding plus one indexed vector query. \
          Fixed load is open loop (latency from when each query was due); saturation is closed loop.\n\n\
