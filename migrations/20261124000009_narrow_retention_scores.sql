@@ -14,6 +14,12 @@
 -- keep memory_retention in step within the same statement, whoever writes: ingest, import,
 -- retrieval, the soft cap itself.
 
+-- No writer may slip between the backfill below and the triggers that take over from it.
+LOCK TABLE memories IN SHARE ROW EXCLUSIVE MODE;
+
+-- No foreign key: it would add a row lock and a lookup to every insert and a per-row cascade to
+-- every delete of the write path; the triggers below keep the two tables in step instead
+-- (TRUNCATE included), and an insert heals a leftover row of the same id rather than failing.
 CREATE TABLE memory_retention (
     memory_id       uuid        PRIMARY KEY,
     user_id         uuid        NOT NULL,
@@ -63,13 +69,25 @@ BEGIN
     INSERT INTO memory_retention (memory_id, user_id, space, created_at, importance, protected, last_total, last_scored_at)
     SELECT id, user_id, space, created_at, importance, pinned OR manually_saved,
            engram_cached_total(last_scores), engram_cached_at(last_scores)
-    FROM new_rows;
+    FROM new_rows
+    ON CONFLICT (memory_id) DO UPDATE SET
+        user_id = EXCLUDED.user_id, space = EXCLUDED.space, created_at = EXCLUDED.created_at,
+        importance = EXCLUDED.importance, protected = EXCLUDED.protected,
+        last_total = EXCLUDED.last_total, last_scored_at = EXCLUDED.last_scored_at;
     RETURN NULL;
 END $body$;
 
 CREATE FUNCTION memories_retention_delete() RETURNS trigger LANGUAGE plpgsql AS $body$
 BEGIN
-    DELETE FROM memory_retention r USING old_rows o WHERE r.memory_id = o.id;
+    -- An array of ids, so that the cached plan probes the primary key whatever it guessed about
+    -- the number of deleted rows.
+    DELETE FROM memory_retention WHERE memory_id = ANY (ARRAY(SELECT id FROM old_rows));
+    RETURN NULL;
+END $body$;
+
+CREATE FUNCTION memories_retention_truncate() RETURNS trigger LANGUAGE plpgsql AS $body$
+BEGIN
+    TRUNCATE memory_retention;
     RETURN NULL;
 END $body$;
 
@@ -77,6 +95,8 @@ CREATE TRIGGER memories_retention_after_insert AFTER INSERT ON memories
     REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION memories_retention_insert();
 CREATE TRIGGER memories_retention_after_delete AFTER DELETE ON memories
     REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION memories_retention_delete();
+CREATE TRIGGER memories_retention_after_truncate AFTER TRUNCATE ON memories
+    FOR EACH STATEMENT EXECUTE FUNCTION memories_retention_truncate();
 
 -- Updates of what the soft cap ranks by (created_at never changes once written, but an
 -- operator's correction must not leave the two tables apart). Row-level, so that the many updates that change none of

@@ -16,6 +16,12 @@ pub enum IngestError {
     /// The service cannot take the request now (shutting down).
     #[error("{0}")]
     Unavailable(String),
+    /// A write's commit was sent but not confirmed: it may or may not be stored.
+    #[error("the write's commit could not be confirmed")]
+    CommitUnconfirmed,
+    /// One failure shared by every write of a group commit.
+    #[error(transparent)]
+    Shared(std::sync::Arc<IngestError>),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -37,12 +43,25 @@ impl From<engram_recall::RecallError> for IngestError {
 
 impl From<IngestError> for Status {
     fn from(error: IngestError) -> Self {
+        Status::from(&error)
+    }
+}
+
+impl From<&IngestError> for Status {
+    fn from(error: &IngestError) -> Self {
         match error {
             IngestError::Invalid(error) => Status::invalid_argument(error.to_string()),
-            IngestError::NotFound(message) => Status::not_found(message),
-            IngestError::FailedPrecondition(message) => Status::failed_precondition(message),
-            IngestError::Unavailable(message) => Status::unavailable(message),
-            IngestError::Store(error) => engram_server::status::from_store_error(&error),
+            IngestError::NotFound(message) => Status::not_found(message.clone()),
+            IngestError::FailedPrecondition(message) => {
+                Status::failed_precondition(message.clone())
+            }
+            IngestError::Unavailable(message) => Status::unavailable(message.clone()),
+            IngestError::CommitUnconfirmed => Status::unknown(
+                "the write's commit could not be confirmed: it may have been stored; \
+                 list the space's entries before writing it again",
+            ),
+            IngestError::Shared(error) => Status::from(error.as_ref()),
+            IngestError::Store(error) => engram_server::status::from_store_error(error),
         }
     }
 }

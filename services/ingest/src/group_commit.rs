@@ -13,8 +13,15 @@
 //! merges, the inserts, the soft caps. A later round sees what earlier rounds wrote, exactly as
 //! if the writes had been made one after another in queue order.
 //!
-//! If a batch fails, it is rolled back and each of its writes is retried alone, so one write that
-//! the database refuses cannot fail the others.
+//! If the database refuses a statement of a batch, the batch is rolled back and its writes are
+//! retried one at a time, in queue order, so one write the database refuses cannot fail the
+//! others. A batch that cannot reach the database (connection lost, pool exhausted) fails as a
+//! whole, and a batch whose commit could not be confirmed is never retried: it may have landed.
+//!
+//! A write leaves with its batch once the batch starts: a caller who goes away after that (a
+//! cancelled request, a passed deadline) may still find the write made, as with any database
+//! write whose client disconnects while it commits. Callers already gone when a batch starts, or
+//! when a failed batch is retried, are skipped.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -32,7 +39,7 @@ use uuid::Uuid;
 
 use crate::config::MemorySettings;
 use crate::error::IngestError;
-use crate::metrics::IngestMetrics;
+use crate::metrics::{InFlightWrite, IngestMetrics};
 use crate::write_path::{
     Analysis, BackfillHooks, Decision, RememberCommand, RememberResult, create_audit_detail,
     decide, merge_audit_detail, merge_update, new_memory, overage_after_insert,
@@ -54,6 +61,42 @@ struct QueuedWrite {
     command: RememberCommand,
     analysis: Analysis,
     answer: oneshot::Sender<Result<RememberResult, IngestError>>,
+    /// Counts the write in flight until the committer is done with it.
+    _in_flight: InFlightWrite,
+}
+
+/// Why a batch did not commit.
+#[derive(Debug)]
+enum BatchFailure {
+    /// The database refused a statement; nothing was written.
+    Refused(IngestError),
+    /// The batch could not reach the database (or failed otherwise before its commit); nothing
+    /// was written.
+    NotWritten(IngestError),
+    /// The commit was sent but not confirmed: the writes may or may not be stored.
+    CommitUnconfirmed(IngestError),
+}
+
+impl BatchFailure {
+    /// Before the commit: a statement refused by the database, or a failure of the batch itself.
+    fn before_commit(error: IngestError) -> Self {
+        match &error {
+            IngestError::Store(engram_store::StoreError::Database(sqlx::Error::Database(_))) => {
+                BatchFailure::Refused(error)
+            }
+            _ => BatchFailure::NotWritten(error),
+        }
+    }
+
+    fn error(self) -> IngestError {
+        match self {
+            BatchFailure::Refused(error) | BatchFailure::NotWritten(error) => error,
+            BatchFailure::CommitUnconfirmed(error) => {
+                tracing::error!(%error, "a group commit was sent but not confirmed");
+                IngestError::CommitUnconfirmed
+            }
+        }
+    }
 }
 
 /// Where Remembers wait for their group commit; cheap to clone. The dispatcher stops when the
@@ -86,13 +129,13 @@ impl WriteQueue {
         command: RememberCommand,
         analysis: Analysis,
     ) -> Result<RememberResult, IngestError> {
-        let _in_flight = self.metrics.write_in_flight();
         let (answer, outcome) = oneshot::channel();
         self.sender
             .send(QueuedWrite {
                 command,
                 analysis,
                 answer,
+                _in_flight: self.metrics.write_in_flight(),
             })
             .await
             .map_err(|_| IngestError::Unavailable("the write path is shutting down".into()))?;
@@ -209,20 +252,26 @@ impl GroupCommitter {
                     let _ = write.answer.send(Ok(result));
                 }
             }
-            Err(error) if batch.len() == 1 => {
-                let write = batch.into_iter().next().expect("one write");
-                let _ = write.answer.send(Err(error));
-            }
-            Err(error) => {
-                tracing::warn!(%error, writes = batch.len(), "group commit failed; writing each alone");
-                let alone = batch.into_iter().map(|write| async move {
+            Err(BatchFailure::Refused(error)) if batch.len() > 1 => {
+                tracing::warn!(%error, writes = batch.len(), "the database refused a group commit; writing each alone");
+                for write in batch {
+                    if write.answer.is_closed() {
+                        continue;
+                    }
                     let result = self
                         .write_in_one_transaction(&[&write])
                         .await
-                        .map(|mut results| results.remove(0));
+                        .map(|mut results| results.remove(0))
+                        .map_err(BatchFailure::error);
                     let _ = write.answer.send(result);
-                });
-                futures::future::join_all(alone).await;
+                }
+            }
+            Err(failure) => {
+                // One failure for everyone: each caller gets its own copy of it.
+                let shared = Arc::new(failure.error());
+                for write in batch {
+                    let _ = write.answer.send(Err(IngestError::Shared(shared.clone())));
+                }
             }
         }
     }
@@ -231,7 +280,31 @@ impl GroupCommitter {
     async fn write_in_one_transaction(
         &self,
         writes: &[&QueuedWrite],
-    ) -> Result<Vec<RememberResult>, IngestError> {
+    ) -> Result<Vec<RememberResult>, BatchFailure> {
+        let results = self
+            .write_uncommitted(writes)
+            .await
+            .map_err(BatchFailure::before_commit)?;
+        let (transaction, results) = results;
+        transaction
+            .commit()
+            .await
+            .map_err(|error| BatchFailure::CommitUnconfirmed(error.into()))?;
+        self.after_commit(&results);
+        Ok(results)
+    }
+
+    /// Every statement of the batch, up to (not including) its commit.
+    async fn write_uncommitted(
+        &self,
+        writes: &[&QueuedWrite],
+    ) -> Result<
+        (
+            sqlx::Transaction<'static, sqlx::Postgres>,
+            Vec<RememberResult>,
+        ),
+        IngestError,
+    > {
         let mut transaction = self.pool.begin().await?;
         engram_store::lock_spaces(&mut transaction, writes.iter().map(|w| &w.command.scope))
             .await?;
@@ -240,8 +313,6 @@ impl GroupCommitter {
             self.write_round(&mut transaction, writes, &round, &mut results)
                 .await?;
         }
-        transaction.commit().await?;
-
         let results = results
             .into_iter()
             .collect::<Option<Vec<_>>>()
@@ -250,8 +321,7 @@ impl GroupCommitter {
                     "a write of the batch was left without an outcome".into(),
                 ))
             })?;
-        self.after_commit(&results);
-        Ok(results)
+        Ok((transaction, results))
     }
 
     /// The write path for one write per space (`round` indexes `writes`).

@@ -115,6 +115,7 @@ async fn pin_and_unpin() {
         .memory
         .unwrap();
     assert!(pinned.pinned);
+    crate::helpers::assert_retention_in_step(&sandbox.pool).await;
     let unpinned = sandbox
         .ingest
         .unpin(v1::UnpinRequest {

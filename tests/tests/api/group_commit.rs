@@ -136,12 +136,14 @@ async fn a_batch_of_mixed_writes_has_the_outcomes_of_writes_made_one_by_one() {
     wait_for_a_write_blocked_in_postgres(&own_pool).await;
 
     let mut queued = Vec::new();
+    let mut fresh_texts = Vec::new();
     for (index, scope) in fresh.iter().enumerate() {
         let text = format!(
             "Project {index} kickoff is scheduled for week {}",
             index + 10
         );
         queued.push(("fresh", spawn_remember(&sandbox, remember(scope, &text))));
+        fresh_texts.push((scope.clone(), text));
     }
     // Three writes of one text into one space: the first to arrive creates, the others merge, in
     // rounds of the same batch.
@@ -179,10 +181,18 @@ async fn a_batch_of_mixed_writes_has_the_outcomes_of_writes_made_one_by_one() {
     assert_eq!(outcome(&blocked), v1::RememberOutcome::Created);
     let mut repeated_outcomes = Vec::new();
     let mut repeated_ids = Vec::new();
+    let mut fresh_answers = fresh_texts.into_iter();
     for (kind, write) in queued {
         let response = write.await.unwrap().unwrap();
         match kind {
-            "fresh" => assert_eq!(outcome(&response), v1::RememberOutcome::Created),
+            "fresh" => {
+                assert_eq!(outcome(&response), v1::RememberOutcome::Created);
+                // Each caller gets its own write's outcome, not a neighbour's in the batch.
+                let (scope, text) = fresh_answers.next().unwrap();
+                let memory = response.memory.unwrap();
+                assert_eq!(memory.text, text);
+                assert_eq!(memory.scope, Some(scope));
+            }
             "repeated" => {
                 repeated_outcomes.push(outcome(&response));
                 repeated_ids.push(response.memory.unwrap().id);
@@ -279,6 +289,7 @@ async fn a_write_the_database_refuses_fails_alone() {
     .await
     .unwrap();
 
+    let (batches_before, writes_before) = sandbox.ingest_metrics.write_batches();
     let blocked_scope = new_scope("work");
     let blocker = hold_space_lock(&own_pool, &blocked_scope).await;
     let blocked = spawn_remember(&sandbox, remember(&blocked_scope, "Standup moved to 9:30"));
@@ -318,4 +329,7 @@ async fn a_write_the_database_refuses_fails_alone() {
         .await
         .unwrap();
     assert_eq!(stored, 5, "the blocked write and the four good ones");
+    // The five queued writes were one batch (then retried one by one), after the blocked one.
+    let (batches, writes) = sandbox.ingest_metrics.write_batches();
+    assert_eq!((batches - batches_before, writes - writes_before), (2, 6));
 }
