@@ -43,11 +43,28 @@ pub struct ContextQuery<'a> {
     pub text_digest: &'a [u8],
 }
 
+/// A row of a batch statement's answer, tagged with the 1-based position of the input it answers.
 #[derive(sqlx::FromRow)]
-struct PositionedContext {
+struct Positioned<T> {
     position: i64,
     #[sqlx(flatten)]
-    context: WriteContext,
+    row: T,
+}
+
+/// The rows of a batch statement, one per input in input order, or an error naming the
+/// statement if it answered anything else.
+fn one_per_input<T>(
+    rows: Vec<Positioned<T>>,
+    inputs: usize,
+    statement: &str,
+) -> Result<Vec<T>, StoreError> {
+    if rows.len() != inputs || rows.iter().zip(1..).any(|(row, at)| row.position != at) {
+        return Err(StoreError::Corrupt(format!(
+            "{statement} answered {} rows for {inputs} inputs",
+            rows.len()
+        )));
+    }
+    Ok(rows.into_iter().map(|row| row.row).collect())
 }
 
 /// The write context of every query, in the order given. The spaces must already be locked
@@ -68,7 +85,7 @@ pub async fn write_contexts(
         simhashes.push(query.simhash.as_i64());
         digests.push(query.text_digest);
     }
-    let rows = sqlx::query_as::<_, PositionedContext>(concat!(
+    let rows = sqlx::query_as::<_, Positioned<WriteContext>>(concat!(
         "SELECT w.position, \
                 COALESCE(s.memory_enabled, true) AS memory_enabled, \
                 COALESCE(s.incognito_default, false) AS incognito_default, \
@@ -98,14 +115,7 @@ pub async fn write_contexts(
     .bind(i64::from(engram_core::simhash::NEAR_DUPLICATE_DISTANCE))
     .fetch_all(connection)
     .await?;
-    if rows.len() != queries.len() || rows.iter().zip(1..).any(|(row, at)| row.position != at) {
-        return Err(StoreError::Corrupt(format!(
-            "write context query answered {} rows for {} writes",
-            rows.len(),
-            queries.len()
-        )));
-    }
-    Ok(rows.into_iter().map(|row| row.context).collect())
+    one_per_input(rows, queries.len(), "the write context query")
 }
 
 /// A new semantic memory with what is written beside it in the same statement.
@@ -360,13 +370,6 @@ pub struct TrimOutcome {
     pub protected_would_be_victims: Vec<Uuid>,
 }
 
-#[derive(sqlx::FromRow)]
-struct PositionedTrim {
-    position: i64,
-    #[sqlx(flatten)]
-    outcome: TrimOutcome,
-}
-
 /// Enforces the soft cap of every target space in one statement: the capacity policy of
 /// [`engram_core::capacity::plan_trim`] (the reference, which a test holds this SQL to), run
 /// where the rows are so that a write at the cap does not ship the whole space to the service.
@@ -396,7 +399,7 @@ pub async fn enforce_soft_caps(
     let overages: Vec<i64> = targets.iter().map(|t| t.overage).collect();
     // `OFFSET 0` keeps each space's lookups as LATERAL index probes: pulled up into a join, a
     // generic plan may guess a large batch and scan the table instead.
-    let rows = sqlx::query_as::<_, PositionedTrim>(
+    let rows = sqlx::query_as::<_, Positioned<TrimOutcome>>(
         "WITH target AS ( \
              SELECT * FROM unnest($1::uuid[], $2::text[], $3::int8[]) \
                  WITH ORDINALITY AS t(user_id, space, overage, position)), \
@@ -468,12 +471,5 @@ pub async fn enforce_soft_caps(
     .bind(staleness_secs)
     .fetch_all(connection)
     .await?;
-    if rows.len() != targets.len() || rows.iter().zip(1..).any(|(row, at)| row.position != at) {
-        return Err(StoreError::Corrupt(format!(
-            "soft cap statement answered {} rows for {} spaces",
-            rows.len(),
-            targets.len()
-        )));
-    }
-    Ok(rows.into_iter().map(|row| row.outcome).collect())
+    one_per_input(rows, targets.len(), "the soft cap statement")
 }
