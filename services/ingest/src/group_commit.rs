@@ -60,6 +60,9 @@ pub struct GroupCommitSettings {
 struct QueuedWrite {
     command: RememberCommand,
     analysis: Analysis,
+    /// The caller's trace context, for the event announcing a new entry (empty when no events
+    /// are published).
+    trace_headers: HashMap<String, String>,
     answer: oneshot::Sender<Result<RememberResult, IngestError>>,
     /// Counts the write in flight until the committer is done with it.
     _in_flight: InFlightWrite,
@@ -128,12 +131,14 @@ impl WriteQueue {
         &self,
         command: RememberCommand,
         analysis: Analysis,
+        trace_headers: HashMap<String, String>,
     ) -> Result<RememberResult, IngestError> {
         let (answer, outcome) = oneshot::channel();
         self.sender
             .send(QueuedWrite {
                 command,
                 analysis,
+                trace_headers,
                 answer,
                 _in_flight: self.metrics.write_in_flight(),
             })
@@ -281,11 +286,10 @@ impl GroupCommitter {
         &self,
         writes: &[&QueuedWrite],
     ) -> Result<Vec<RememberResult>, BatchFailure> {
-        let results = self
+        let (transaction, results) = self
             .write_uncommitted(writes)
             .await
             .map_err(BatchFailure::before_commit)?;
-        let (transaction, results) = results;
         transaction
             .commit()
             .await
@@ -405,7 +409,7 @@ impl GroupCommitter {
                     crate::bus::embedding_requested(
                         memory.id,
                         &writes[*at].command.scope,
-                        writes[*at].analysis.trace_headers.clone(),
+                        writes[*at].trace_headers.clone(),
                     )
                 })
             })

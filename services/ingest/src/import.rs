@@ -360,10 +360,7 @@ pub fn parse_entry(
     };
     let normalized = normalize_for_fingerprint(text.as_str());
     let simhash = SimHash::of_normalized(&normalized).as_i64();
-    let text_digest: String = crate::write_path::text_digest(&normalized)
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect();
+    let text_digest = engram_store::write_path::hex(&crate::write_path::text_digest(&normalized));
 
     let mut row = ImportRow {
         id: import_id(scope, &client_id),

@@ -96,9 +96,6 @@ pub(crate) struct Analysis {
     importance: f64,
     manually_saved: bool,
     category: Category,
-    /// The trace context of the request, for the event that announces a new entry (the entry is
-    /// written later, by the group commit, outside the request's span).
-    pub(crate) trace_headers: HashMap<String, String>,
 }
 
 pub(crate) fn analyse(command: &RememberCommand) -> Analysis {
@@ -121,7 +118,6 @@ pub(crate) fn analyse(command: &RememberCommand) -> Analysis {
         category: command
             .category
             .unwrap_or_else(|| importance::infer_category(text)),
-        trace_headers: engram_bus::current_trace_headers(),
     }
 }
 
@@ -187,7 +183,14 @@ impl MemoryWriter {
     #[tracing::instrument(skip_all, fields(user_id = %command.scope.user_id, space = %command.scope.space), err(Display))]
     pub async fn remember(&self, command: RememberCommand) -> Result<RememberResult, IngestError> {
         let analysis = analyse(&command);
-        self.queue.write(command, analysis).await
+        // The entry is written later, by the group commit, outside this request's span: the event
+        // announcing it carries this request's trace context.
+        let trace_headers = if self.hooks.publish_events {
+            engram_bus::current_trace_headers()
+        } else {
+            HashMap::new()
+        };
+        self.queue.write(command, analysis, trace_headers).await
     }
 }
 

@@ -86,12 +86,6 @@ pub struct NewSemanticMemory {
     pub last_scores: Scores,
 }
 
-/// Encodes scores for the `last_scores` column.
-pub(crate) fn scores_json(scores: &Scores) -> Result<serde_json::Value, StoreError> {
-    serde_json::to_value(scores)
-        .map_err(|error| StoreError::Corrupt(format!("cannot encode scores: {error}")))
-}
-
 /// SQL: the `columns` of the semantic memory of `$user` / `$space` nearest to SimHash
 /// `$simhash` within `$distance` bits, nearest then oldest first. The band equalities let Postgres
 /// probe the four band indexes instead of scanning the space (two fingerprints within distance 3

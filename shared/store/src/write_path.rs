@@ -9,13 +9,13 @@
 //! they stay index probes under generic plans, whatever the planner guesses about the batch size.
 
 use chrono::{DateTime, Utc};
-use engram_core::{ConversationId, RetentionPolicy, Scope, SimHash};
+use engram_core::{ConversationId, RetentionPolicy, Scope, Scores, SimHash};
 use serde::Serialize;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::StoreError;
-use crate::memories::{MemoryRecord, MergeUpdate, NewSemanticMemory, scores_json};
+use crate::memories::{MemoryRecord, MergeUpdate, NewSemanticMemory};
 use crate::outbox::NewOutboxEvent;
 
 /// What a write needs to know about its space, its conversation and the text's near-duplicate,
@@ -146,24 +146,30 @@ struct InsertRow<'a> {
     importance: f64,
     pinned: bool,
     manually_saved: bool,
-    last_scores: serde_json::Value,
+    last_scores: &'a Scores,
     audit_detail: &'a serde_json::Value,
     event_message_id: Option<Uuid>,
     event_routing_key: Option<&'a str>,
     event_type_name: Option<&'a str>,
-    /// bytea in Postgres's hex input form (`\x...`).
+    /// Hex; the statement decodes it.
     event_payload: Option<String>,
     event_trace_headers: Option<serde_json::Value>,
 }
 
-fn bytea_hex(bytes: &[u8]) -> String {
+/// Bytes as lowercase hex, for JSON documents the statements `decode(..., 'hex')`.
+pub fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
-    let mut hex = String::with_capacity(2 + bytes.len() * 2);
-    hex.push_str("\\x");
+    let mut hex = String::with_capacity(bytes.len() * 2);
     for byte in bytes {
         let _ = write!(hex, "{byte:02x}");
     }
     hex
+}
+
+/// Rows as one JSON document, for `jsonb_to_recordset`.
+fn json_document<T: Serialize>(rows: &[T], what: &str) -> Result<serde_json::Value, StoreError> {
+    serde_json::to_value(rows)
+        .map_err(|error| StoreError::Corrupt(format!("cannot encode {what}: {error}")))
 }
 
 /// Inserts semantic memories, their `create` audit events and (when given) the outbox events that
@@ -175,11 +181,11 @@ pub async fn insert_semantic_audited(
     if inserts.is_empty() {
         return Ok(Vec::new());
     }
-    let rows = inserts
+    let rows: Vec<InsertRow<'_>> = inserts
         .iter()
         .map(|insert| {
             let memory = insert.memory;
-            Ok(InsertRow {
+            InsertRow {
                 id: memory.id,
                 user_id: insert.scope.user_id.as_uuid(),
                 space: insert.scope.space.as_str(),
@@ -194,25 +200,24 @@ pub async fn insert_semantic_audited(
                 importance: memory.importance,
                 pinned: memory.pinned,
                 manually_saved: memory.manually_saved,
-                last_scores: scores_json(&memory.last_scores)?,
+                last_scores: &memory.last_scores,
                 audit_detail: &insert.audit_detail,
                 event_message_id: insert.event.map(|e| e.message_id),
                 event_routing_key: insert.event.map(|e| e.routing_key.as_str()),
                 event_type_name: insert.event.map(|e| e.type_name.as_str()),
-                event_payload: insert.event.map(|e| bytea_hex(&e.payload)),
+                event_payload: insert.event.map(|e| hex(&e.payload)),
                 event_trace_headers: insert.event.map(NewOutboxEvent::trace_headers_json),
-            })
+            }
         })
-        .collect::<Result<Vec<_>, StoreError>>()?;
-    let document = serde_json::to_value(&rows)
-        .map_err(|error| StoreError::Corrupt(format!("cannot encode new memories: {error}")))?;
+        .collect();
+    let document = json_document(&rows, "new memories")?;
     let sql = concat!(
         "WITH batch AS ( \
              SELECT * FROM jsonb_to_recordset($1) AS r(id uuid, user_id uuid, space text, \
                  conversation_id uuid, text text, role text, category text, simhash int8, tags text[], \
                  source_ids text[], metadata_confidence float8, importance float8, pinned boolean, \
                  manually_saved boolean, last_scores jsonb, audit_detail jsonb, event_message_id uuid, \
-                 event_routing_key text, event_type_name text, event_payload bytea, \
+                 event_routing_key text, event_type_name text, event_payload text, \
                  event_trace_headers jsonb)), \
          inserted AS ( \
              INSERT INTO memories (id, user_id, space, kind, conversation_id, text, role, category, \
@@ -229,7 +234,7 @@ pub async fn insert_semantic_audited(
              FROM inserted i JOIN batch b ON b.id = i.id), \
          outboxed AS ( \
              INSERT INTO outbox_events (message_id, routing_key, type_name, payload, trace_headers) \
-             SELECT b.event_message_id, b.event_routing_key, b.event_type_name, b.event_payload, \
+             SELECT b.event_message_id, b.event_routing_key, b.event_type_name, decode(b.event_payload, 'hex'), \
                     b.event_trace_headers \
              FROM inserted i JOIN batch b ON b.id = i.id \
              WHERE b.event_message_id IS NOT NULL) \
@@ -267,7 +272,7 @@ struct MergeRow<'a> {
     tags: &'a [String],
     source_ids: &'a [String],
     metadata_confidence: f64,
-    last_scores: serde_json::Value,
+    last_scores: &'a Scores,
     conversation_id: Option<Uuid>,
     audit_detail: &'a serde_json::Value,
 }
@@ -281,28 +286,25 @@ pub async fn apply_merges(
     if merges.is_empty() {
         return Ok(Vec::new());
     }
-    let rows = merges
+    let rows: Vec<MergeRow<'_>> = merges
         .iter()
-        .map(|merge| {
-            Ok(MergeRow {
-                id: merge.id,
-                user_id: merge.scope.user_id.as_uuid(),
-                space: merge.scope.space.as_str(),
-                repeat_count: merge.update.repeat_count,
-                importance: merge.update.importance,
-                manually_saved: merge.update.manually_saved,
-                pinned: merge.update.pinned,
-                tags: &merge.update.tags,
-                source_ids: &merge.update.source_ids,
-                metadata_confidence: merge.update.metadata_confidence,
-                last_scores: scores_json(&merge.update.last_scores)?,
-                conversation_id: merge.conversation.map(|c| c.as_uuid()),
-                audit_detail: &merge.audit_detail,
-            })
+        .map(|merge| MergeRow {
+            id: merge.id,
+            user_id: merge.scope.user_id.as_uuid(),
+            space: merge.scope.space.as_str(),
+            repeat_count: merge.update.repeat_count,
+            importance: merge.update.importance,
+            manually_saved: merge.update.manually_saved,
+            pinned: merge.update.pinned,
+            tags: &merge.update.tags,
+            source_ids: &merge.update.source_ids,
+            metadata_confidence: merge.update.metadata_confidence,
+            last_scores: &merge.update.last_scores,
+            conversation_id: merge.conversation.map(|c| c.as_uuid()),
+            audit_detail: &merge.audit_detail,
         })
-        .collect::<Result<Vec<_>, StoreError>>()?;
-    let document = serde_json::to_value(&rows)
-        .map_err(|error| StoreError::Corrupt(format!("cannot encode merges: {error}")))?;
+        .collect();
+    let document = json_document(&rows, "merges")?;
     let sql = concat!(
         "WITH batch AS ( \
              SELECT * FROM jsonb_to_recordset($1) AS r(id uuid, user_id uuid, space text, \
