@@ -27,7 +27,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use chrono::Utc;
-use engram_store::memories;
 use engram_store::outbox::NewOutboxEvent;
 use engram_store::write_path::{
     self, AuditedInsert, AuditedMerge, CapacityTarget, ContextQuery, TrimOutcome,
@@ -309,9 +308,11 @@ impl GroupCommitter {
         ),
         IngestError,
     > {
-        let mut transaction = self.pool.begin().await?;
-        engram_store::lock_spaces(&mut transaction, writes.iter().map(|w| &w.command.scope))
-            .await?;
+        let mut transaction = engram_store::begin_with_spaces_locked(
+            &self.pool,
+            writes.iter().map(|w| &w.command.scope),
+        )
+        .await?;
         let mut results: Vec<Option<RememberResult>> = vec![None; writes.len()];
         for round in rounds(writes) {
             self.write_round(&mut transaction, writes, &round, &mut results)
@@ -348,31 +349,18 @@ impl GroupCommitter {
         let contexts = write_path::write_contexts(connection, &queries).await?;
 
         let mut creates = Vec::new();
-        let mut merges = Vec::new();
-        for (&at, context) in round.iter().zip(contexts) {
-            match decide(&writes[at].command, &context) {
+        let mut merging = Vec::new();
+        for (&at, context) in round.iter().zip(&contexts) {
+            match decide(&writes[at].command, context) {
                 Decision::Skip(skipped) => results[at] = Some(skipped.into()),
-                Decision::Merge(id) => merges.push((at, id, context)),
+                Decision::Merge(existing) => merging.push((at, existing)),
                 Decision::Create => creates.push((at, context)),
             }
         }
 
-        // Merges. The near-duplicate was found under the space's lock, so it is still there; if it
-        // were not, the write creates an entry instead, as it would have without one.
+        // Merges, into the near-duplicates the context query read under the spaces' locks.
         let retention = self.settings.retention();
         let now = Utc::now();
-        let wanted: Vec<(&engram_core::Scope, Uuid)> = merges
-            .iter()
-            .map(|(at, id, _)| (&writes[*at].command.scope, *id))
-            .collect();
-        let existing = memories::get_many(connection, &wanted).await?;
-        let mut merging = Vec::new();
-        for ((at, _, context), existing) in merges.into_iter().zip(existing) {
-            match existing {
-                Some(existing) => merging.push((at, existing)),
-                None => creates.push((at, context)),
-            }
-        }
         let updates: Vec<_> = merging
             .iter()
             .map(|(at, existing)| {

@@ -196,12 +196,12 @@ impl MemoryWriter {
 
 /// What one write does, decided from its space's state (read under the space's lock).
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Decision {
+pub(crate) enum Decision<'a> {
     /// Nothing is written: memory is off, the conversation is incognito, or a tombstone blocks
     /// the text.
     Skip(Skipped),
     /// Fold the write into this near-duplicate.
-    Merge(Uuid),
+    Merge(&'a MemoryRecord),
     Create,
 }
 
@@ -226,7 +226,7 @@ impl From<Skipped> for RememberResult {
 }
 
 /// Memory off, incognito and tombstones first; then merge into a near-duplicate or create.
-pub(crate) fn decide(command: &RememberCommand, context: &WriteContext) -> Decision {
+pub(crate) fn decide<'a>(command: &RememberCommand, context: &'a WriteContext) -> Decision<'a> {
     if !context.memory_enabled {
         return Decision::Skip(Skipped::MemoryDisabled);
     }
@@ -240,8 +240,8 @@ pub(crate) fn decide(command: &RememberCommand, context: &WriteContext) -> Decis
     if let Some(expires_at) = context.tombstone_expires_at {
         return Decision::Skip(Skipped::Tombstone { expires_at });
     }
-    match context.near_duplicate_id {
-        Some(id) => Decision::Merge(id),
+    match &context.near_duplicate {
+        Some(existing) => Decision::Merge(existing),
         None => Decision::Create,
     }
 }

@@ -95,9 +95,7 @@ pub async fn lock_spaces<'a>(
     connection: &mut PgConnection,
     scopes: impl IntoIterator<Item = &'a engram_core::Scope>,
 ) -> Result<(), StoreError> {
-    let mut keys: Vec<i64> = scopes.into_iter().map(space_lock_key).collect();
-    keys.sort_unstable();
-    keys.dedup();
+    let keys = space_lock_keys(scopes);
     // unnest yields the keys in array order, and nothing reorders them before the locks are taken.
     sqlx::query(
         "SELECT pg_advisory_xact_lock(key), set_config('plan_cache_mode', 'force_generic_plan', true) \
@@ -107,6 +105,35 @@ pub async fn lock_spaces<'a>(
     .execute(connection)
     .await?;
     Ok(())
+}
+
+/// Begins a transaction that holds [`lock_spaces`]'s locks and uses generic plans, in one round
+/// trip: the `BEGIN` goes out as one simple query with the lock statement (the keys are integers
+/// written by us, so the statement text needs no parameters).
+pub async fn begin_with_spaces_locked<'a>(
+    pool: &PgPool,
+    scopes: impl IntoIterator<Item = &'a engram_core::Scope>,
+) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
+    use std::fmt::Write as _;
+    let keys = space_lock_keys(scopes);
+    let mut statement = String::from(
+        "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; \
+         SELECT pg_advisory_xact_lock(key) FROM unnest('{",
+    );
+    for (at, key) in keys.iter().enumerate() {
+        let separator = if at == 0 { "" } else { "," };
+        let _ = write!(statement, "{separator}{key}");
+    }
+    statement.push_str("}'::int8[]) AS key");
+    Ok(pool.begin_with(sqlx::AssertSqlSafe(statement)).await?)
+}
+
+/// The lock keys of some spaces, each once, in ascending order (see [`lock_spaces`]).
+fn space_lock_keys<'a>(scopes: impl IntoIterator<Item = &'a engram_core::Scope>) -> Vec<i64> {
+    let mut keys: Vec<i64> = scopes.into_iter().map(space_lock_key).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
 }
 
 /// A stable 64-bit key for the advisory lock of one (user, space).

@@ -177,50 +177,6 @@ pub async fn get(
     Ok(record)
 }
 
-/// The memories `(scope, id)` name, in the order given (`None` where a space holds no such id).
-pub async fn get_many(
-    connection: &mut PgConnection,
-    wanted: &[(&Scope, Uuid)],
-) -> Result<Vec<Option<MemoryRecord>>, StoreError> {
-    if wanted.is_empty() {
-        return Ok(Vec::new());
-    }
-    let user_ids: Vec<Uuid> = wanted
-        .iter()
-        .map(|(scope, _)| scope.user_id.as_uuid())
-        .collect();
-    let spaces: Vec<&str> = wanted
-        .iter()
-        .map(|(scope, _)| scope.space.as_str())
-        .collect();
-    let ids: Vec<Uuid> = wanted.iter().map(|(_, id)| *id).collect();
-    let sql = concat!(
-        "SELECT ",
-        memory_columns!(),
-        " FROM memories WHERE (user_id, space, id) IN ( \
-             SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[]))"
-    );
-    let found = sqlx::query_as::<_, MemoryRecord>(sql)
-        .bind(&user_ids)
-        .bind(&spaces)
-        .bind(&ids)
-        .fetch_all(connection)
-        .await?;
-    Ok(wanted
-        .iter()
-        .map(|(scope, id)| {
-            found
-                .iter()
-                .find(|record| {
-                    record.id == *id
-                        && record.user_id == scope.user_id.as_uuid()
-                        && record.space == scope.space.as_str()
-                })
-                .cloned()
-        })
-        .collect())
-}
-
 /// Sets or clears the pin; `None` when the space holds no such memory.
 pub async fn set_pinned(
     connection: &mut PgConnection,

@@ -1,8 +1,9 @@
 //! The statements of the write path, shaped for group commit: each statement serves every write
 //! of a batch at once (one per space), so a batch of N writes to N spaces costs the same few round
 //! trips and statement executions as a single write. One query reads everything the writes decide
-//! on, one statement inserts and audits the new entries, one applies the merges, one enforces the
-//! soft cap of every space that went over it.
+//! on (a near-duplicate's whole entry included, which a merge is computed from), one statement
+//! inserts and audits the new entries, one applies the merges, one enforces the soft cap of every
+//! space that went over it.
 //!
 //! Rows are passed as arrays (`unnest`) or as one JSON document (`jsonb_to_recordset`) when they
 //! carry arrays of their own (tags). Per-write lookups are written as LATERAL subqueries so that
@@ -11,7 +12,8 @@
 use chrono::{DateTime, Utc};
 use engram_core::{ConversationId, RetentionPolicy, Scope, Scores, SimHash};
 use serde::Serialize;
-use sqlx::PgConnection;
+use sqlx::postgres::PgRow;
+use sqlx::{FromRow, PgConnection, Row as _};
 use uuid::Uuid;
 
 use crate::StoreError;
@@ -20,7 +22,7 @@ use crate::outbox::NewOutboxEvent;
 
 /// What a write needs to know about its space, its conversation and the text's near-duplicate,
 /// read in one query (after the space lock is held, so it cannot change underneath).
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct WriteContext {
     pub memory_enabled: bool,
     pub incognito_default: bool,
@@ -30,8 +32,28 @@ pub struct WriteContext {
     pub conversation_incognito: Option<bool>,
     /// Expiry of a live tombstone matching the text (same digest or SimHash within distance 3).
     pub tombstone_expires_at: Option<DateTime<Utc>>,
-    /// The semantic memory this text would merge into (nearest within distance 3), if any.
-    pub near_duplicate_id: Option<Uuid>,
+    /// The semantic memory this text would merge into (nearest within distance 3), if any: the
+    /// whole entry, since the merge is computed from it.
+    pub near_duplicate: Option<MemoryRecord>,
+}
+
+impl<'r> FromRow<'r, PgRow> for WriteContext {
+    /// The context columns, and the near-duplicate's memory columns (all NULL when it has none).
+    fn from_row(row: &'r PgRow) -> Result<Self, sqlx::Error> {
+        let near_duplicate_id: Option<Uuid> = row.try_get("id")?;
+        Ok(Self {
+            memory_enabled: row.try_get("memory_enabled")?,
+            incognito_default: row.try_get("incognito_default")?,
+            soft_cap: row.try_get("soft_cap")?,
+            memory_count: row.try_get("memory_count")?,
+            conversation_incognito: row.try_get("conversation_incognito")?,
+            tombstone_expires_at: row.try_get("tombstone_expires_at")?,
+            near_duplicate: match near_duplicate_id {
+                Some(_) => Some(MemoryRecord::from_row(row)?),
+                None => None,
+            },
+        })
+    }
 }
 
 /// One write's question to [`write_contexts`].
@@ -98,12 +120,18 @@ pub async fn write_contexts(
                   WHERE t.user_id = w.user_id AND t.space = w.space AND ",
         live_tombstone_matches!("w.simhash", "w.digest", "$6"),
         ") AS tombstone_expires_at, \
-                duplicate.id AS near_duplicate_id \
+                duplicate.* \
          FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::int8[], $5::bytea[]) \
               WITH ORDINALITY AS w(user_id, space, conversation_id, simhash, digest, position) \
          LEFT JOIN spaces s ON s.user_id = w.user_id AND s.space = w.space \
          LEFT JOIN LATERAL (",
-        near_duplicate_lookup!("id", "w.user_id", "w.space", "w.simhash", "$6"),
+        near_duplicate_lookup!(
+            memory_columns!(),
+            "w.user_id",
+            "w.space",
+            "w.simhash",
+            "$6"
+        ),
         ") AS duplicate ON true \
          ORDER BY w.position"
     ))
