@@ -125,13 +125,7 @@ pub async fn write_contexts(
               WITH ORDINALITY AS w(user_id, space, conversation_id, simhash, digest, position) \
          LEFT JOIN spaces s ON s.user_id = w.user_id AND s.space = w.space \
          LEFT JOIN LATERAL (",
-        near_duplicate_lookup!(
-            memory_columns!(),
-            "w.user_id",
-            "w.space",
-            "w.simhash",
-            "$6"
-        ),
+        near_duplicate_lookup!(memory_columns!(), "w.user_id", "w.space", "w.simhash", "$6"),
         ") AS duplicate ON true \
          ORDER BY w.position"
     ))
