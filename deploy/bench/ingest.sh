@@ -21,6 +21,12 @@ if [[ "${BENCH_REUSE:-0}" != 1 || -z "$exists" ]]; then
     ENGRAM_DATABASE__URL="$url" "$bin/ingest" migrate
     "$bin/bench-ingest" --database-url "$url" seed
 fi
+# Every run starts right after a checkpoint: the seed's gigabytes of WAL would otherwise trigger one
+# at a point that varies from run to run, and the first write to each page after a checkpoint logs
+# the whole page (the benchmark's largest source of run-to-run spread). This is the costly end of
+# the checkpoint cycle, and the same for every run.
+log "checkpoint before the run"
+pg_psql "$db" -c "CHECKPOINT"
 
 # The write path is measured alone: the embedding backfill (which would compete for the same two
 # cores, and is measured by its own benchmark) is off.
