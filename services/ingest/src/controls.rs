@@ -46,8 +46,7 @@ impl MemoryWriter {
         memory: MemoryId,
         conversation: Option<ConversationId>,
     ) -> Result<Forgotten, IngestError> {
-        let mut transaction = self.pool.begin().await?;
-        engram_store::lock_space(&mut transaction, scope).await?;
+        let mut transaction = engram_store::begin_with_spaces_locked(&self.pool, [scope]).await?;
         let mut deleted = memories::delete(&mut transaction, scope, &[memory.as_uuid()]).await?;
         let deleted = deleted.pop().ok_or_else(|| not_found(memory, scope))?;
 
@@ -134,8 +133,7 @@ impl MemoryWriter {
         patch: SettingsPatch,
         conversation: Option<ConversationId>,
     ) -> Result<EffectiveSettings, IngestError> {
-        let mut transaction = self.pool.begin().await?;
-        engram_store::lock_space(&mut transaction, scope).await?;
+        let mut transaction = engram_store::begin_with_spaces_locked(&self.pool, [scope]).await?;
         let before = spaces::get(&mut transaction, scope).await?;
         let after = spaces::update(&mut transaction, scope, &patch).await?;
         audit::append(

@@ -25,7 +25,7 @@ pub mod write_path;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgPool;
 
 pub use error::StoreError;
 
@@ -73,43 +73,20 @@ pub async fn schema_is_current(pool: &PgPool) -> Result<bool, StoreError> {
         .all(|migration| applied.contains(&migration.version)))
 }
 
-/// Serializes writes to one (user, space) for the rest of the transaction. Near-duplicate
-/// detection and the capacity policy read the space and then write it; without the lock, two
-/// concurrent writes of the same text could both miss each other and create two rows.
-pub async fn lock_space(
-    connection: &mut PgConnection,
-    scope: &engram_core::Scope,
-) -> Result<(), StoreError> {
-    lock_spaces(connection, [scope]).await
-}
-
-/// [`lock_space`] for every space of a batch of writes, in one round trip. Keys are taken in
-/// ascending order, so two transactions locking overlapping sets wait for each other instead of
-/// deadlocking (a transaction holding one space's lock never asks for another).
+/// Begins a transaction that holds the write locks of some (user, space) pairs until it ends, in
+/// one round trip. Near-duplicate detection and the capacity policy read a space and then write
+/// it; without the lock, two concurrent writes of the same text could both miss each other and
+/// create two rows.
 ///
-/// The same round trip also switches the rest of the transaction to generic plans. Every statement
-/// of a write is keyed by its spaces, so a plan made for the parameters would be the same plan,
-/// yet Postgres kept re-planning them on each execution (custom plans), which cost about a tenth
-/// of a write's CPU in the ingest benchmark.
-pub async fn lock_spaces<'a>(
-    connection: &mut PgConnection,
-    scopes: impl IntoIterator<Item = &'a engram_core::Scope>,
-) -> Result<(), StoreError> {
-    let keys = space_lock_keys(scopes);
-    // unnest yields the keys in array order, and nothing reorders them before the locks are taken.
-    sqlx::query(
-        "SELECT pg_advisory_xact_lock(key), set_config('plan_cache_mode', 'force_generic_plan', true) \
-         FROM unnest($1::int8[]) AS key",
-    )
-    .bind(&keys)
-    .execute(connection)
-    .await?;
-    Ok(())
-}
-
-/// Begins a transaction that holds [`lock_spaces`]'s locks and uses generic plans, in one round
-/// trip: the `BEGIN` goes out as one simple query with the lock statement (the keys are integers
-/// written by us, so the statement text needs no parameters).
+/// Keys are taken in ascending order, so two transactions locking overlapping sets wait for each
+/// other instead of deadlocking (a transaction holding one space's lock never asks for another).
+/// The `BEGIN` goes out as one simple query with the lock statement (the keys are integers written
+/// by us, so the statement text needs no parameters).
+///
+/// The same round trip also switches the transaction to generic plans. Every statement of a write
+/// is keyed by its spaces, so a plan made for the parameters would be the same plan, yet Postgres
+/// kept re-planning them on each execution (custom plans), which cost about a tenth of a write's
+/// CPU in the ingest benchmark.
 pub async fn begin_with_spaces_locked<'a>(
     pool: &PgPool,
     scopes: impl IntoIterator<Item = &'a engram_core::Scope>,
@@ -128,7 +105,7 @@ pub async fn begin_with_spaces_locked<'a>(
     Ok(pool.begin_with(sqlx::AssertSqlSafe(statement)).await?)
 }
 
-/// The lock keys of some spaces, each once, in ascending order (see [`lock_spaces`]).
+/// The lock keys of some spaces, each once, in ascending order.
 fn space_lock_keys<'a>(scopes: impl IntoIterator<Item = &'a engram_core::Scope>) -> Vec<i64> {
     let mut keys: Vec<i64> = scopes.into_iter().map(space_lock_key).collect();
     keys.sort_unstable();

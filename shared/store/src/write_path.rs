@@ -90,7 +90,7 @@ fn one_per_input<T>(
 }
 
 /// The write context of every query, in the order given. The spaces must already be locked
-/// ([`crate::lock_spaces`]).
+/// ([`crate::begin_with_spaces_locked`]).
 pub async fn write_contexts(
     connection: &mut PgConnection,
     queries: &[ContextQuery<'_>],

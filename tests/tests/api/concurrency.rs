@@ -52,8 +52,7 @@ async fn requests_beyond_the_connection_limit_get_resource_exhausted() {
     // Hold the space's write lock so that writes to it wait (on a pool of our own: the service's
     // connections are all needed by the writes).
     let own_pool = sqlx::PgPool::connect(sandbox.database.url()).await.unwrap();
-    let mut blocker = own_pool.begin().await.unwrap();
-    engram_store::lock_space(&mut blocker, &core_scope)
+    let blocker = engram_store::begin_with_spaces_locked(&own_pool, [&core_scope])
         .await
         .unwrap();
 

@@ -25,11 +25,9 @@ async fn hold_space_lock(
     scope: &v1::Scope,
 ) -> sqlx::Transaction<'static, sqlx::Postgres> {
     let core_scope = engram_core::Scope::parse("scope", &scope.user_id, &scope.space).unwrap();
-    let mut blocker = pool.begin().await.unwrap();
-    engram_store::lock_space(&mut blocker, &core_scope)
+    engram_store::begin_with_spaces_locked(pool, [&core_scope])
         .await
-        .unwrap();
-    blocker
+        .unwrap()
 }
 
 /// Waits until a write is blocked on a space's lock in Postgres (so it holds its commit slot).
