@@ -65,8 +65,8 @@ pub struct MemorySettings {
     pub write_batch_max: usize,
     /// Group-commit transactions in flight at once (each holds a database connection).
     pub write_batch_concurrency: usize,
-    /// Longest a group commit waits for the writes recent batches suggest are on their way, in
-    /// microseconds; 0 never waits.
+    /// Longest a freed commit slot waits for its share of the writes under way (such as the
+    /// callers it just answered), in microseconds; 0 never waits.
     pub write_batch_linger_us: u64,
 }
 

@@ -25,6 +25,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use engram_store::outbox::NewOutboxEvent;
@@ -32,7 +33,7 @@ use engram_store::write_path::{
     self, AuditedInsert, AuditedMerge, CapacityTarget, ContextQuery, TrimOutcome,
 };
 use sqlx::{PgConnection, PgPool};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument as _;
 use uuid::Uuid;
 
@@ -52,7 +53,7 @@ pub struct GroupCommitSettings {
     /// Transactions in flight at once (each holds a database connection).
     pub concurrency: usize,
     /// Longest a batch waits for the writes it expects (see [`dispatch`]); zero: never waits.
-    pub linger: std::time::Duration,
+    pub linger: Duration,
 }
 
 /// A write waiting for its group commit, with where to send its answer.
@@ -63,6 +64,8 @@ struct QueuedWrite {
     /// are published).
     trace_headers: HashMap<String, String>,
     answer: oneshot::Sender<Result<RememberResult, IngestError>>,
+    /// When the write joined the queue (tells a returning caller from one that was waiting).
+    queued_at: Instant,
     /// Counts the write in flight until the committer is done with it.
     _in_flight: InFlightWrite,
 }
@@ -139,6 +142,7 @@ impl WriteQueue {
                 analysis,
                 trace_headers,
                 answer,
+                queued_at: Instant::now(),
                 _in_flight: self.metrics.write_in_flight(),
             })
             .await
@@ -149,76 +153,134 @@ impl WriteQueue {
     }
 }
 
+/// A commit slot handed back by its batch: how many writes the batch took, how many callers it
+/// answered, and when.
+#[derive(Debug, Clone, Copy)]
+struct FreedSlot {
+    taken: usize,
+    answered: usize,
+    at: Instant,
+}
+
 /// Hands what is waiting to the next free commit slot, until every sender is gone.
 async fn dispatch(
     mut queue: mpsc::Receiver<QueuedWrite>,
     committer: Arc<GroupCommitter>,
     settings: GroupCommitSettings,
 ) {
-    let slots = Arc::new(Semaphore::new(settings.concurrency));
-    let mut sizer = BatchSizer::default();
+    let (slot_freed, mut free_slots) = mpsc::channel::<FreedSlot>(settings.concurrency);
+    for _ in 0..settings.concurrency {
+        let _ = slot_freed.try_send(FreedSlot {
+            taken: 0,
+            answered: 0,
+            at: Instant::now(),
+        });
+    }
+    // Writes in the batches now committing.
+    let mut committing = 0;
     loop {
-        let slot: OwnedSemaphorePermit = match slots.clone().acquire_owned().await {
-            Ok(slot) => slot,
-            Err(_) => return,
+        let Some(slot) = free_slots.recv().await else {
+            return;
         };
+        committing -= slot.taken;
         let mut batch = Vec::with_capacity(settings.max_batch);
         if queue.recv_many(&mut batch, settings.max_batch).await == 0 {
             return;
         }
-        // Under load, writes come back in waves (the callers of the last batch); a batch that
-        // leaves with the first of a wave is paid in full for one write, and the rest of the wave
-        // waits behind it. So when fewer writes are waiting than recent batches held, give the
-        // others a moment to arrive. When the service is quiet the expected size is one and
-        // nothing waits.
-        let expected = sizer.expected().min(settings.max_batch);
-        if batch.len() < expected && !settings.linger.is_zero() {
+        let returning = wave_still_expected(
+            slot,
+            batch.iter().map(|write| write.queued_at),
+            Instant::now(),
+            settings.linger,
+        );
+        let wanted = batch_to_wait_for(
+            BatchOutlook {
+                committing,
+                gathered: batch.len(),
+                queued: queue.len(),
+                returning,
+            },
+            settings,
+        );
+        if wanted > batch.len() {
             let deadline = tokio::time::Instant::now() + settings.linger;
-            while batch.len() < expected {
-                let wanted = settings.max_batch - batch.len();
-                match tokio::time::timeout_at(deadline, queue.recv_many(&mut batch, wanted)).await {
+            while batch.len() < wanted {
+                let room = wanted - batch.len();
+                match tokio::time::timeout_at(deadline, queue.recv_many(&mut batch, room)).await {
                     Ok(0) | Err(_) => break,
                     Ok(_) => {}
                 }
             }
         }
-        sizer.observe(batch.len());
+        let taken = batch.len();
+        committing += taken;
         let committer = committer.clone();
-        let span = tracing::info_span!("group_commit", writes = batch.len());
+        let slot_freed = slot_freed.clone();
+        let span = tracing::info_span!("group_commit", writes = taken);
         tokio::spawn(
             async move {
-                committer.commit(batch).await;
-                drop(slot);
+                let answered = committer.commit(batch).await;
+                let _ = slot_freed
+                    .send(FreedSlot {
+                        taken,
+                        answered,
+                        at: Instant::now(),
+                    })
+                    .await;
             }
             .instrument(span),
         );
     }
 }
 
-/// The size recent batches had (an exponentially weighted mean): what the next batch may expect
-/// to gather.
+/// What a free slot sees when its first writes arrive.
 #[derive(Debug, Clone, Copy)]
-struct BatchSizer {
-    mean: f64,
+struct BatchOutlook {
+    /// Writes in the other slots' batches.
+    committing: usize,
+    /// Writes this batch already holds.
+    gathered: usize,
+    /// Writes still queued behind them.
+    queued: usize,
+    /// Callers this slot just answered who are expected back at once.
+    returning: usize,
 }
 
-impl Default for BatchSizer {
-    fn default() -> Self {
-        Self { mean: 1.0 }
+/// How many writes a batch should hold before it leaves (it waits at most `linger` for them).
+///
+/// Under load, writes come back in waves: the callers a batch has just answered send their next
+/// write at once. A batch that leaves with the first of its wave is paid in full (each batch
+/// costs several round trips and a commit whatever its size) for a few writes, and the rest wait a
+/// whole batch for the next slot; and slots whose batches differ in size stay that way, one
+/// carrying most of the load, the other a few writes at full price. So a batch waits for its
+/// share of the writes under way (committing elsewhere, here, queued or returning, spread over
+/// the slots), but never for more than can come: the writes here, queued and returning.
+fn batch_to_wait_for(outlook: BatchOutlook, settings: GroupCommitSettings) -> usize {
+    if settings.linger.is_zero() {
+        return outlook.gathered;
     }
+    let here = outlook.gathered + outlook.queued + outlook.returning;
+    let share = (outlook.committing + here).div_ceil(settings.concurrency.max(1));
+    share
+        .min(here)
+        .min(settings.max_batch)
+        .max(outlook.gathered)
 }
 
-impl BatchSizer {
-    /// Weight of the newest batch.
-    const WEIGHT: f64 = 0.25;
-
-    fn observe(&mut self, size: usize) {
-        self.mean += Self::WEIGHT * (size as f64 - self.mean);
+/// How many callers a slot just answered are still expected back (writes queued since the slot
+/// was freed are theirs); none if the slot was freed more than `linger` ago, so a quiet service
+/// never waits.
+fn wave_still_expected(
+    slot: FreedSlot,
+    queued_at: impl Iterator<Item = Instant>,
+    now: Instant,
+    linger: Duration,
+) -> usize {
+    if linger.is_zero() || now.saturating_duration_since(slot.at) > linger {
+        return 0;
     }
-
-    fn expected(&self) -> usize {
-        self.mean.round().max(1.0) as usize
-    }
+    let returned = queued_at.filter(|&queued| queued >= slot.at).count();
+    slot.answered.saturating_sub(returned)
 }
 
 /// Carries out batches of writes.
@@ -231,17 +293,19 @@ pub(crate) struct GroupCommitter {
 }
 
 impl GroupCommitter {
-    async fn commit(&self, batch: Vec<QueuedWrite>) {
+    /// Writes the batch and answers its callers; returns how many it answered.
+    async fn commit(&self, batch: Vec<QueuedWrite>) -> usize {
         // A caller that went away (cancelled, past its deadline) gets nothing written.
         let batch: Vec<QueuedWrite> = batch
             .into_iter()
             .filter(|write| !write.answer.is_closed())
             .collect();
+        let answered = batch.len();
         if batch.is_empty() {
-            return;
+            return 0;
         }
         self.metrics.record_write_batch(batch.len());
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let writes: Vec<&QueuedWrite> = batch.iter().collect();
         let written = self.write_in_one_transaction(&writes).await;
         tracing::debug!(
@@ -278,6 +342,7 @@ impl GroupCommitter {
                 }
             }
         }
+        answered
     }
 
     /// The whole batch in one transaction; one result per write, in order.
@@ -531,21 +596,131 @@ mod tests {
     }
 
     #[test]
-    fn the_expected_batch_follows_recent_sizes() {
-        let mut sizer = BatchSizer::default();
-        assert_eq!(sizer.expected(), 1, "a quiet service waits for nothing");
-        for _ in 0..20 {
-            sizer.observe(16);
-        }
-        assert_eq!(sizer.expected(), 16);
-        for _ in 0..20 {
-            sizer.observe(1);
-        }
+    fn a_batch_waits_for_the_callers_its_slot_just_answered() {
+        let freed = Instant::now();
+        let linger = Duration::from_millis(1);
+        let slot = FreedSlot {
+            taken: 8,
+            answered: 8,
+            at: freed,
+        };
+        let soon = freed + Duration::from_micros(200);
+        let before = freed - Duration::from_micros(500);
         assert_eq!(
-            sizer.expected(),
-            1,
-            "back to no waiting once the load is gone"
+            wave_still_expected(slot, [soon, soon, soon].into_iter(), soon, linger),
+            5,
+            "three of the eight are back"
         );
+        assert_eq!(
+            wave_still_expected(slot, [before, before, soon].into_iter(), soon, linger),
+            7,
+            "writes queued before the slot was freed are not its wave"
+        );
+        assert_eq!(
+            wave_still_expected(slot, std::iter::repeat_n(soon, 9), soon, linger),
+            0,
+            "the wave is back"
+        );
+    }
+
+    #[test]
+    fn a_quiet_slot_or_no_linger_waits_for_nothing() {
+        let freed = Instant::now();
+        let slot = FreedSlot {
+            taken: 8,
+            answered: 8,
+            at: freed,
+        };
+        let later = freed + Duration::from_millis(5);
+        assert_eq!(
+            wave_still_expected(slot, [later].into_iter(), later, Duration::from_millis(1)),
+            0,
+            "freed long ago: its callers are not coming back at once"
+        );
+        assert_eq!(
+            wave_still_expected(slot, [freed].into_iter(), freed, Duration::ZERO),
+            0
+        );
+        let idle = FreedSlot {
+            taken: 0,
+            answered: 0,
+            at: freed,
+        };
+        assert_eq!(
+            wave_still_expected(idle, [freed].into_iter(), freed, Duration::from_millis(1)),
+            0,
+            "a slot that answered no one expects no one"
+        );
+    }
+
+    fn settings(concurrency: usize) -> GroupCommitSettings {
+        GroupCommitSettings {
+            max_batch: 32,
+            concurrency,
+            linger: Duration::from_millis(1),
+        }
+    }
+
+    #[test]
+    fn a_batch_waits_for_its_share_of_the_writes_under_way() {
+        // 16 callers, two slots: the other slot commits 8, this one answered 8, one is back.
+        let outlook = BatchOutlook {
+            committing: 8,
+            gathered: 1,
+            queued: 0,
+            returning: 7,
+        };
+        assert_eq!(batch_to_wait_for(outlook, settings(2)), 8);
+        // Lopsided slots even out: 15 committing elsewhere, one caller here.
+        let lopsided = BatchOutlook {
+            committing: 15,
+            gathered: 1,
+            queued: 0,
+            returning: 0,
+        };
+        assert_eq!(
+            batch_to_wait_for(lopsided, settings(2)),
+            1,
+            "never waits for writes that cannot come"
+        );
+        let wave_back = BatchOutlook {
+            committing: 1,
+            gathered: 2,
+            queued: 0,
+            returning: 13,
+        };
+        assert_eq!(
+            batch_to_wait_for(wave_back, settings(2)),
+            8,
+            "takes its share and leaves the rest to the other slot"
+        );
+    }
+
+    #[test]
+    fn a_batch_never_waits_without_linger_or_beyond_the_maximum() {
+        let outlook = BatchOutlook {
+            committing: 0,
+            gathered: 2,
+            queued: 0,
+            returning: 6,
+        };
+        let no_linger = GroupCommitSettings {
+            linger: Duration::ZERO,
+            ..settings(1)
+        };
+        assert_eq!(batch_to_wait_for(outlook, no_linger), 2);
+        let small = GroupCommitSettings {
+            max_batch: 4,
+            ..settings(1)
+        };
+        assert_eq!(batch_to_wait_for(outlook, small), 4);
+        let quiet = BatchOutlook {
+            committing: 0,
+            gathered: 1,
+            queued: 0,
+            returning: 0,
+        };
+        assert_eq!(batch_to_wait_for(quiet, settings(2)), 1);
     }
 
     #[test]

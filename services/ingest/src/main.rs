@@ -3,6 +3,11 @@
 use clap::{Parser, Subcommand};
 use engram_ingest::{App, IngestSettings};
 
+/// Many small, short-lived allocations per request (protobuf, JSON, analysis): mimalloc serves them
+/// with far less CPU than glibc malloc (see docs/benchmarks/README.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "ingest",
