@@ -65,8 +65,9 @@ pub struct MemorySettings {
     pub write_batch_max: usize,
     /// Group-commit transactions in flight at once (each holds a database connection).
     pub write_batch_concurrency: usize,
-    /// Longest a freed commit slot waits for its share of the writes under way (such as the
-    /// callers it just answered), in microseconds; 0 never waits.
+    /// How long a freed commit slot waits for the next write of the wave it expects (its share
+    /// of the writes under way, such as the callers it just answered); each arrival restarts the
+    /// wait. Microseconds; 0 never waits.
     pub write_batch_linger_us: u64,
 }
 
@@ -130,7 +131,7 @@ impl IngestSettings {
             ("memory.max_text_chars", 8_192i64.into()),
             ("memory.write_batch_max", 32i64.into()),
             ("memory.write_batch_concurrency", 2i64.into()),
-            ("memory.write_batch_linger_us", 1_000i64.into()),
+            ("memory.write_batch_linger_us", 3_000i64.into()),
             // The backfill's own embed.* settings (the model ones are shared with retrieval).
             ("embed.poll_interval_ms", 1_000i64.into()),
             ("embed.max_failures", 5i64.into()),

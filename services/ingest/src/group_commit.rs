@@ -64,8 +64,6 @@ struct QueuedWrite {
     /// are published).
     trace_headers: HashMap<String, String>,
     answer: oneshot::Sender<Result<RememberResult, IngestError>>,
-    /// When the write joined the queue (tells a returning caller from one that was waiting).
-    queued_at: Instant,
     /// Counts the write in flight until the committer is done with it.
     _in_flight: InFlightWrite,
 }
@@ -142,7 +140,6 @@ impl WriteQueue {
                 analysis,
                 trace_headers,
                 answer,
-                queued_at: Instant::now(),
                 _in_flight: self.metrics.write_in_flight(),
             })
             .await
@@ -153,13 +150,12 @@ impl WriteQueue {
     }
 }
 
-/// A commit slot handed back by its batch: how many writes the batch took, how many callers it
-/// answered, and when.
+/// A commit slot handed back by its batch: how many writes the batch took, and how many callers
+/// it answered.
 #[derive(Debug, Clone, Copy)]
 struct FreedSlot {
     taken: usize,
     answered: usize,
-    at: Instant,
 }
 
 /// Hands what is waiting to the next free commit slot, until every sender is gone.
@@ -168,119 +164,173 @@ async fn dispatch(
     committer: Arc<GroupCommitter>,
     settings: GroupCommitSettings,
 ) {
-    let (slot_freed, mut free_slots) = mpsc::channel::<FreedSlot>(settings.concurrency);
-    for _ in 0..settings.concurrency {
-        let _ = slot_freed.try_send(FreedSlot {
-            taken: 0,
-            answered: 0,
-            at: Instant::now(),
-        });
-    }
-    // Writes in the batches now committing.
-    let mut committing = 0;
+    let (slot_freed, mut freed_slots) = mpsc::channel::<FreedSlot>(settings.concurrency);
+    let mut planner = WavePlanner::new(settings);
     loop {
-        let Some(slot) = free_slots.recv().await else {
-            return;
-        };
-        committing -= slot.taken;
-        let mut batch = Vec::with_capacity(settings.max_batch);
-        if queue.recv_many(&mut batch, settings.max_batch).await == 0 {
-            return;
+        // A free slot; batches finishing meanwhile are taken into account as they are handed
+        // back, so that the callers they answered are expected before any batch leaves.
+        while planner.free_slots == 0 {
+            match freed_slots.recv().await {
+                Some(slot) => planner.slot_freed(slot, Instant::now()),
+                None => return,
+            }
         }
-        let returning = wave_still_expected(
-            slot,
-            batch.iter().map(|write| write.queued_at),
-            Instant::now(),
-            settings.linger,
-        );
-        let wanted = batch_to_wait_for(
-            BatchOutlook {
-                committing,
-                gathered: batch.len(),
-                queued: queue.len(),
-                returning,
-            },
-            settings,
-        );
+        let mut batch = Vec::with_capacity(settings.max_batch);
+        loop {
+            tokio::select! {
+                biased;
+                Some(slot) = freed_slots.recv() => planner.slot_freed(slot, Instant::now()),
+                received = queue.recv_many(&mut batch, settings.max_batch) => {
+                    if received == 0 {
+                        return;
+                    }
+                    planner.forget_stale(Instant::now());
+                    planner.received(received, Instant::now());
+                    break;
+                }
+            }
+        }
+        let wanted = planner.batch_to_wait_for(batch.len(), queue.len());
         if wanted > batch.len() {
-            let deadline = tokio::time::Instant::now() + settings.linger;
+            // The wave is awaited while it keeps arriving: each write moves the deadline.
+            let mut deadline = tokio::time::Instant::now() + settings.linger;
             while batch.len() < wanted {
                 let room = wanted - batch.len();
-                match tokio::time::timeout_at(deadline, queue.recv_many(&mut batch, room)).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {}
+                tokio::select! {
+                    biased;
+                    Some(slot) = freed_slots.recv() => planner.slot_freed(slot, Instant::now()),
+                    received = tokio::time::timeout_at(deadline, queue.recv_many(&mut batch, room)) => {
+                        match received {
+                            Ok(0) => break,
+                            Ok(received) => {
+                                planner.received(received, Instant::now());
+                                deadline = tokio::time::Instant::now() + settings.linger;
+                            }
+                            Err(_) => {
+                                planner.stop_expecting();
+                                break;
+                            }
+                        }
+                    }
                 }
             }
         }
         let taken = batch.len();
-        committing += taken;
+        tracing::trace!(
+            wanted,
+            taken,
+            committing = planner.committing,
+            owed = planner.owed,
+            free = planner.free_slots,
+            "batch planned"
+        );
+        planner.dispatched(taken);
         let committer = committer.clone();
         let slot_freed = slot_freed.clone();
         let span = tracing::info_span!("group_commit", writes = taken);
         tokio::spawn(
             async move {
                 let answered = committer.commit(batch).await;
-                let _ = slot_freed
-                    .send(FreedSlot {
-                        taken,
-                        answered,
-                        at: Instant::now(),
-                    })
-                    .await;
+                let _ = slot_freed.send(FreedSlot { taken, answered }).await;
             }
             .instrument(span),
         );
     }
 }
 
-/// What a free slot sees when its first writes arrive.
-#[derive(Debug, Clone, Copy)]
-struct BatchOutlook {
-    /// Writes in the other slots' batches.
-    committing: usize,
-    /// Writes this batch already holds.
-    gathered: usize,
-    /// Writes still queued behind them.
-    queued: usize,
-    /// Callers this slot just answered who are expected back at once.
-    returning: usize,
-}
-
-/// How many writes a batch should hold before it leaves (it waits at most `linger` for them).
+/// How big the next batch should be: what the dispatcher knows about the writes under way.
 ///
 /// Under load, writes come back in waves: the callers a batch has just answered send their next
-/// write at once. A batch that leaves with the first of its wave is paid in full (each batch
-/// costs several round trips and a commit whatever its size) for a few writes, and the rest wait a
-/// whole batch for the next slot; and slots whose batches differ in size stay that way, one
-/// carrying most of the load, the other a few writes at full price. So a batch waits for its
-/// share of the writes under way (committing elsewhere, here, queued or returning, spread over
-/// the slots), but never for more than can come: the writes here, queued and returning.
-fn batch_to_wait_for(outlook: BatchOutlook, settings: GroupCommitSettings) -> usize {
-    if settings.linger.is_zero() {
-        return outlook.gathered;
-    }
-    let here = outlook.gathered + outlook.queued + outlook.returning;
-    let share = (outlook.committing + here).div_ceil(settings.concurrency.max(1));
-    share
-        .min(here)
-        .min(settings.max_batch)
-        .max(outlook.gathered)
+/// write at once. A batch that leaves with the first of a wave is paid in full (each batch costs
+/// several round trips and a commit whatever its size) for a few writes, and the writes it leaves
+/// behind wait a whole batch for the next slot, which doubles their latency; and slots whose
+/// batches differ in size stay that way, one carrying most of the load, the other a few writes at
+/// full price. So a batch waits (at most `linger`) for its share of the writes under way —
+/// committing, gathered, queued, or owed: answered moments ago and not yet back — spread over
+/// the slots, but never for more than can come to it (gathered, queued and owed). A quiet
+/// service owes no one, so it never waits.
+#[derive(Debug, Clone)]
+struct WavePlanner {
+    settings: GroupCommitSettings,
+    free_slots: usize,
+    /// Writes in the batches now committing.
+    committing: usize,
+    /// Callers answered moments ago who have not sent their next write yet (as far as the
+    /// writes received since tell).
+    owed: usize,
+    /// When a caller was last answered or a write last arrived while some were owed: a wave
+    /// that has not moved for `linger` is not coming back at once.
+    wave_moved: Option<Instant>,
 }
 
-/// How many callers a slot just answered are still expected back (writes queued since the slot
-/// was freed are theirs); none if the slot was freed more than `linger` ago, so a quiet service
-/// never waits.
-fn wave_still_expected(
-    slot: FreedSlot,
-    queued_at: impl Iterator<Item = Instant>,
-    now: Instant,
-    linger: Duration,
-) -> usize {
-    if linger.is_zero() || now.saturating_duration_since(slot.at) > linger {
-        return 0;
+impl WavePlanner {
+    fn new(settings: GroupCommitSettings) -> Self {
+        Self {
+            settings,
+            free_slots: settings.concurrency,
+            committing: 0,
+            owed: 0,
+            wave_moved: None,
+        }
     }
-    let returned = queued_at.filter(|&queued| queued >= slot.at).count();
-    slot.answered.saturating_sub(returned)
+
+    fn slot_freed(&mut self, slot: FreedSlot, now: Instant) {
+        self.free_slots += 1;
+        self.committing = self.committing.saturating_sub(slot.taken);
+        if slot.answered > 0 {
+            self.owed += slot.answered;
+            self.wave_moved = Some(now);
+        }
+    }
+
+    fn received(&mut self, writes: usize, now: Instant) {
+        self.owed = self.owed.saturating_sub(writes);
+        if self.owed > 0 {
+            self.wave_moved = Some(now);
+        } else {
+            self.wave_moved = None;
+        }
+    }
+
+    /// How long the first of a wave may take to come back. Longer than `linger`, the gap
+    /// allowed between writes of a wave once it arrives: callers answered together come back
+    /// one after another, and the first may wait for the service to answer all of them.
+    const FIRST_RETURN_LINGERS: u32 = 4;
+
+    /// A wave that has not moved for a while is not coming back at once (or is not a wave:
+    /// callers that send their next write later, or never).
+    fn forget_stale(&mut self, now: Instant) {
+        let horizon = self.settings.linger * Self::FIRST_RETURN_LINGERS;
+        if self
+            .wave_moved
+            .is_some_and(|moved| now.saturating_duration_since(moved) > horizon)
+        {
+            self.stop_expecting();
+        }
+    }
+
+    /// The callers still owed did not come back within `linger` of the last sign of them.
+    fn stop_expecting(&mut self) {
+        self.owed = 0;
+        self.wave_moved = None;
+    }
+
+    fn batch_to_wait_for(&self, gathered: usize, queued: usize) -> usize {
+        if self.settings.linger.is_zero() {
+            return gathered;
+        }
+        let can_come = gathered + queued + self.owed;
+        let share = (self.committing + can_come).div_ceil(self.settings.concurrency.max(1));
+        share
+            .min(can_come)
+            .min(self.settings.max_batch)
+            .max(gathered)
+    }
+
+    fn dispatched(&mut self, taken: usize) {
+        self.free_slots -= 1;
+        self.committing += taken;
+    }
 }
 
 /// Carries out batches of writes.
@@ -595,64 +645,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_batch_waits_for_the_callers_its_slot_just_answered() {
-        let freed = Instant::now();
-        let linger = Duration::from_millis(1);
-        let slot = FreedSlot {
-            taken: 8,
-            answered: 8,
-            at: freed,
-        };
-        let soon = freed + Duration::from_micros(200);
-        let before = freed - Duration::from_micros(500);
-        assert_eq!(
-            wave_still_expected(slot, [soon, soon, soon].into_iter(), soon, linger),
-            5,
-            "three of the eight are back"
-        );
-        assert_eq!(
-            wave_still_expected(slot, [before, before, soon].into_iter(), soon, linger),
-            7,
-            "writes queued before the slot was freed are not its wave"
-        );
-        assert_eq!(
-            wave_still_expected(slot, std::iter::repeat_n(soon, 9), soon, linger),
-            0,
-            "the wave is back"
-        );
-    }
-
-    #[test]
-    fn a_quiet_slot_or_no_linger_waits_for_nothing() {
-        let freed = Instant::now();
-        let slot = FreedSlot {
-            taken: 8,
-            answered: 8,
-            at: freed,
-        };
-        let later = freed + Duration::from_millis(5);
-        assert_eq!(
-            wave_still_expected(slot, [later].into_iter(), later, Duration::from_millis(1)),
-            0,
-            "freed long ago: its callers are not coming back at once"
-        );
-        assert_eq!(
-            wave_still_expected(slot, [freed].into_iter(), freed, Duration::ZERO),
-            0
-        );
-        let idle = FreedSlot {
-            taken: 0,
-            answered: 0,
-            at: freed,
-        };
-        assert_eq!(
-            wave_still_expected(idle, [freed].into_iter(), freed, Duration::from_millis(1)),
-            0,
-            "a slot that answered no one expects no one"
-        );
-    }
-
     fn settings(concurrency: usize) -> GroupCommitSettings {
         GroupCommitSettings {
             max_batch: 32,
@@ -661,66 +653,103 @@ mod tests {
         }
     }
 
+    fn answered(writes: usize) -> FreedSlot {
+        FreedSlot {
+            taken: writes,
+            answered: writes,
+        }
+    }
+
     #[test]
-    fn a_batch_waits_for_its_share_of_the_writes_under_way() {
-        // 16 callers, two slots: the other slot commits 8, this one answered 8, one is back.
-        let outlook = BatchOutlook {
-            committing: 8,
-            gathered: 1,
-            queued: 0,
-            returning: 7,
-        };
-        assert_eq!(batch_to_wait_for(outlook, settings(2)), 8);
-        // Lopsided slots even out: 15 committing elsewhere, one caller here.
-        let lopsided = BatchOutlook {
-            committing: 15,
-            gathered: 1,
-            queued: 0,
-            returning: 0,
-        };
+    fn a_wave_is_shared_evenly_between_the_slots() {
+        // 16 callers, two slots whose batches of 8 finish together; 3 writes are back.
+        let now = Instant::now();
+        let mut planner = WavePlanner::new(settings(2));
+        planner.dispatched(8);
+        planner.dispatched(8);
+        planner.slot_freed(answered(8), now);
+        planner.slot_freed(answered(8), now);
+        planner.received(3, now);
+        assert_eq!(planner.batch_to_wait_for(3, 0), 8);
+        planner.received(5, now);
+        planner.dispatched(8);
+        planner.received(2, now);
         assert_eq!(
-            batch_to_wait_for(lopsided, settings(2)),
-            1,
-            "never waits for writes that cannot come"
-        );
-        let wave_back = BatchOutlook {
-            committing: 1,
-            gathered: 2,
-            queued: 0,
-            returning: 13,
-        };
-        assert_eq!(
-            batch_to_wait_for(wave_back, settings(2)),
+            planner.batch_to_wait_for(2, 0),
             8,
-            "takes its share and leaves the rest to the other slot"
+            "the second slot waits for the rest"
         );
     }
 
     #[test]
-    fn a_batch_never_waits_without_linger_or_beyond_the_maximum() {
-        let outlook = BatchOutlook {
-            committing: 0,
-            gathered: 2,
-            queued: 0,
-            returning: 6,
-        };
-        let no_linger = GroupCommitSettings {
+    fn a_batch_never_waits_for_writes_that_cannot_come_to_it() {
+        // Lopsided: 15 writes committing in one slot, the other answered its one caller.
+        let now = Instant::now();
+        let mut planner = WavePlanner::new(settings(2));
+        planner.dispatched(15);
+        planner.dispatched(1);
+        planner.slot_freed(answered(1), now);
+        planner.received(1, now);
+        assert_eq!(planner.batch_to_wait_for(1, 0), 1);
+        // When the big batch is answered, its wave is shared out.
+        planner.dispatched(1);
+        planner.slot_freed(answered(15), now);
+        planner.received(2, now);
+        assert_eq!(planner.batch_to_wait_for(2, 0), 8);
+    }
+
+    #[test]
+    fn a_wave_that_stopped_moving_for_the_linger_is_not_awaited() {
+        let answered_at = Instant::now();
+        let mut planner = WavePlanner::new(settings(1));
+        planner.dispatched(8);
+        planner.slot_freed(answered(8), answered_at);
+        planner.received(1, answered_at + Duration::from_micros(3_500));
+        planner.forget_stale(answered_at + Duration::from_micros(4_500));
+        assert_eq!(
+            planner.batch_to_wait_for(1, 0),
+            8,
+            "the wave still moved within the linger"
+        );
+        planner.forget_stale(answered_at + Duration::from_millis(8));
+        assert_eq!(planner.batch_to_wait_for(1, 0), 1);
+
+        let mut gave_up = WavePlanner::new(settings(2));
+        gave_up.dispatched(8);
+        gave_up.slot_freed(answered(8), answered_at);
+        gave_up.received(1, answered_at);
+        gave_up.stop_expecting();
+        assert_eq!(gave_up.batch_to_wait_for(1, 0), 1);
+    }
+
+    #[test]
+    fn a_quiet_service_without_linger_or_at_the_maximum_waits_for_nothing_more() {
+        let now = Instant::now();
+        let quiet = WavePlanner::new(settings(2));
+        assert_eq!(quiet.batch_to_wait_for(1, 0), 1, "nobody is owed");
+
+        let mut no_linger = WavePlanner::new(GroupCommitSettings {
             linger: Duration::ZERO,
             ..settings(1)
-        };
-        assert_eq!(batch_to_wait_for(outlook, no_linger), 2);
-        let small = GroupCommitSettings {
+        });
+        no_linger.dispatched(8);
+        no_linger.slot_freed(answered(8), now);
+        no_linger.received(2, now);
+        assert_eq!(no_linger.batch_to_wait_for(2, 0), 2);
+
+        let mut small = WavePlanner::new(GroupCommitSettings {
             max_batch: 4,
             ..settings(1)
-        };
-        assert_eq!(batch_to_wait_for(outlook, small), 4);
-        let quiet = BatchOutlook {
-            committing: 0,
-            gathered: 1,
-            queued: 0,
-            returning: 0,
-        };
-        assert_eq!(batch_to_wait_for(quiet, settings(2)), 1);
+        });
+        small.dispatched(8);
+        small.slot_freed(answered(8), now);
+        small.received(2, now);
+        assert_eq!(small.batch_to_wait_for(2, 0), 4);
+        assert_eq!(
+            small.batch_to_wait_for(6, 3),
+            6,
+            "never less than what it already holds"
+        );
     }
 
     #[test]
