@@ -230,11 +230,28 @@ async fn dispatch(
         let span = tracing::info_span!("group_commit", writes = taken);
         tokio::spawn(
             async move {
-                let answered = committer.commit(batch).await;
-                let _ = slot_freed.send(FreedSlot { taken, answered }).await;
+                let mut slot = SlotHandBack {
+                    to: slot_freed,
+                    freed: FreedSlot { taken, answered: 0 },
+                };
+                slot.freed.answered = committer.commit(batch).await;
             }
             .instrument(span),
         );
+    }
+}
+
+/// Hands a commit slot back to the dispatcher when its batch is done, however it ends (a panic
+/// or a cancelled task included), so that no slot is ever lost.
+struct SlotHandBack {
+    to: mpsc::Sender<FreedSlot>,
+    freed: FreedSlot,
+}
+
+impl Drop for SlotHandBack {
+    fn drop(&mut self) {
+        // Never full: the channel has room for every slot, and each slot is handed back once.
+        let _ = self.to.try_send(self.freed);
     }
 }
 
@@ -750,6 +767,24 @@ mod tests {
             6,
             "never less than what it already holds"
         );
+    }
+
+    #[test]
+    fn a_slot_is_handed_back_even_when_its_batch_panics() {
+        let (to, mut freed) = mpsc::channel(1);
+        let outcome = std::panic::catch_unwind(move || {
+            let _slot = SlotHandBack {
+                to,
+                freed: FreedSlot {
+                    taken: 3,
+                    answered: 0,
+                },
+            };
+            panic!("a batch that fails in an unexpected way");
+        });
+        assert!(outcome.is_err());
+        let slot = freed.try_recv().expect("the slot came back");
+        assert_eq!((slot.taken, slot.answered), (3, 0));
     }
 
     #[test]
