@@ -52,7 +52,8 @@ pub struct GroupCommitSettings {
     pub max_batch: usize,
     /// Transactions in flight at once (each holds a database connection).
     pub concurrency: usize,
-    /// Longest a batch waits for the writes it expects (see [`dispatch`]); zero: never waits.
+    /// How long a batch waits for the next write it expects; each arrival restarts the wait (see
+    /// [`WavePlanner`]). Zero: never waits.
     pub linger: Duration,
 }
 
@@ -262,10 +263,10 @@ impl Drop for SlotHandBack {
 /// several round trips and a commit whatever its size) for a few writes, and the writes it leaves
 /// behind wait a whole batch for the next slot, which doubles their latency; and slots whose
 /// batches differ in size stay that way, one carrying most of the load, the other a few writes at
-/// full price. So a batch waits (at most `linger`) for its share of the writes under way —
-/// committing, gathered, queued, or owed: answered moments ago and not yet back — spread over
-/// the slots, but never for more than can come to it (gathered, queued and owed). A quiet
-/// service owes no one, so it never waits.
+/// full price. So a batch waits for its share of the writes under way — committing, gathered,
+/// queued, or owed: answered moments ago and not yet back — spread over the slots, but never for
+/// more than can come to it (gathered, queued and owed), and only while the wave keeps arriving
+/// (each write restarts a wait of `linger`). A quiet service owes no one, so it never waits.
 #[derive(Debug, Clone)]
 struct WavePlanner {
     settings: GroupCommitSettings,
@@ -276,7 +277,7 @@ struct WavePlanner {
     /// writes received since tell).
     owed: usize,
     /// When a caller was last answered or a write last arrived while some were owed: a wave
-    /// that has not moved for `linger` is not coming back at once.
+    /// that has not moved for a while is not coming back at once.
     wave_moved: Option<Instant>,
 }
 
