@@ -168,27 +168,25 @@ async fn dispatch(
     let (slot_freed, mut freed_slots) = mpsc::channel::<FreedSlot>(settings.concurrency);
     let mut planner = WavePlanner::new(settings);
     loop {
-        // A free slot; batches finishing meanwhile are taken into account as they are handed
-        // back, so that the callers they answered are expected before any batch leaves.
-        while planner.free_slots == 0 {
-            match freed_slots.recv().await {
-                Some(slot) => planner.slot_freed(slot, Instant::now()),
-                None => return,
-            }
-        }
+        // A free slot and the first writes. Batches finishing meanwhile are taken into account
+        // as they are handed back, so that the callers they answered are expected before any
+        // batch leaves.
         let mut batch = Vec::with_capacity(settings.max_batch);
         loop {
             tokio::select! {
                 biased;
                 Some(slot) = freed_slots.recv() => planner.slot_freed(slot, Instant::now()),
-                received = queue.recv_many(&mut batch, settings.max_batch) => {
+                received = queue.recv_many(&mut batch, settings.max_batch), if planner.free_slots > 0 => {
                     if received == 0 {
                         return;
                     }
-                    planner.forget_stale(Instant::now());
-                    planner.received(received, Instant::now());
+                    let now = Instant::now();
+                    planner.forget_stale(now);
+                    planner.received(received, now);
                     break;
                 }
+                // Unreachable while this task holds a sender of freed slots; stop rather than spin.
+                else => return,
             }
         }
         let wanted = planner.batch_to_wait_for(batch.len(), queue.len());
@@ -267,7 +265,7 @@ impl Drop for SlotHandBack {
 /// queued, or owed: answered moments ago and not yet back — spread over the slots, but never for
 /// more than can come to it (gathered, queued and owed), and only while the wave keeps arriving
 /// (each write restarts a wait of `linger`). A quiet service owes no one, so it never waits.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct WavePlanner {
     settings: GroupCommitSettings,
     free_slots: usize,
@@ -678,6 +676,20 @@ mod tests {
         }
     }
 
+    /// A planner whose one batch of `writes` was just answered, `back` of its callers returned.
+    fn after_a_batch(
+        settings: GroupCommitSettings,
+        writes: usize,
+        back: usize,
+        at: Instant,
+    ) -> WavePlanner {
+        let mut planner = WavePlanner::new(settings);
+        planner.dispatched(writes);
+        planner.slot_freed(answered(writes), at);
+        planner.received(back, at);
+        planner
+    }
+
     #[test]
     fn a_wave_is_shared_evenly_between_the_slots() {
         // 16 callers, two slots whose batches of 8 finish together; 3 writes are back.
@@ -732,10 +744,7 @@ mod tests {
         planner.forget_stale(answered_at + Duration::from_millis(8));
         assert_eq!(planner.batch_to_wait_for(1, 0), 1);
 
-        let mut gave_up = WavePlanner::new(settings(2));
-        gave_up.dispatched(8);
-        gave_up.slot_freed(answered(8), answered_at);
-        gave_up.received(1, answered_at);
+        let mut gave_up = after_a_batch(settings(2), 8, 1, answered_at);
         gave_up.stop_expecting();
         assert_eq!(gave_up.batch_to_wait_for(1, 0), 1);
     }
@@ -746,22 +755,26 @@ mod tests {
         let quiet = WavePlanner::new(settings(2));
         assert_eq!(quiet.batch_to_wait_for(1, 0), 1, "nobody is owed");
 
-        let mut no_linger = WavePlanner::new(GroupCommitSettings {
-            linger: Duration::ZERO,
-            ..settings(1)
-        });
-        no_linger.dispatched(8);
-        no_linger.slot_freed(answered(8), now);
-        no_linger.received(2, now);
+        let no_linger = after_a_batch(
+            GroupCommitSettings {
+                linger: Duration::ZERO,
+                ..settings(1)
+            },
+            8,
+            2,
+            now,
+        );
         assert_eq!(no_linger.batch_to_wait_for(2, 0), 2);
 
-        let mut small = WavePlanner::new(GroupCommitSettings {
-            max_batch: 4,
-            ..settings(1)
-        });
-        small.dispatched(8);
-        small.slot_freed(answered(8), now);
-        small.received(2, now);
+        let small = after_a_batch(
+            GroupCommitSettings {
+                max_batch: 4,
+                ..settings(1)
+            },
+            8,
+            2,
+            now,
+        );
         assert_eq!(small.batch_to_wait_for(2, 0), 4);
         assert_eq!(
             small.batch_to_wait_for(6, 3),

@@ -665,8 +665,7 @@ async fn run(
     // Whether requests will also rewrite cached scores: a fresh seed has none, and a retrieval
     // rewrites missing, hour-old or lower scores of the entries it returns.
     let fresh_scores: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM memories \
-         WHERE (last_scores ->> 'computed_at')::timestamptz > now() - interval '1 hour'",
+        "SELECT count(*) FROM memories WHERE engram_cached_at(last_scores) > now() - interval '1 hour'",
     )
     .fetch_one(&pool)
     .await?;

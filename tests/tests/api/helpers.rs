@@ -131,19 +131,13 @@ pub(crate) async fn wait_until_embedded(sandbox: &Sandbox, limit: Duration) {
 pub(crate) async fn assert_retention_in_step(pool: &sqlx::PgPool) {
     let disagreements: Vec<(Option<Uuid>, Option<Uuid>)> = sqlx::query_as(
         // A cached score counts only when both its total and its time are there (a malformed one
-        // is missing, and the soft cap recomputes it).
+        // is missing, and the soft cap recomputes it): the schema's own reading of last_scores.
         "SELECT m.id, r.memory_id FROM memories m FULL JOIN memory_retention r ON r.memory_id = m.id \
-         LEFT JOIN LATERAL (SELECT \
-             CASE WHEN jsonb_typeof(m.last_scores -> 'total') = 'number' \
-                   AND jsonb_typeof(m.last_scores -> 'computed_at') = 'string' \
-                  THEN (m.last_scores ->> 'total')::float8 END AS total, \
-             CASE WHEN jsonb_typeof(m.last_scores -> 'total') = 'number' \
-                   AND jsonb_typeof(m.last_scores -> 'computed_at') = 'string' \
-                  THEN (m.last_scores ->> 'computed_at')::timestamptz END AS at) AS scores ON true \
          WHERE m.id IS NULL OR r.memory_id IS NULL \
             OR r.user_id <> m.user_id OR r.space <> m.space OR r.created_at <> m.created_at \
             OR r.importance <> m.importance OR r.protected <> (m.pinned OR m.manually_saved) \
-            OR r.last_total IS DISTINCT FROM scores.total OR r.last_scored_at IS DISTINCT FROM scores.at",
+            OR r.last_total IS DISTINCT FROM engram_cached_total(m.last_scores) \
+            OR r.last_scored_at IS DISTINCT FROM engram_cached_at(m.last_scores)",
     )
     .fetch_all(pool)
     .await
