@@ -510,12 +510,9 @@ impl GroupCommitter {
                 audit_detail: merge_audit_detail(update),
             })
             .collect();
-        let merged = write_path::apply_merges(connection, &audited_merges).await?;
-        for ((at, _), memory) in merging.iter().zip(merged) {
-            results[*at] = Some(RememberResult::Merged { memory });
-        }
 
-        // New entries, then the soft cap of every space they took over it.
+        // New entries (written in the same statement as the merges), then the soft cap of every
+        // space they took over it.
         let new_memories: Vec<_> = creates
             .iter()
             .map(|(at, _)| new_memory(&writes[*at].command, &writes[*at].analysis, &retention, now))
@@ -544,7 +541,10 @@ impl GroupCommitter {
                 event: event.as_ref(),
             })
             .collect();
-        let created = write_path::insert_semantic_audited(connection, &inserts).await?;
+        let written = write_path::write_entries(connection, &audited_merges, &inserts).await?;
+        for ((at, _), memory) in merging.iter().zip(written.merged) {
+            results[*at] = Some(RememberResult::Merged { memory });
+        }
 
         let over_cap: Vec<(usize, CapacityTarget<'_>)> = creates
             .iter()
@@ -569,7 +569,7 @@ impl GroupCommitter {
             self.report_trim(target, outcome.clone());
             trimmed_by_create.insert(*index, outcome.trimmed);
         }
-        for (index, ((at, _), memory)) in creates.iter().zip(created).enumerate() {
+        for (index, ((at, _), memory)) in creates.iter().zip(written.created).enumerate() {
             results[*at] = Some(RememberResult::Created {
                 memory,
                 trimmed: trimmed_by_create.remove(&index).unwrap_or_default(),

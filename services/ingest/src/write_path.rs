@@ -150,14 +150,18 @@ impl MemoryWriter {
     ) -> Self {
         let settings = Arc::new(settings);
         let hooks = Arc::new(hooks);
+        let group_commit = settings.group_commit();
         let queue = WriteQueue::start(
             GroupCommitter {
-                pool: pool.clone(),
+                // A connection per commit slot, kept: batches always run on the same server
+                // processes (their plan and catalog caches, and their mappings of the buffer
+                // cache, stay warm) instead of going round the whole pool.
+                pool: engram_store::pool_beside(&pool, group_commit.concurrency.max(1) as u32),
                 settings: settings.clone(),
                 metrics: metrics.clone(),
                 hooks: hooks.clone(),
             },
-            settings.group_commit(),
+            group_commit,
         );
         Self {
             pool,

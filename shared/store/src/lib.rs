@@ -32,6 +32,9 @@ pub use error::StoreError;
 /// The migrations in `migrations/`, embedded in every binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
 
+/// A pooled connection idle for longer than this is pinged before it is handed out.
+const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
+
 /// Opens a connection pool.
 pub async fn connect(
     url: &str,
@@ -40,12 +43,37 @@ pub async fn connect(
 ) -> Result<PgPool, StoreError> {
     let options: PgConnectOptions = url.parse().map_err(StoreError::Database)?;
     let options = options.application_name("engram");
-    PgPoolOptions::new()
-        .max_connections(max_connections)
-        .acquire_timeout(connect_timeout)
+    pool_options(max_connections, connect_timeout)
         .connect_with(options)
         .await
         .map_err(StoreError::Database)
+}
+
+/// A pool of its own, of at most `max_connections`, to the database of `pool`; connections are
+/// opened as they are first needed. For work that should always run on the same few server
+/// processes, whose caches then stay warm, and never queue behind the rest of the service.
+pub fn pool_beside(pool: &PgPool, max_connections: u32) -> PgPool {
+    pool_options(max_connections, pool.options().get_acquire_timeout())
+        .connect_lazy_with((*pool.connect_options()).clone())
+}
+
+fn pool_options(max_connections: u32, acquire_timeout: Duration) -> PgPoolOptions {
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(acquire_timeout)
+        // sqlx pings every connection it hands out by default: a whole extra round trip on the
+        // critical path of every transaction (every group commit of the write path paid it). A
+        // connection used moments ago is alive as far as a ping can tell; one that sat idle is
+        // still checked, and replaced if the server went away.
+        .test_before_acquire(false)
+        .before_acquire(|connection, meta| {
+            Box::pin(async move {
+                if meta.idle_for > PING_AFTER_IDLE {
+                    sqlx::Connection::ping(connection).await?;
+                }
+                Ok(true)
+            })
+        })
 }
 
 /// Applies pending migrations (the one migration owner calls this). Concurrent callers are safe:

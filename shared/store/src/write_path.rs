@@ -2,7 +2,7 @@
 //! of a batch at once (one per space), so a batch of N writes to N spaces costs the same few round
 //! trips and statement executions as a single write. One query reads everything the writes decide
 //! on (a near-duplicate's whole entry included, which a merge is computed from), one statement
-//! inserts and audits the new entries, one applies the merges, one enforces the soft cap of every
+//! applies the merges and inserts the new entries (audited), one enforces the soft cap of every
 //! space that went over it.
 //!
 //! Rows are passed as arrays (`unnest`) or as one JSON document (`jsonb_to_recordset`) when they
@@ -140,7 +140,7 @@ pub async fn write_contexts(
     one_per_input(rows, queries.len(), "the write context query")
 }
 
-/// A new semantic memory with what is written beside it in the same statement.
+/// A new semantic memory with what is written beside it in the same statement ([`write_entries`]).
 #[derive(Debug, Clone)]
 pub struct AuditedInsert<'a> {
     pub scope: &'a Scope,
@@ -194,16 +194,9 @@ fn json_document<T: Serialize>(rows: &[T], what: &str) -> Result<serde_json::Val
         .map_err(|error| StoreError::Corrupt(format!("cannot encode {what}: {error}")))
 }
 
-/// Inserts semantic memories, their `create` audit events and (when given) the outbox events that
-/// ask for their embeddings, in one statement. Returns the stored records in the order given.
-pub async fn insert_semantic_audited(
-    connection: &mut PgConnection,
-    inserts: &[AuditedInsert<'_>],
-) -> Result<Vec<MemoryRecord>, StoreError> {
-    if inserts.is_empty() {
-        return Ok(Vec::new());
-    }
-    let rows: Vec<InsertRow<'_>> = inserts
+/// The rows of the insert document.
+fn insert_rows<'a>(inserts: &'a [AuditedInsert<'a>]) -> Vec<InsertRow<'a>> {
+    inserts
         .iter()
         .map(|insert| {
             let memory = insert.memory;
@@ -231,47 +224,11 @@ pub async fn insert_semantic_audited(
                 event_trace_headers: insert.event.map(NewOutboxEvent::trace_headers_json),
             }
         })
-        .collect();
-    let document = json_document(&rows, "new memories")?;
-    let sql = concat!(
-        "WITH batch AS ( \
-             SELECT * FROM jsonb_to_recordset($1) AS r(id uuid, user_id uuid, space text, \
-                 conversation_id uuid, text text, role text, category text, simhash int8, tags text[], \
-                 source_ids text[], metadata_confidence float8, importance float8, pinned boolean, \
-                 manually_saved boolean, last_scores jsonb, audit_detail jsonb, event_message_id uuid, \
-                 event_routing_key text, event_type_name text, event_payload text, \
-                 event_trace_headers jsonb)), \
-         inserted AS ( \
-             INSERT INTO memories (id, user_id, space, kind, conversation_id, text, role, category, \
-                 valid_at, simhash, tags, source_ids, metadata_confidence, importance, pinned, \
-                 manually_saved, needs_embedding, last_scores) \
-             SELECT id, user_id, space, 'semantic', conversation_id, text, role, category, now(), \
-                 simhash, tags, source_ids, metadata_confidence, importance, pinned, manually_saved, \
-                 true, last_scores \
-             FROM batch \
-             RETURNING *), \
-         audited AS ( \
-             INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \
-             SELECT i.user_id, i.space, 'create', i.id, i.conversation_id, b.audit_detail \
-             FROM inserted i JOIN batch b ON b.id = i.id), \
-         outboxed AS ( \
-             INSERT INTO outbox_events (message_id, routing_key, type_name, payload, trace_headers) \
-             SELECT b.event_message_id, b.event_routing_key, b.event_type_name, decode(b.event_payload, 'hex'), \
-                    b.event_trace_headers \
-             FROM inserted i JOIN batch b ON b.id = i.id \
-             WHERE b.event_message_id IS NOT NULL) \
-         SELECT ",
-        memory_columns!(),
-        " FROM inserted"
-    );
-    let records = sqlx::query_as::<_, MemoryRecord>(sql)
-        .bind(document)
-        .fetch_all(connection)
-        .await?;
-    in_given_order(records, inserts.iter().map(|insert| insert.memory.id))
+        .collect()
 }
 
-/// A near-duplicate write folded into its canonical entry, with the audit event it leaves.
+/// A near-duplicate write folded into its canonical entry, with the audit event it leaves
+/// ([`write_entries`]).
 #[derive(Debug, Clone)]
 pub struct AuditedMerge<'a> {
     pub scope: &'a Scope,
@@ -299,16 +256,35 @@ struct MergeRow<'a> {
     audit_detail: &'a serde_json::Value,
 }
 
-/// Applies merges and audits them in one statement; each entry appears at most once. Returns the
-/// updated records in the order given.
-pub async fn apply_merges(
+/// What [`write_entries`] wrote: the merged and the created records, each in the order given.
+#[derive(Debug, Default)]
+pub struct WrittenEntries {
+    pub merged: Vec<MemoryRecord>,
+    pub created: Vec<MemoryRecord>,
+}
+
+/// A row of [`write_entries`]' answer.
+#[derive(sqlx::FromRow)]
+struct WrittenRow {
+    created: bool,
+    #[sqlx(flatten)]
+    record: MemoryRecord,
+}
+
+/// Applies merges (each with its `merge` audit event) and inserts new semantic memories (each with
+/// its `create` audit event and, when given, the outbox event that asks for its embedding), in one
+/// statement: one round trip for both. They cannot interfere: a merge rewrites an entry that
+/// existed before the statement, an insert adds a new one, and each entry is merged at most once.
+/// Returns the merged and the created records, each in the order given.
+pub async fn write_entries(
     connection: &mut PgConnection,
     merges: &[AuditedMerge<'_>],
-) -> Result<Vec<MemoryRecord>, StoreError> {
-    if merges.is_empty() {
-        return Ok(Vec::new());
+    inserts: &[AuditedInsert<'_>],
+) -> Result<WrittenEntries, StoreError> {
+    if merges.is_empty() && inserts.is_empty() {
+        return Ok(WrittenEntries::default());
     }
-    let rows: Vec<MergeRow<'_>> = merges
+    let merge_rows: Vec<MergeRow<'_>> = merges
         .iter()
         .map(|merge| MergeRow {
             id: merge.id,
@@ -326,9 +302,10 @@ pub async fn apply_merges(
             audit_detail: &merge.audit_detail,
         })
         .collect();
-    let document = json_document(&rows, "merges")?;
+    let merge_document = json_document(&merge_rows, "merges")?;
+    let insert_document = json_document(&insert_rows(inserts), "new memories")?;
     let sql = concat!(
-        "WITH batch AS ( \
+        "WITH merge_batch AS ( \
              SELECT * FROM jsonb_to_recordset($1) AS r(id uuid, user_id uuid, space text, \
                  repeat_count integer, importance float8, manually_saved boolean, pinned boolean, \
                  tags text[], source_ids text[], metadata_confidence float8, last_scores jsonb, \
@@ -338,22 +315,62 @@ pub async fn apply_merges(
                  manually_saved = b.manually_saved, pinned = b.pinned, tags = b.tags, \
                  source_ids = b.source_ids, metadata_confidence = b.metadata_confidence, \
                  last_scores = b.last_scores, updated_at = now() \
-             FROM batch b \
+             FROM merge_batch b \
              WHERE m.user_id = b.user_id AND m.space = b.space AND m.id = b.id \
              RETURNING m.*), \
-         audited AS ( \
+         merges_audited AS ( \
              INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \
              SELECT u.user_id, u.space, 'merge', u.id, b.conversation_id, b.audit_detail \
-             FROM updated u JOIN batch b ON b.id = u.id) \
-         SELECT ",
+             FROM updated u JOIN merge_batch b ON b.id = u.id), \
+         insert_batch AS ( \
+             SELECT * FROM jsonb_to_recordset($2) AS r(id uuid, user_id uuid, space text, \
+                 conversation_id uuid, text text, role text, category text, simhash int8, tags text[], \
+                 source_ids text[], metadata_confidence float8, importance float8, pinned boolean, \
+                 manually_saved boolean, last_scores jsonb, audit_detail jsonb, event_message_id uuid, \
+                 event_routing_key text, event_type_name text, event_payload text, \
+                 event_trace_headers jsonb)), \
+         inserted AS ( \
+             INSERT INTO memories (id, user_id, space, kind, conversation_id, text, role, category, \
+                 valid_at, simhash, tags, source_ids, metadata_confidence, importance, pinned, \
+                 manually_saved, needs_embedding, last_scores) \
+             SELECT id, user_id, space, 'semantic', conversation_id, text, role, category, now(), \
+                 simhash, tags, source_ids, metadata_confidence, importance, pinned, manually_saved, \
+                 true, last_scores \
+             FROM insert_batch \
+             RETURNING *), \
+         inserts_audited AS ( \
+             INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \
+             SELECT i.user_id, i.space, 'create', i.id, i.conversation_id, b.audit_detail \
+             FROM inserted i JOIN insert_batch b ON b.id = i.id), \
+         outboxed AS ( \
+             INSERT INTO outbox_events (message_id, routing_key, type_name, payload, trace_headers) \
+             SELECT b.event_message_id, b.event_routing_key, b.event_type_name, decode(b.event_payload, 'hex'), \
+                    b.event_trace_headers \
+             FROM inserted i JOIN insert_batch b ON b.id = i.id \
+             WHERE b.event_message_id IS NOT NULL) \
+         SELECT false AS created, ",
         memory_columns!(),
-        " FROM updated"
+        " FROM updated UNION ALL SELECT true, ",
+        memory_columns!(),
+        " FROM inserted"
     );
-    let records = sqlx::query_as::<_, MemoryRecord>(sql)
-        .bind(document)
+    let rows = sqlx::query_as::<_, WrittenRow>(sql)
+        .bind(merge_document)
+        .bind(insert_document)
         .fetch_all(connection)
         .await?;
-    in_given_order(records, merges.iter().map(|merge| merge.id))
+    let (created, merged): (Vec<WrittenRow>, Vec<WrittenRow>) =
+        rows.into_iter().partition(|row| row.created);
+    Ok(WrittenEntries {
+        merged: in_given_order(
+            merged.into_iter().map(|row| row.record).collect(),
+            merges.iter().map(|merge| merge.id),
+        )?,
+        created: in_given_order(
+            created.into_iter().map(|row| row.record).collect(),
+            inserts.iter().map(|insert| insert.memory.id),
+        )?,
+    })
 }
 
 /// `records` reordered to follow `ids`; an id without its record means the statement did not
