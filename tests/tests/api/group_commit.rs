@@ -122,6 +122,10 @@ async fn a_batch_of_mixed_writes_has_the_outcomes_of_writes_made_one_by_one() {
         })
         .await
         .unwrap();
+    // A near-duplicate of an entry stored before: it merges in the batch's first round, in the
+    // same statement as that round's new entries.
+    let known = new_scope("work");
+    let known_entry = remember_memory(&mut sandbox, &known, "I drink oat milk in my coffee").await;
     let (batches_before, writes_before) = sandbox.ingest_metrics.write_batches();
 
     // A write blocked on its space's lock holds the only slot; everything after it queues.
@@ -164,6 +168,10 @@ async fn a_batch_of_mixed_writes_has_the_outcomes_of_writes_made_one_by_one() {
             &sandbox,
             remember(&at_cap, "Quarterly taxes are due on the 15th"),
         ),
+    ));
+    queued.push((
+        "known",
+        spawn_remember(&sandbox, remember(&known, "i drink oat milk in my coffee!")),
     ));
     queued.push((
         "tombstoned",
@@ -211,6 +219,13 @@ async fn a_batch_of_mixed_writes_has_the_outcomes_of_writes_made_one_by_one() {
                     v1::RememberOutcome::SuppressedByTombstone
                 )
             }
+            "known" => {
+                assert_eq!(outcome(&response), v1::RememberOutcome::Merged);
+                let memory = response.memory.unwrap();
+                assert_eq!(memory.id, known_entry.id);
+                assert_eq!(memory.text, "I drink oat milk in my coffee");
+                assert_eq!(memory.repeat_count, 1);
+            }
             other => unreachable!("{other}"),
         }
     }
@@ -240,7 +255,7 @@ async fn a_batch_of_mixed_writes_has_the_outcomes_of_writes_made_one_by_one() {
         2,
         "the blocked write, then one batch"
     );
-    assert_eq!(writes - writes_before, 13);
+    assert_eq!(writes - writes_before, 14);
 
     // The counters the capacity policy reads stayed exact, and every action was audited once.
     let miscounted: i64 = sqlx::query_scalar(
@@ -260,13 +275,13 @@ async fn a_batch_of_mixed_writes_has_the_outcomes_of_writes_made_one_by_one() {
     .fetch_all(&sandbox.pool)
     .await
     .unwrap();
-    // Creates: 2 at the cap and 1 forgotten before, then the blocked one, 6 fresh, 1 repeated, 1
-    // at the cap.
+    // Creates: 2 at the cap, 1 forgotten and 1 known before, then the blocked one, 6 fresh, 1
+    // repeated, 1 at the cap; merges: 2 repeated, 1 known.
     assert_eq!(
         audited,
         vec![
-            ("create".to_owned(), 12),
-            ("merge".to_owned(), 2),
+            ("create".to_owned(), 13),
+            ("merge".to_owned(), 3),
             ("trim".to_owned(), 1)
         ]
     );
