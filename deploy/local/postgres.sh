@@ -11,7 +11,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 pg_log="$ENGRAM_LOG_DIR/postgres.log"
 marker="$ENGRAM_STATE_DIR/postgres.started"
-hugepages_marker="$ENGRAM_STATE_DIR/postgres.hugepages-before"
+hugepages_marker="$ENGRAM_STATE_DIR/postgres.hugepages-added"
 
 # as_pg CMD...: Postgres refuses to run as root, so run it as the system
 # user; cd / so the tools do not complain about an unreadable cwd.
@@ -153,34 +153,51 @@ ensure_cluster() {
 # ENGRAM_PG_HUGE_PAGES=1 (root): back the buffer cache with 2 MB pages, as production should run
 # it (k8s/README.md: about 12 % more writes/s on the ingest benchmark here). The kernel's
 # reservation (vm.nr_hugepages) is machine-wide and holds its memory even while Postgres is
-# down, so it is opt-in, sized to what this server asks for, and handed back by `down`. Postgres'
-# default huge_pages=try then uses the pages; if the kernel could not find them all (fragmented
-# memory), it starts on normal pages and the log says so.
+# down, so it is opt-in, adds only what this server lacks (free huge pages may belong to someone
+# else's server), and `down` takes back exactly what it added. Postgres' default huge_pages=try
+# then uses the pages; when the kernel cannot find them all (fragmented memory), nothing is kept
+# and Postgres starts on normal pages.
 reserve_huge_pages() {
     [[ "${ENGRAM_PG_HUGE_PAGES:-0}" == 1 ]] || return 0
     is_root || die "ENGRAM_PG_HUGE_PAGES=1 needs root (it sets vm.nr_hugepages)"
-    local needed before
+    release_huge_pages # what an earlier start that never came down still holds
+    local needed free total shortfall
     # shellcheck disable=SC2086  # ENGRAM_PG_SETTINGS holds several -c options
     needed="$(as_pg "$ENGRAM_PG_BIN/postgres" -D "$ENGRAM_PGDATA" $ENGRAM_PG_SETTINGS -C shared_memory_size_in_huge_pages)"
-    before="$(cat /proc/sys/vm/nr_hugepages)"
-    (( before >= needed )) && return 0
-    # What the machine had before, for `down` (kept from a first reservation if one was left).
-    [[ -f "$hugepages_marker" ]] || echo "$before" >"$hugepages_marker"
-    sysctl -q -w vm.nr_hugepages="$needed"
-    local got
-    got="$(cat /proc/sys/vm/nr_hugepages)"
-    if (( got < needed )); then
-        log "the kernel found $got of $needed huge pages (fragmented memory); Postgres starts on normal pages"
-    else
-        log "reserved $needed huge pages (2 MB) for the buffer cache; \`down\` hands them back"
+    if ! (( needed > 0 )); then
+        log "this system offers no huge pages to Postgres; it starts on normal pages"
+        return 0
     fi
+    free="$(awk '/^HugePages_Free:/ { print $2 }' /proc/meminfo)"
+    (( free >= needed )) && return 0
+    shortfall=$(( needed - free ))
+    total="$(cat /proc/sys/vm/nr_hugepages)"
+    if ! sysctl -q -w vm.nr_hugepages=$(( total + shortfall )); then
+        log "cannot set vm.nr_hugepages; Postgres starts on normal pages"
+        return 0
+    fi
+    local added=$(( $(cat /proc/sys/vm/nr_hugepages) - total ))
+    if (( added < shortfall )); then
+        sysctl -q -w vm.nr_hugepages="$total" || true
+        log "the kernel found $added of the $shortfall huge pages needed (fragmented memory); Postgres starts on normal pages"
+        return 0
+    fi
+    echo "$added" >"$hugepages_marker"
+    log "reserved $added huge pages (2 MB) for the buffer cache; \`down\` hands them back"
 }
 
+# Hands back what reserve_huge_pages added; never fails (`down` must get to the end).
 release_huge_pages() {
     [[ -f "$hugepages_marker" ]] || return 0
-    sysctl -q -w vm.nr_hugepages="$(cat "$hugepages_marker")"
+    local added total
+    added="$(cat "$hugepages_marker")"
+    total="$(cat /proc/sys/vm/nr_hugepages)"
+    if (( total >= added )) && sysctl -q -w vm.nr_hugepages=$(( total - added )); then
+        log "handed $added huge pages back (vm.nr_hugepages=$(cat /proc/sys/vm/nr_hugepages))"
+    else
+        log "could not hand $added huge pages back; vm.nr_hugepages is $total"
+    fi
     rm -f "$hugepages_marker"
-    log "handed the huge pages back (vm.nr_hugepages=$(cat /proc/sys/vm/nr_hugepages))"
 }
 
 start_server() {
@@ -194,6 +211,7 @@ start_server() {
     if ! as_pg "$ENGRAM_PG_BIN/pg_ctl" -D "$ENGRAM_PGDATA" -l "$pg_log" -w -t 60 \
         -o "-p $ENGRAM_PG_PORT -c listen_addresses=127.0.0.1 -k '$ENGRAM_PGDATA' $ENGRAM_PG_SETTINGS" start >/dev/null 9>&-; then
         tail -n 20 "$pg_log" >&2
+        release_huge_pages
         die "Postgres did not start (log: $pg_log)"
     fi
 }
@@ -251,6 +269,7 @@ cmd_up() {
 cmd_down() {
     if [[ ! -f "$marker" ]]; then
         log "Postgres on 127.0.0.1:$ENGRAM_PG_PORT was not started by these scripts (or is already stopped); leaving it alone"
+        release_huge_pages
         return 0
     fi
     take_lock postgres

@@ -155,7 +155,8 @@ impl App {
     }
 
     /// Serves until `shutdown` resolves, then drains, stops the background work (each finishes
-    /// what it holds) and closes the pool.
+    /// what it holds) and closes the pools: the group commit's once its batches are done, then
+    /// the rest.
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let purger = tokio::spawn(purge_expired_tombstones(self.pool.clone()));
         let (stop_background, background_stop) = watch::channel(false);
@@ -168,6 +169,7 @@ impl App {
             background.push(tokio::spawn(consumer.run(background_stop.clone())));
         }
 
+        let commit_pool = self.writer.commit_pool().clone();
         let routes = Routes::new(IngestServiceServer::new(IngestApi::new(self.writer)));
         let served = self
             .server
@@ -181,6 +183,8 @@ impl App {
             }
         }
         purger.abort();
+        // Batches under way finish (their callers may have gone; what they commit stays).
+        commit_pool.close().await;
         self.pool.close().await;
         served
     }

@@ -33,6 +33,8 @@ pub const MAX_SOURCE_IDS_PER_ENTRY: usize = 64;
 #[derive(Debug, Clone)]
 pub struct MemoryWriter {
     pub(crate) pool: PgPool,
+    /// The group commit's own connections, one per commit slot.
+    commit_pool: PgPool,
     pub(crate) settings: Arc<MemorySettings>,
     pub(crate) metrics: Arc<IngestMetrics>,
     pub(crate) hooks: Arc<BackfillHooks>,
@@ -151,12 +153,13 @@ impl MemoryWriter {
         let settings = Arc::new(settings);
         let hooks = Arc::new(hooks);
         let group_commit = settings.group_commit();
+        // A connection per commit slot, kept: batches always run on the same server processes
+        // (their plan and catalog caches, and their mappings of the buffer cache, stay warm)
+        // instead of going round the whole pool, and never wait behind the rest of the service.
+        let commit_pool = engram_store::pool_beside(&pool, group_commit.concurrency.max(1) as u32);
         let queue = WriteQueue::start(
             GroupCommitter {
-                // A connection per commit slot, kept: batches always run on the same server
-                // processes (their plan and catalog caches, and their mappings of the buffer
-                // cache, stay warm) instead of going round the whole pool.
-                pool: engram_store::pool_beside(&pool, group_commit.concurrency.max(1) as u32),
+                pool: commit_pool.clone(),
                 settings: settings.clone(),
                 metrics: metrics.clone(),
                 hooks: hooks.clone(),
@@ -165,12 +168,19 @@ impl MemoryWriter {
         );
         Self {
             pool,
+            commit_pool,
             settings,
             metrics,
             hooks,
             queue,
             recall: None,
         }
+    }
+
+    /// The connections of the group commit: closing them waits for the batches under way and
+    /// refuses new ones (at shutdown, once no request can arrive).
+    pub fn commit_pool(&self) -> &PgPool {
+        &self.commit_pool
     }
 
     /// Lets ApplyCommand answer "what do you remember about X" with a retrieval.

@@ -62,9 +62,11 @@ fn pool_options(max_connections: u32, acquire_timeout: Duration) -> PgPoolOption
         .max_connections(max_connections)
         .acquire_timeout(acquire_timeout)
         // sqlx pings every connection it hands out by default: a whole extra round trip on the
-        // critical path of every transaction (every group commit of the write path paid it). A
-        // connection used moments ago is alive as far as a ping can tell; one that sat idle is
-        // still checked, and replaced if the server went away.
+        // critical path of every transaction (every group commit of the write path paid it).
+        // sqlx also pings each connection as it comes back, off that path, and drops it if the
+        // ping fails; so a connection used moments ago is alive as far as a ping can tell. One
+        // that sat idle is still checked, and replaced if the server went away. After a server
+        // restart, a connection used within the last second fails its next transaction once.
         .test_before_acquire(false)
         .before_acquire(|connection, meta| {
             Box::pin(async move {

@@ -256,6 +256,67 @@ struct MergeRow<'a> {
     audit_detail: &'a serde_json::Value,
 }
 
+/// The merge half of [`write_entries`]: the merges of document `$doc` applied (`updated`) and
+/// audited.
+macro_rules! merge_ctes {
+    ($doc:literal) => {
+        concat!(
+            "merge_batch AS ( \
+                 SELECT * FROM jsonb_to_recordset(", $doc, ") AS r(id uuid, user_id uuid, space text, \
+                     repeat_count integer, importance float8, manually_saved boolean, pinned boolean, \
+                     tags text[], source_ids text[], metadata_confidence float8, last_scores jsonb, \
+                     conversation_id uuid, audit_detail jsonb)), \
+             updated AS ( \
+                 UPDATE memories m SET repeat_count = b.repeat_count, importance = b.importance, \
+                     manually_saved = b.manually_saved, pinned = b.pinned, tags = b.tags, \
+                     source_ids = b.source_ids, metadata_confidence = b.metadata_confidence, \
+                     last_scores = b.last_scores, updated_at = now() \
+                 FROM merge_batch b \
+                 WHERE m.user_id = b.user_id AND m.space = b.space AND m.id = b.id \
+                 RETURNING m.*), \
+             merges_audited AS ( \
+                 INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \
+                 SELECT u.user_id, u.space, 'merge', u.id, b.conversation_id, b.audit_detail \
+                 FROM updated u JOIN merge_batch b ON b.id = u.id)"
+        )
+    };
+}
+
+/// The insert half of [`write_entries`]: the new memories of document `$doc` inserted
+/// (`inserted`), audited, and announced in the outbox when they carry an event.
+macro_rules! insert_ctes {
+    ($doc:literal) => {
+        concat!(
+            "insert_batch AS ( \
+                 SELECT * FROM jsonb_to_recordset(", $doc, ") AS r(id uuid, user_id uuid, space text, \
+                     conversation_id uuid, text text, role text, category text, simhash int8, tags text[], \
+                     source_ids text[], metadata_confidence float8, importance float8, pinned boolean, \
+                     manually_saved boolean, last_scores jsonb, audit_detail jsonb, event_message_id uuid, \
+                     event_routing_key text, event_type_name text, event_payload text, \
+                     event_trace_headers jsonb)), \
+             inserted AS ( \
+                 INSERT INTO memories (id, user_id, space, kind, conversation_id, text, role, category, \
+                     valid_at, simhash, tags, source_ids, metadata_confidence, importance, pinned, \
+                     manually_saved, needs_embedding, last_scores) \
+                 SELECT id, user_id, space, 'semantic', conversation_id, text, role, category, now(), \
+                     simhash, tags, source_ids, metadata_confidence, importance, pinned, manually_saved, \
+                     true, last_scores \
+                 FROM insert_batch \
+                 RETURNING *), \
+             inserts_audited AS ( \
+                 INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \
+                 SELECT i.user_id, i.space, 'create', i.id, i.conversation_id, b.audit_detail \
+                 FROM inserted i JOIN insert_batch b ON b.id = i.id), \
+             outboxed AS ( \
+                 INSERT INTO outbox_events (message_id, routing_key, type_name, payload, trace_headers) \
+                 SELECT b.event_message_id, b.event_routing_key, b.event_type_name, decode(b.event_payload, 'hex'), \
+                        b.event_trace_headers \
+                 FROM inserted i JOIN insert_batch b ON b.id = i.id \
+                 WHERE b.event_message_id IS NOT NULL)"
+        )
+    };
+}
+
 /// What [`write_entries`] wrote: the merged and the created records, each in the order given.
 #[derive(Debug, Default)]
 pub struct WrittenEntries {
@@ -275,7 +336,8 @@ struct WrittenRow {
 /// its `create` audit event and, when given, the outbox event that asks for its embedding), in one
 /// statement: one round trip for both. They cannot interfere: a merge rewrites an entry that
 /// existed before the statement, an insert adds a new one, and each entry is merged at most once.
-/// Returns the merged and the created records, each in the order given.
+/// A round with only merges or only inserts runs only that half. Returns the merged and the
+/// created records, each in the order given.
 pub async fn write_entries(
     connection: &mut PgConnection,
     merges: &[AuditedMerge<'_>],
@@ -304,61 +366,43 @@ pub async fn write_entries(
         .collect();
     let merge_document = json_document(&merge_rows, "merges")?;
     let insert_document = json_document(&insert_rows(inserts), "new memories")?;
-    let sql = concat!(
-        "WITH merge_batch AS ( \
-             SELECT * FROM jsonb_to_recordset($1) AS r(id uuid, user_id uuid, space text, \
-                 repeat_count integer, importance float8, manually_saved boolean, pinned boolean, \
-                 tags text[], source_ids text[], metadata_confidence float8, last_scores jsonb, \
-                 conversation_id uuid, audit_detail jsonb)), \
-         updated AS ( \
-             UPDATE memories m SET repeat_count = b.repeat_count, importance = b.importance, \
-                 manually_saved = b.manually_saved, pinned = b.pinned, tags = b.tags, \
-                 source_ids = b.source_ids, metadata_confidence = b.metadata_confidence, \
-                 last_scores = b.last_scores, updated_at = now() \
-             FROM merge_batch b \
-             WHERE m.user_id = b.user_id AND m.space = b.space AND m.id = b.id \
-             RETURNING m.*), \
-         merges_audited AS ( \
-             INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \
-             SELECT u.user_id, u.space, 'merge', u.id, b.conversation_id, b.audit_detail \
-             FROM updated u JOIN merge_batch b ON b.id = u.id), \
-         insert_batch AS ( \
-             SELECT * FROM jsonb_to_recordset($2) AS r(id uuid, user_id uuid, space text, \
-                 conversation_id uuid, text text, role text, category text, simhash int8, tags text[], \
-                 source_ids text[], metadata_confidence float8, importance float8, pinned boolean, \
-                 manually_saved boolean, last_scores jsonb, audit_detail jsonb, event_message_id uuid, \
-                 event_routing_key text, event_type_name text, event_payload text, \
-                 event_trace_headers jsonb)), \
-         inserted AS ( \
-             INSERT INTO memories (id, user_id, space, kind, conversation_id, text, role, category, \
-                 valid_at, simhash, tags, source_ids, metadata_confidence, importance, pinned, \
-                 manually_saved, needs_embedding, last_scores) \
-             SELECT id, user_id, space, 'semantic', conversation_id, text, role, category, now(), \
-                 simhash, tags, source_ids, metadata_confidence, importance, pinned, manually_saved, \
-                 true, last_scores \
-             FROM insert_batch \
-             RETURNING *), \
-         inserts_audited AS ( \
-             INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \
-             SELECT i.user_id, i.space, 'create', i.id, i.conversation_id, b.audit_detail \
-             FROM inserted i JOIN insert_batch b ON b.id = i.id), \
-         outboxed AS ( \
-             INSERT INTO outbox_events (message_id, routing_key, type_name, payload, trace_headers) \
-             SELECT b.event_message_id, b.event_routing_key, b.event_type_name, decode(b.event_payload, 'hex'), \
-                    b.event_trace_headers \
-             FROM inserted i JOIN insert_batch b ON b.id = i.id \
-             WHERE b.event_message_id IS NOT NULL) \
-         SELECT false AS created, ",
-        memory_columns!(),
-        " FROM updated UNION ALL SELECT true, ",
-        memory_columns!(),
-        " FROM inserted"
-    );
-    let rows = sqlx::query_as::<_, WrittenRow>(sql)
-        .bind(merge_document)
-        .bind(insert_document)
-        .fetch_all(connection)
-        .await?;
+    // Only the parts a round needs: a part without rows would still fire the statement triggers
+    // of its table.
+    let sql = match (merges.is_empty(), inserts.is_empty()) {
+        (false, false) => concat!(
+            "WITH ",
+            merge_ctes!("$1"),
+            ", ",
+            insert_ctes!("$2"),
+            " SELECT false AS created, ",
+            memory_columns!(),
+            " FROM updated UNION ALL SELECT true, ",
+            memory_columns!(),
+            " FROM inserted"
+        ),
+        (false, true) => concat!(
+            "WITH ",
+            merge_ctes!("$1"),
+            " SELECT false AS created, ",
+            memory_columns!(),
+            " FROM updated"
+        ),
+        (true, _) => concat!(
+            "WITH ",
+            insert_ctes!("$1"),
+            " SELECT true AS created, ",
+            memory_columns!(),
+            " FROM inserted"
+        ),
+    };
+    let mut query = sqlx::query_as::<_, WrittenRow>(sql);
+    if !merges.is_empty() {
+        query = query.bind(merge_document);
+    }
+    if !inserts.is_empty() {
+        query = query.bind(insert_document);
+    }
+    let rows = query.fetch_all(connection).await?;
     let (created, merged): (Vec<WrittenRow>, Vec<WrittenRow>) =
         rows.into_iter().partition(|row| row.created);
     Ok(WrittenEntries {

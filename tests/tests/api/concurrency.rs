@@ -49,8 +49,8 @@ async fn requests_beyond_the_connection_limit_get_resource_exhausted() {
     .await;
     let scope = new_scope("work");
     let core_scope = engram_core::Scope::parse("scope", &scope.user_id, &scope.space).unwrap();
-    // Hold the space's write lock so that writes to it wait (on a pool of our own: the service's
-    // connections are all needed by the writes).
+    // Hold the space's write lock so that writes to it wait (on a pool of our own, apart from
+    // the service's).
     let own_pool = sqlx::PgPool::connect(sandbox.database.url()).await.unwrap();
     let blocker = engram_store::begin_with_spaces_locked(&own_pool, [&core_scope])
         .await
