@@ -122,10 +122,21 @@ impl OutboxRelay {
                 match self.publish_round(&publisher).await {
                     Ok(published) if published as i64 == self.settings.relay_batch => continue,
                     Ok(_) => {}
-                    Err(error) => {
+                    Err(RelayError::Bus(error)) => {
                         tracing::warn!(%error, "outbox relay lost the broker; reconnecting");
                         bus.close().await;
                         continue 'connection;
+                    }
+                    Err(RelayError::Store(error)) => {
+                        // The broker is fine: keep its connection and try the round again. What
+                        // was not marked published goes out again (at least once).
+                        tracing::warn!(%error, "outbox relay cannot read or mark the outbox; retrying");
+                        let pause = Duration::from_millis(self.settings.relay_poll_ms);
+                        if sleep_or_stop(pause, &mut stop).await {
+                            bus.close().await;
+                            break 'connection;
+                        }
+                        continue;
                     }
                 }
                 tokio::select! {
