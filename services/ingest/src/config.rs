@@ -103,10 +103,11 @@ impl MemorySettings {
         Duration::seconds(self.tombstone_ttl_secs)
     }
 
+    /// At least one write a batch and one slot, whatever the configuration says.
     pub fn group_commit(&self) -> crate::group_commit::GroupCommitSettings {
         crate::group_commit::GroupCommitSettings {
-            max_batch: self.write_batch_max,
-            concurrency: self.write_batch_concurrency,
+            max_batch: self.write_batch_max.max(1),
+            concurrency: self.write_batch_concurrency.max(1),
             linger: std::time::Duration::from_micros(self.write_batch_linger_us),
         }
     }

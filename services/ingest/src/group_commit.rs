@@ -114,11 +114,6 @@ pub(crate) struct WriteQueue {
 impl WriteQueue {
     /// Starts the dispatcher on the current Tokio runtime.
     pub(crate) fn start(committer: GroupCommitter, settings: GroupCommitSettings) -> Self {
-        let settings = GroupCommitSettings {
-            max_batch: settings.max_batch.max(1),
-            concurrency: settings.concurrency.max(1),
-            linger: settings.linger,
-        };
         // Room for a few full batches per slot; beyond that, callers wait to enqueue (their
         // request deadline still applies).
         let (sender, receiver) = mpsc::channel(settings.max_batch * settings.concurrency * 4);
@@ -301,11 +296,7 @@ impl WavePlanner {
 
     fn received(&mut self, writes: usize, now: Instant) {
         self.owed = self.owed.saturating_sub(writes);
-        if self.owed > 0 {
-            self.wave_moved = Some(now);
-        } else {
-            self.wave_moved = None;
-        }
+        self.wave_moved = (self.owed > 0).then_some(now);
     }
 
     /// How long the first of a wave may take to come back. Longer than `linger`, the gap
@@ -336,7 +327,7 @@ impl WavePlanner {
             return gathered;
         }
         let can_come = gathered + queued + self.owed;
-        let share = (self.committing + can_come).div_ceil(self.settings.concurrency.max(1));
+        let share = (self.committing + can_come).div_ceil(self.settings.concurrency);
         share
             .min(can_come)
             .min(self.settings.max_batch)

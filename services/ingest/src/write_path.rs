@@ -156,7 +156,7 @@ impl MemoryWriter {
         // A connection per commit slot, kept: batches always run on the same server processes
         // (their plan and catalog caches, and their mappings of the buffer cache, stay warm)
         // instead of going round the whole pool, and never wait behind the rest of the service.
-        let commit_pool = engram_store::pool_beside(&pool, group_commit.concurrency.max(1) as u32);
+        let commit_pool = engram_store::pool_beside(&pool, group_commit.concurrency as u32);
         let queue = WriteQueue::start(
             GroupCommitter {
                 pool: commit_pool.clone(),

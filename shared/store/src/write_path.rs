@@ -346,26 +346,6 @@ pub async fn write_entries(
     if merges.is_empty() && inserts.is_empty() {
         return Ok(WrittenEntries::default());
     }
-    let merge_rows: Vec<MergeRow<'_>> = merges
-        .iter()
-        .map(|merge| MergeRow {
-            id: merge.id,
-            user_id: merge.scope.user_id.as_uuid(),
-            space: merge.scope.space.as_str(),
-            repeat_count: merge.update.repeat_count,
-            importance: merge.update.importance,
-            manually_saved: merge.update.manually_saved,
-            pinned: merge.update.pinned,
-            tags: &merge.update.tags,
-            source_ids: &merge.update.source_ids,
-            metadata_confidence: merge.update.metadata_confidence,
-            last_scores: &merge.update.last_scores,
-            conversation_id: merge.conversation.map(|c| c.as_uuid()),
-            audit_detail: &merge.audit_detail,
-        })
-        .collect();
-    let merge_document = json_document(&merge_rows, "merges")?;
-    let insert_document = json_document(&insert_rows(inserts), "new memories")?;
     // Only the parts a round needs: a part without rows would still fire the statement triggers
     // of its table.
     let sql = match (merges.is_empty(), inserts.is_empty()) {
@@ -397,10 +377,10 @@ pub async fn write_entries(
     };
     let mut query = sqlx::query_as::<_, WrittenRow>(sql);
     if !merges.is_empty() {
-        query = query.bind(merge_document);
+        query = query.bind(json_document(&merge_rows(merges), "merges")?);
     }
     if !inserts.is_empty() {
-        query = query.bind(insert_document);
+        query = query.bind(json_document(&insert_rows(inserts), "new memories")?);
     }
     let rows = query.fetch_all(connection).await?;
     let (created, merged): (Vec<WrittenRow>, Vec<WrittenRow>) =
@@ -415,6 +395,28 @@ pub async fn write_entries(
             inserts.iter().map(|insert| insert.memory.id),
         )?,
     })
+}
+
+/// The rows of the merge document.
+fn merge_rows<'a>(merges: &'a [AuditedMerge<'a>]) -> Vec<MergeRow<'a>> {
+    merges
+        .iter()
+        .map(|merge| MergeRow {
+            id: merge.id,
+            user_id: merge.scope.user_id.as_uuid(),
+            space: merge.scope.space.as_str(),
+            repeat_count: merge.update.repeat_count,
+            importance: merge.update.importance,
+            manually_saved: merge.update.manually_saved,
+            pinned: merge.update.pinned,
+            tags: &merge.update.tags,
+            source_ids: &merge.update.source_ids,
+            metadata_confidence: merge.update.metadata_confidence,
+            last_scores: &merge.update.last_scores,
+            conversation_id: merge.conversation.map(|c| c.as_uuid()),
+            audit_detail: &merge.audit_detail,
+        })
+        .collect()
 }
 
 /// `records` reordered to follow `ids`; an id without its record means the statement did not
