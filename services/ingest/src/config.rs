@@ -65,9 +65,9 @@ pub struct MemorySettings {
     pub write_batch_max: usize,
     /// Group-commit transactions in flight at once (each holds a database connection).
     pub write_batch_concurrency: usize,
-    /// How long a freed commit slot waits for the next write of the wave it expects (its share
-    /// of the writes under way, such as the callers it just answered); each arrival restarts the
-    /// wait. Microseconds; 0 never waits.
+    /// The longest a freed commit slot waits for the writes of the wave it expects (its share of
+    /// the writes under way, such as the callers it just answered), counted from when it starts
+    /// waiting. Microseconds; 0 never waits.
     pub write_batch_linger_us: u64,
 }
 
