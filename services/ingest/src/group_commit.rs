@@ -190,8 +190,8 @@ async fn dispatch(
             // is back within a few milliseconds; a deadline that each arrival moved would also be
             // kept alive by writes that are not the wave at all (independent callers at a steady
             // rate), and every batch held that way would owe more callers to the next one, which
-            // then waited longer still: at 500 writes/s, p50 6-7 ms and p99 20 ms where 3 and 7
-            // are possible (docs/benchmarks/README.md).
+            // then waited longer still: at 500 writes/s, p50 6-7 ms and p99 20 ms, against 3-5
+            // and 6-11 ms with one deadline (docs/benchmarks/README.md).
             let deadline = tokio::time::Instant::now() + settings.linger;
             while batch.len() < wanted {
                 let room = wanted - batch.len();
