@@ -301,9 +301,9 @@ impl WavePlanner {
         self.wave_moved = (self.owed > 0).then_some(now);
     }
 
-    /// How long the first of a wave may take to come back. Longer than `linger`, the gap
-    /// allowed between writes of a wave once it arrives: callers answered together come back
-    /// one after another, and the first may wait for the service to answer all of them.
+    /// How long the first of a wave may take to come back. Longer than `linger`, the longest a
+    /// batch waits for a wave once it starts waiting: callers answered together come back one
+    /// after another, and the first may wait for the service to answer all of them.
     const FIRST_RETURN_LINGERS: u32 = 4;
 
     /// A wave that has not moved for a while is not coming back at once (or is not a wave:
