@@ -78,7 +78,7 @@ k8s-validate: ## Validate the Kubernetes manifests offline
 	@bash deploy/k8s-validate.sh
 
 .PHONY: bench-ingest
-bench-ingest: up ## Ingest benchmark: Remember throughput/latency, near-duplicate lookup cost (release build)
+bench-ingest: up ## Ingest benchmark: Remember throughput/latency, near-duplicate lookup cost (release build; Postgres on huge pages when root)
 	cargo build --release --bin ingest --bin bench-ingest
 	@bash deploy/bench/ingest.sh
 

@@ -301,6 +301,12 @@ cmd_status() {
 case "${1:-}" in
     up) cmd_up ;;
     down) cmd_down ;;
+    # Stops and starts our Postgres, so that settings read at start (ENGRAM_PG_HUGE_PAGES,
+    # ENGRAM_PG_SETTINGS) apply; a Postgres these scripts did not start is left alone.
+    restart)
+        cmd_down
+        cmd_up
+        ;;
     status) cmd_status ;;
     url) cmd_url ;;
     psql)
@@ -310,7 +316,7 @@ case "${1:-}" in
         exec "$ENGRAM_PG_BIN/psql" -X -h 127.0.0.1 -p "$ENGRAM_PG_PORT" -U "$ENGRAM_PG_SUPERUSER" -d "$ENGRAM_PG_DB" "$@"
         ;;
     *)
-        echo "usage: $0 up|down|status|url|psql [args...]" >&2
+        echo "usage: $0 up|down|restart|status|url|psql [args...]" >&2
         exit 2
         ;;
 esac

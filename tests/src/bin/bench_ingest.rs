@@ -474,8 +474,15 @@ async fn main() -> anyhow::Result<()> {
 
             let small = measure_lookup(&cli.database_url, &space_user(0), SPACE, 2000).await?;
             let big = measure_lookup(&cli.database_url, BIG_SPACE_USER, BIG_SPACE, 2000).await?;
+            let mut connection = PgConnection::connect(&cli.database_url).await?;
             let total_entries: i64 = sqlx::query_scalar("SELECT count(*) FROM memories")
-                .fetch_one(&mut PgConnection::connect(&cli.database_url).await?)
+                .fetch_one(&mut connection)
+                .await?;
+            let shared_buffers: String = sqlx::query_scalar("SHOW shared_buffers")
+                .fetch_one(&mut connection)
+                .await?;
+            let huge_pages: String = sqlx::query_scalar("SHOW huge_pages_status")
+                .fetch_one(&mut connection)
                 .await?;
 
             let h = &load.histogram;
@@ -492,6 +499,9 @@ async fn main() -> anyhow::Result<()> {
                 "# Ingest benchmark\n\n\
                  Produced by `{command_line}` on {date}.\n\n\
                  Machine: {machine}.\n\n\
+                 Postgres: shared_buffers {shared_buffers}, huge pages {huge_pages} (`make bench-ingest` puts the buffer \
+                 cache on huge pages, as production should run it, when it can; `BENCH_HUGE_PAGES=0` measures on \
+                 normal pages).\n\n\
                  ## Remember over gRPC\n\n\
                  Starting state: {spaces} spaces holding 200 entries each (every space at its soft cap, so every new \
                  entry also runs the capacity policy and trims one), plus one space of 100,000 entries; {total_entries} \
