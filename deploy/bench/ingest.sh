@@ -17,20 +17,19 @@ port=50061
 
 # Postgres runs as production should run it: its 6 GB buffer cache on 2 MB pages (the Postgres
 # manual's advice for a large shared_buffers; worth about 8-12 % more writes/s here, see
-# docs/benchmarks/README.md). That needs root and a Postgres these scripts started; it is switched
-# on by restarting Postgres, and switched off again at the end when the benchmark switched it on.
-# Otherwise the run goes ahead on normal pages, and the report says which it had.
+# docs/benchmarks/README.md). That needs root (it sets vm.nr_hugepages) and a Postgres these scripts
+# started (`restart` leaves any other alone); it is switched on by restarting Postgres, and off
+# again at the end when the benchmark switched it on. Otherwise the run goes ahead on normal
+# pages, and the report says which it had.
 huge_pages_status() { pg_psql postgres -c "SHOW huge_pages_status"; }
 switched_huge_pages=0
-if [[ "${BENCH_HUGE_PAGES:-1}" == 1 && "$(huge_pages_status)" != on ]]; then
-    if is_root && [[ -f "$ENGRAM_STATE_DIR/postgres.started" ]]; then
-        log "restarting Postgres with its buffer cache on huge pages (services connected to it reconnect)"
-        ENGRAM_PG_HUGE_PAGES=1 bash "$here/../local/postgres.sh" restart
-        [[ "$(huge_pages_status)" == on ]] && switched_huge_pages=1
-    else
-        log "huge pages need root and a Postgres these scripts started; measuring on normal pages"
-    fi
+if [[ "${BENCH_HUGE_PAGES:-1}" == 1 && "$(huge_pages_status)" != on ]] && is_root; then
+    log "restarting Postgres with its buffer cache on huge pages (services connected to it reconnect)"
+    ENGRAM_PG_HUGE_PAGES=1 bash "$here/../local/postgres.sh" restart
+    [[ "$(huge_pages_status)" == on ]] && switched_huge_pages=1
 fi
+(( switched_huge_pages )) || [[ "$(huge_pages_status)" == on ]] ||
+    log "Postgres runs on normal pages for this benchmark (BENCH_HUGE_PAGES=0, or huge pages need root and the Postgres of make up)"
 restore_postgres() {
     if (( switched_huge_pages )); then
         log "restarting Postgres on normal pages, as it was before the benchmark"
