@@ -22,21 +22,30 @@ port=50061
 # again at the end when the benchmark switched it on. Otherwise the run goes ahead on normal
 # pages, and the report says which it had.
 huge_pages_status() { pg_psql postgres -c "SHOW huge_pages_status"; }
+huge_pages="$(huge_pages_status)"
 switched_huge_pages=0
-if [[ "${BENCH_HUGE_PAGES:-1}" == 1 && "$(huge_pages_status)" != on ]] && is_root; then
+if [[ "${BENCH_HUGE_PAGES:-1}" == 1 && "$huge_pages" != on ]] && is_root; then
     log "restarting Postgres with its buffer cache on huge pages (services connected to it reconnect)"
     ENGRAM_PG_HUGE_PAGES=1 bash "$here/../local/postgres.sh" restart
-    [[ "$(huge_pages_status)" == on ]] && switched_huge_pages=1
+    huge_pages="$(huge_pages_status)"
+    [[ "$huge_pages" == on ]] && switched_huge_pages=1
 fi
-(( switched_huge_pages )) || [[ "$(huge_pages_status)" == on ]] ||
+[[ "$huge_pages" == on ]] ||
     log "Postgres runs on normal pages for this benchmark (BENCH_HUGE_PAGES=0, or huge pages need root and the Postgres of make up)"
-restore_postgres() {
+
+server=""
+# On any exit: stop the benchmark's ingest service, then put Postgres back as it was.
+clean_up() {
+    if [[ -n "$server" ]]; then
+        kill -TERM "$server" 2>/dev/null
+        wait "$server" 2>/dev/null || true
+    fi
     if (( switched_huge_pages )); then
         log "restarting Postgres on normal pages, as it was before the benchmark"
         ENGRAM_PG_HUGE_PAGES=0 bash "$here/../local/postgres.sh" restart
     fi
 }
-trap restore_postgres EXIT
+trap clean_up EXIT
 
 exists="$(pg_psql postgres -c "SELECT 1 FROM pg_database WHERE datname = '$db'")"
 if [[ "${BENCH_REUSE:-0}" != 1 || -z "$exists" ]]; then
@@ -66,7 +75,6 @@ log "starting a release ingest service on 127.0.0.1:$port (embedding backfill of
 env ENGRAM_DATABASE__URL="$url" ENGRAM_GRPC__LISTEN_ADDR="127.0.0.1:$port" ENGRAM_DATABASE__MAX_CONNECTIONS=16 \
     ENGRAM_EMBED__PROVIDER=disabled RUST_LOG=warn ${BENCH_SERVER_ENV:-} "$bin/ingest" >"$ENGRAM_LOG_DIR/bench-ingest-server.log" 2>&1 &
 server=$!
-trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null || true; restore_postgres' EXIT
 wait_for_port 127.0.0.1 "$port" 60 || die "the ingest service did not start (see $ENGRAM_LOG_DIR/bench-ingest-server.log)"
 
 mkdir -p "$repo/docs/benchmarks"
