@@ -3,7 +3,7 @@
 
 use engram_core::commands::{MemoryCommand, parse_command};
 use engram_core::{ConversationId, MemoryId, MemoryText, Scope, SpeakerRole};
-use engram_store::audit;
+use engram_store::audit::{self, LastWritten};
 use engram_store::memories::MemoryRecord;
 use engram_store::spaces::SettingsPatch;
 
@@ -90,31 +90,36 @@ impl MemoryWriter {
                 .await;
         }
         match command.clone() {
-            MemoryCommand::ForgetLast => {
-                let Some(last) = self.last_written(scope, conversation).await? else {
-                    return Ok(CommandOutcome::not_applied(
-                        command,
-                        "Nothing from this conversation is in memory.",
-                    ));
+            MemoryCommand::ForgetLast | MemoryCommand::PinLast => {
+                let forget = command == MemoryCommand::ForgetLast;
+                let last = match self.last_written(scope, conversation).await? {
+                    LastWritten::Stored(id) => MemoryId::from_uuid(id),
+                    LastWritten::Gone(_) => {
+                        return Ok(CommandOutcome::not_applied(
+                            command,
+                            "The last thing saved from this conversation is already gone from memory.",
+                        ));
+                    }
+                    LastWritten::Nothing => {
+                        return Ok(CommandOutcome::not_applied(
+                            command,
+                            "Nothing from this conversation is in memory.",
+                        ));
+                    }
                 };
-                let forgotten = self.forget(scope, last, Some(conversation)).await?;
-                Ok(CommandOutcome::done(
-                    command,
-                    "Forgotten.",
-                    Some(forgotten.memory),
-                ))
-            }
-            MemoryCommand::PinLast => {
-                let Some(last) = self.last_written(scope, conversation).await? else {
-                    return Ok(CommandOutcome::not_applied(
+                if forget {
+                    let forgotten = self.forget(scope, last, Some(conversation)).await?;
+                    Ok(CommandOutcome::done(
                         command,
-                        "Nothing from this conversation is in memory to pin.",
-                    ));
-                };
-                let pinned = self
-                    .set_pinned(scope, last, true, Some(conversation))
-                    .await?;
-                Ok(CommandOutcome::done(command, "Pinned.", Some(pinned)))
+                        "Forgotten.",
+                        Some(forgotten.memory),
+                    ))
+                } else {
+                    let pinned = self
+                        .set_pinned(scope, last, true, Some(conversation))
+                        .await?;
+                    Ok(CommandOutcome::done(command, "Pinned.", Some(pinned)))
+                }
             }
             MemoryCommand::Remember(content) => {
                 let text = MemoryText::parse("message", &content, self.settings.max_text_chars)?;
@@ -153,6 +158,11 @@ impl MemoryWriter {
                     RememberResult::SkippedIncognito => (
                         false,
                         "This conversation is incognito, so nothing was saved.",
+                        None,
+                    ),
+                    RememberResult::TrimmedAtCapacity { .. } => (
+                        false,
+                        "Memory for this space is full of pinned or saved entries, so this was not kept.",
                         None,
                     ),
                 };
@@ -197,10 +207,8 @@ impl MemoryWriter {
         &self,
         scope: &Scope,
         conversation: ConversationId,
-    ) -> Result<Option<MemoryId>, IngestError> {
+    ) -> Result<LastWritten, IngestError> {
         let mut connection = self.pool.acquire().await?;
-        let last =
-            audit::last_written_in_conversation(&mut connection, scope, conversation).await?;
-        Ok(last.map(MemoryId::from_uuid))
+        Ok(audit::last_written_in_conversation(&mut connection, scope, conversation).await?)
     }
 }

@@ -87,25 +87,28 @@ impl MemoryWriter {
         conversation: Option<ConversationId>,
     ) -> Result<MemoryRecord, IngestError> {
         let mut transaction = self.pool.begin().await?;
-        let record = memories::set_pinned(&mut transaction, scope, memory.as_uuid(), pinned)
+        let change = memories::set_pinned(&mut transaction, scope, memory.as_uuid(), pinned)
             .await?
             .ok_or_else(|| not_found(memory, scope))?;
-        let action = if pinned {
-            AuditAction::Pin
-        } else {
-            AuditAction::Unpin
-        };
-        audit::append(
-            &mut transaction,
-            scope,
-            action,
-            Some(record.id),
-            conversation,
-            json!({}),
-        )
-        .await?;
+        // Pinning a pinned entry (a retry, say) is answered the same but is no new action.
+        if change.changed {
+            let action = if pinned {
+                AuditAction::Pin
+            } else {
+                AuditAction::Unpin
+            };
+            audit::append(
+                &mut transaction,
+                scope,
+                action,
+                Some(change.record.id),
+                conversation,
+                json!({}),
+            )
+            .await?;
+        }
         transaction.commit().await?;
-        Ok(record)
+        Ok(change.record)
     }
 
     pub async fn settings(&self, scope: &Scope) -> Result<EffectiveSettings, IngestError> {

@@ -501,6 +501,7 @@ impl GroupCommitter {
                 update,
                 conversation: writes[*at].command.conversation,
                 audit_detail: merge_audit_detail(update),
+                pins: update.pinned && !existing.pinned,
             })
             .collect();
 
@@ -563,9 +564,11 @@ impl GroupCommitter {
             trimmed_by_create.insert(*index, outcome.trimmed);
         }
         for (index, ((at, _), memory)) in creates.iter().zip(written.created).enumerate() {
-            results[*at] = Some(RememberResult::Created {
-                memory,
-                trimmed: trimmed_by_create.remove(&index).unwrap_or_default(),
+            let trimmed = trimmed_by_create.remove(&index).unwrap_or_default();
+            results[*at] = Some(if trimmed.contains(&memory.id) {
+                RememberResult::TrimmedAtCapacity { trimmed }
+            } else {
+                RememberResult::Created { memory, trimmed }
             });
         }
         Ok(())
@@ -600,7 +603,8 @@ impl GroupCommitter {
         let mut created = 0;
         for result in results {
             match result {
-                RememberResult::Created { trimmed, .. } => {
+                RememberResult::Created { trimmed, .. }
+                | RememberResult::TrimmedAtCapacity { trimmed } => {
                     created += 1;
                     self.metrics.record_created();
                     if !trimmed.is_empty() {

@@ -111,6 +111,16 @@ fn remember_to_proto(result: RememberResult) -> v1::RememberResponse {
             message: "the conversation is incognito; nothing was stored".into(),
             ..Default::default()
         },
+        RememberResult::TrimmedAtCapacity { trimmed } => v1::RememberResponse {
+            outcome: Outcome::TrimmedAtCapacity.into(),
+            message: format!(
+                "not kept: the space is at its soft cap and every other entry is pinned, saved or \
+                 scores higher, so the new entry was trimmed ({} entries trimmed in all)",
+                trimmed.len()
+            ),
+            trimmed_ids: trimmed.iter().map(ToString::to_string).collect(),
+            ..Default::default()
+        },
     }
 }
 

@@ -86,6 +86,11 @@ pub enum RememberResult {
     },
     SkippedMemoryDisabled,
     SkippedIncognito,
+    /// Stored, then removed by the soft cap in the same transaction: the space is full of entries
+    /// that are protected or score higher. `trimmed` includes the new entry's id.
+    TrimmedAtCapacity {
+        trimmed: Vec<Uuid>,
+    },
 }
 
 /// Everything about a text that can be decided without the database.

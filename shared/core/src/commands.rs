@@ -29,6 +29,8 @@ struct Grammar {
     forget_last: Regex,
     pin_last: Regex,
     remember: Regex,
+    courtesy_after_content: Regex,
+    chinese_acknowledgement: Regex,
     memory_off: Regex,
     memory_on: Regex,
     incognito_start: Regex,
@@ -53,9 +55,16 @@ static GRAMMAR: LazyLock<Grammar> = LazyLock::new(|| Grammar {
     pin_last: rule(
         r"(?i)^pin\s+(?:this|that|it)(?:\s+memory)?$|^keep\s+(?:this|that)\s+(?:pinned|forever)$|^(?:置顶|固定|钉住)(?:这个|那个|这条|那条|它)?(?:记忆)?$|^把(?:这个|这条|它)(?:记忆)?(?:置顶|固定|钉住)$",
     ),
+    // The verb must end at a separator: "Remembering names is hard" is no command.
     remember: rule(
-        r"(?is)^(?:remember|memori[sz]e|note\s+down)(?:\s+that\b|\s*:|\s*,)?\s*(?P<content>.+)$|^(?:记住|记一下|记得|记下)(?:[:：,，\s]*)(?P<content_zh>.+)$",
+        r"(?is)^(?:remember|memori[sz]e|note\s+down)(?:\s*[:,;]\s*|\s+)(?:that\b)?(?P<content>.*)$|^(?:记住|记一下|记得|记下)(?:[:：,，\s]*)(?P<content_zh>.+)$",
     ),
+    courtesy_after_content: rule(
+        r"(?i)(?:\s*[,，;]\s*(?:please|pls|thanks|thank\s+you|thx|ty|谢谢|多谢|谢了))+$",
+    ),
+    // What follows 记住/记下/记得 in a reply or a question rather than an instruction: "记住了"
+    // (got it), "记得吗" (remember?), "记下了，谢谢" (noted, thanks).
+    chinese_acknowledgement: rule(r"^(?:了|吗|呢|吧|啊|哦|没有?)+$"),
     memory_off: rule(
         r"(?i)^(?:turn|switch)\s+(?:your\s+)?memory\s+off$|^(?:turn|switch)\s+off\s+(?:your\s+)?memory$|^(?:disable|pause)\s+(?:your\s+)?memory$|^stop\s+remembering(?:\s+things)?$|^(?:关闭|关掉|停用|暂停)(?:你的)?记忆(?:功能)?$|^不要再记(?:住)?(?:任何东西)?了?$",
     ),
@@ -81,8 +90,9 @@ pub fn parse_command(message: &str) -> Option<MemoryCommand> {
         .trim_end_matches(['.', '!', '?', '。', '！', '？', '~', ' ']);
     let without_prefix = grammar.politeness_prefix.replace(trimmed, "");
     let without_prefix = without_prefix.trim();
-    // Politeness suffixes ("..., please", "...吧") are dropped for control commands only: in a
-    // "remember ..." message they may be part of what the user wants remembered.
+    // Politeness suffixes ("... please", "...吧") are dropped here for control commands only: in a
+    // "remember ..." message they may be part of what the user wants remembered, so that rule
+    // drops only courtesy set off by a comma.
     let core = grammar.politeness_suffix.replace(without_prefix, "");
     let core = core
         .trim()
@@ -119,23 +129,68 @@ pub fn parse_command(message: &str) -> Option<MemoryCommand> {
             return Some(MemoryCommand::Recall(topic.to_owned()));
         }
     }
-    if let Some(captures) = grammar.remember.captures(without_prefix) {
-        let content = captures
-            .name("content")
-            .or_else(|| captures.name("content_zh"))
-            .map(|m| m.as_str().trim())
-            .unwrap_or_default();
-        // "remember this" / "remember that" alone names no content.
-        let bare_reference = matches!(
-            content.to_lowercase().as_str(),
-            "this" | "that" | "it" | "这个" | "那个" | "这" | "那"
-        );
-        if !content.is_empty() && !bare_reference {
-            return Some(MemoryCommand::Remember(content.to_owned()));
-        }
+    // "Remember when we went to Paris?" and "记得吗？" ask; "Could you remember that ...?" asks
+    // politely for the same thing as "Remember that ...".
+    let asked_politely = without_prefix.len() < trimmed.len();
+    if is_question(message) && !asked_politely {
+        return None;
     }
-    None
+    let captures = grammar.remember.captures(without_prefix)?;
+    let content = captures
+        .name("content")
+        .or_else(|| captures.name("content_zh"))
+        .map(|m| m.as_str())
+        .unwrap_or_default();
+    // "..., please" after the content is courtesy; "... say thank you" is content.
+    let content = content
+        .trim()
+        .trim_start_matches([',', '，', ':', '：', ';', '；'])
+        .trim();
+    let content = grammar.courtesy_after_content.replace(content, "");
+    let content = content
+        .trim()
+        .trim_end_matches(['.', '!', '。', '！', ',', '，'])
+        .trim();
+    if names_no_content(grammar, content) {
+        return None;
+    }
+    Some(MemoryCommand::Remember(content.to_owned()))
 }
+
+fn is_question(message: &str) -> bool {
+    message.trim_end().ends_with(['?', '？'])
+}
+
+/// "remember this", "remember that, please", "记住了": nothing to remember beyond a reference
+/// to what was said before, or no instruction at all.
+fn names_no_content(grammar: &Grammar, content: &str) -> bool {
+    let lowered = content.to_lowercase();
+    let reference = lowered
+        .strip_suffix(" please")
+        .or_else(|| lowered.strip_suffix(" for me"))
+        .unwrap_or(&lowered)
+        .trim();
+    NO_CONTENT.contains(&reference) || grammar.chinese_acknowledgement.is_match(reference)
+}
+
+/// What may follow "remember" without naming anything to remember.
+const NO_CONTENT: &[&str] = &[
+    "",
+    "this",
+    "that",
+    "it",
+    "please",
+    "thanks",
+    "thank you",
+    "thx",
+    "这个",
+    "那个",
+    "这",
+    "那",
+    "这些",
+    "那些",
+    "谢谢",
+];
 
 #[cfg(test)]
 mod tests {
@@ -190,6 +245,42 @@ mod tests {
         );
         assert_eq!(parse_command("remember that"), None);
         assert_eq!(parse_command("remember this!"), None);
+        assert_eq!(
+            parse_command("Could you remember that my flight is on Friday?"),
+            Some(Remember("my flight is on Friday".into()))
+        );
+        assert_eq!(
+            parse_command("remember that I always say thank you"),
+            Some(Remember("I always say thank you".into()))
+        );
+        assert_eq!(
+            parse_command("Remember: the spare key is under the blue pot, thanks!"),
+            Some(Remember("the spare key is under the blue pot".into()))
+        );
+        assert_eq!(
+            parse_command("remember thatcher's book is on the shelf"),
+            Some(Remember("thatcher's book is on the shelf".into()))
+        );
+    }
+
+    #[test]
+    fn talk_about_remembering_is_no_command() {
+        for message in [
+            "Remembering names is hard for me",
+            "Remembered to buy milk today",
+            "memorized the whole poem yesterday",
+            "Remember that, please",
+            "remember that, thanks",
+            "remember this please",
+            "Remember when we went to Paris?",
+            "Remember me?",
+            "记得吗？",
+            "记住了",
+            "记下了，谢谢",
+            "记住了吗",
+        ] {
+            assert_eq!(parse_command(message), None, "{message:?}");
+        }
     }
 
     #[test]

@@ -2,9 +2,11 @@
 //! only feeds SimHash, so that case, links, citation markers and spacing do not make two
 //! statements of the same thing look different.
 
+use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use regex::Regex;
+use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfkc_quick};
 
 static URL: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?i)\b(?:https?://|ftp://|www\.)[^\s<>()\[\]{}]+").expect("valid url regex")
@@ -22,13 +24,38 @@ static CITATION: LazyLock<Regex> = LazyLock::new(|| {
     .expect("valid citation regex")
 });
 
-/// Lowercases, removes URLs and citation markers, and folds runs of whitespace into one space.
+/// Brings text to Unicode NFKC, lowercases it, removes URLs and citation markers, and folds runs
+/// of whitespace into one space.
+///
+/// NFKC first, so that the composed and decomposed forms of "café" (keyboards differ) and
+/// full-width letters are the same text to SimHash, to merging and to a Forget's tombstone.
+/// Text that is nothing but links or citation markers keeps them: removing them would leave
+/// every such text the same empty fingerprint, merging unrelated links into one memory.
 pub fn normalize_for_fingerprint(text: &str) -> String {
+    let canonical = to_nfkc(text);
     // Citations first: the author-year form relies on capital letters.
-    let without_citations = CITATION.replace_all(text, " ");
+    let without_citations = CITATION.replace_all(&canonical, " ");
     let without_urls = URL.replace_all(&without_citations, " ");
-    let lowered = without_urls.to_lowercase();
-    lowered.split_whitespace().collect::<Vec<_>>().join(" ")
+    let stripped = lowercase_and_fold_whitespace(&without_urls);
+    if tokenize(&stripped).is_empty() && !tokenize(&canonical).is_empty() {
+        return lowercase_and_fold_whitespace(&canonical);
+    }
+    stripped
+}
+
+fn to_nfkc(text: &str) -> Cow<'_, str> {
+    if is_nfkc_quick(text.chars()) == IsNormalized::Yes {
+        Cow::Borrowed(text)
+    } else {
+        Cow::Owned(text.nfkc().collect())
+    }
+}
+
+fn lowercase_and_fold_whitespace(text: &str) -> String {
+    text.to_lowercase()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Whether a character is written without spaces between words (Chinese, Japanese kana, Korean
@@ -117,6 +144,38 @@ mod tests {
             normalize_for_fingerprint("footnote[^4] here"),
             "footnote here"
         );
+    }
+
+    #[test]
+    fn composed_decomposed_and_full_width_forms_normalize_alike() {
+        let composed = "Zo\u{eb}'s caf\u{e9} is on Rua A\u{e7}ores";
+        let decomposed = "Zoe\u{308}'s cafe\u{301} is on Rua Ac\u{327}ores";
+        assert_ne!(composed, decomposed);
+        assert_eq!(
+            normalize_for_fingerprint(composed),
+            normalize_for_fingerprint(decomposed)
+        );
+        assert_eq!(
+            normalize_for_fingerprint(
+                "\u{ff44}\u{ff41}\u{ff52}\u{ff4b} \u{ff4d}\u{ff4f}\u{ff44}\u{ff45}"
+            ),
+            "dark mode"
+        );
+    }
+
+    #[test]
+    fn text_of_links_or_citations_only_keeps_them() {
+        assert_eq!(
+            normalize_for_fingerprint("https://GitHub.com/rust-lang/rust"),
+            "https://github.com/rust-lang/rust"
+        );
+        assert_ne!(
+            normalize_for_fingerprint("https://bank.example.com/login"),
+            normalize_for_fingerprint("www.mydoctor.org")
+        );
+        assert_eq!(normalize_for_fingerprint(" [1] "), "[1]");
+        // With words beside them, links and citations are still dropped.
+        assert_eq!(normalize_for_fingerprint("see https://x.io [2]"), "see");
     }
 
     #[test]

@@ -26,12 +26,30 @@ fn parse_uuid(field: &str, raw: &str) -> Result<Uuid, ValidationError> {
     if raw.is_empty() {
         return Err(ValidationError::new(field, "is required"));
     }
-    Uuid::parse_str(raw).map_err(|_| {
+    let id = Uuid::parse_str(raw).map_err(|_| {
         ValidationError::new(
             field,
             format!("must be a UUID, got {:?}", truncate_for_message(raw)),
         )
-    })
+    })?;
+    // The all-zero UUID is what a client sends when it forgot to set an id.
+    if id.is_nil() {
+        return Err(ValidationError::new(field, "must not be the nil UUID"));
+    }
+    Ok(id)
+}
+
+/// Characters that render as nothing: format controls such as zero-width spaces and joiners,
+/// direction marks, the soft hyphen, variation selectors and Hangul fillers. A text of only these
+/// (and whitespace) is blank to a reader, however many bytes it has.
+fn is_invisible(c: char) -> bool {
+    c.is_whitespace()
+        || c.is_control()
+        || matches!(c,
+            '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}'
+            | '\u{180B}'..='\u{180F}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{206F}' | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}'
+            | '\u{FFA0}' | '\u{1D173}'..='\u{1D17A}' | '\u{E0000}'..='\u{E0FFF}')
 }
 
 /// Keeps error messages short when a client sends something huge.
@@ -147,7 +165,7 @@ pub struct MemoryText(String);
 
 impl MemoryText {
     pub fn parse(field: &str, raw: &str, max_chars: usize) -> Result<Self, ValidationError> {
-        if raw.trim().is_empty() {
+        if raw.chars().all(is_invisible) {
             return Err(ValidationError::new(field, "must not be empty"));
         }
         let chars = raw.chars().count();
@@ -192,7 +210,7 @@ pub fn parse_labels(
     let mut labels: Vec<String> = Vec::with_capacity(raw.len());
     for (index, item) in raw.iter().enumerate() {
         let label = item.trim();
-        if label.is_empty() {
+        if label.chars().all(is_invisible) {
             return Err(ValidationError::new(
                 format!("{field}[{index}]"),
                 "must not be empty",
@@ -204,10 +222,10 @@ pub fn parse_labels(
                 format!("must be at most {max_chars} characters"),
             ));
         }
-        if label.contains('\0') {
+        if let Some(control) = label.chars().find(|c| c.is_control()) {
             return Err(ValidationError::new(
                 format!("{field}[{index}]"),
-                "must not contain NUL characters",
+                format!("must not contain control characters, found {control:?}"),
             ));
         }
         if !labels.iter().any(|existing| existing == label) {
@@ -247,6 +265,12 @@ mod tests {
         );
         assert_eq!(UserId::parse("u", "").unwrap_err().reason, "is required");
         assert!(UserId::parse("u", "6f1c1f4e-2f0b-4a4e-9a34-9d4f3f1e2a10").is_ok());
+        assert_eq!(
+            UserId::parse("u", "00000000-0000-0000-0000-000000000000")
+                .unwrap_err()
+                .reason,
+            "must not be the nil UUID"
+        );
     }
 
     #[test]
@@ -271,6 +295,15 @@ mod tests {
                 .reason,
             "is 11 characters long; the limit is 10"
         );
+        // Zero-width spaces, joiners and a BOM are as blank as spaces.
+        assert_eq!(
+            MemoryText::parse("text", "\u{200b}\u{200b} \u{feff}\u{2060}", 10)
+                .unwrap_err()
+                .reason,
+            "must not be empty"
+        );
+        // An emoji joined by zero-width joiners is text.
+        assert!(MemoryText::parse("text", "\u{1f468}\u{200d}\u{1f469}", 10).is_ok());
         // The limit counts characters, not bytes.
         assert!(MemoryText::parse("text", "记住我喜欢喝绿茶", 8).is_ok());
     }
@@ -285,6 +318,13 @@ mod tests {
         );
         assert!(parse_labels("tags", &vec!["x".to_owned(); 5], 4, 8).is_err());
         assert!(parse_labels("tags", &["123456789".into()], 4, 8).is_err());
+        assert_eq!(
+            parse_labels("tags", &["ok".into(), "a\u{7}\u{1b}[31m".into()], 4, 16)
+                .unwrap_err()
+                .to_string(),
+            "tags[1]: must not contain control characters, found '\\u{7}'"
+        );
+        assert!(parse_labels("tags", &["\u{200b}".into()], 4, 8).is_err());
     }
 
     #[test]

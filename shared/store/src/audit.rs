@@ -111,17 +111,30 @@ pub async fn list(
     Ok(records)
 }
 
-/// The memory most recently created or merged from this conversation that still exists.
+/// The memory most recently created or merged from a conversation: what "forget that" and "pin
+/// this" refer to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LastWritten {
+    /// Nothing from the conversation was ever written.
+    Nothing,
+    /// The last write's memory has since been forgotten or trimmed. Commands do not reach back to
+    /// older writes: a repeated "forget that" must not delete what the user did not mean.
+    Gone(Uuid),
+    Stored(Uuid),
+}
+
 pub async fn last_written_in_conversation(
     connection: &mut PgConnection,
     scope: &Scope,
     conversation: ConversationId,
-) -> Result<Option<Uuid>, StoreError> {
-    let id = sqlx::query_scalar(
-        "SELECT a.memory_id FROM audit_events a \
-         JOIN memories m ON m.id = a.memory_id AND m.user_id = a.user_id AND m.space = a.space \
+) -> Result<LastWritten, StoreError> {
+    let row: Option<(Uuid, bool)> = sqlx::query_as(
+        "SELECT a.memory_id, EXISTS (SELECT 1 FROM memories m \
+             WHERE m.id = a.memory_id AND m.user_id = a.user_id AND m.space = a.space) \
+         FROM audit_events a \
          WHERE a.user_id = $1 AND a.space = $2 AND a.conversation_id = $3 \
            AND a.action IN ('create', 'merge') AND a.conversation_id IS NOT NULL \
+           AND a.memory_id IS NOT NULL \
          ORDER BY a.id DESC LIMIT 1",
     )
     .bind(scope.user_id.as_uuid())
@@ -129,5 +142,9 @@ pub async fn last_written_in_conversation(
     .bind(conversation.as_uuid())
     .fetch_optional(connection)
     .await?;
-    Ok(id)
+    Ok(match row {
+        None => LastWritten::Nothing,
+        Some((id, true)) => LastWritten::Stored(id),
+        Some((id, false)) => LastWritten::Gone(id),
+    })
 }

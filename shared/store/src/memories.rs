@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use engram_core::{Scope, Scores, SimHash, TrimCandidate};
-use sqlx::{PgConnection, PgPool};
+use sqlx::{FromRow, PgConnection, PgPool, Row};
 use uuid::Uuid;
 
 use crate::StoreError;
@@ -178,26 +178,47 @@ pub async fn get(
 }
 
 /// Sets or clears the pin; `None` when the space holds no such memory.
+/// A pin or unpin applied: the entry as it is now, and whether it was otherwise before (a repeated
+/// Pin or Unpin changes nothing, and leaves no audit event).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PinChange {
+    pub record: MemoryRecord,
+    pub changed: bool,
+}
+
 pub async fn set_pinned(
     connection: &mut PgConnection,
     scope: &Scope,
     id: Uuid,
     pinned: bool,
-) -> Result<Option<MemoryRecord>, StoreError> {
+) -> Result<Option<PinChange>, StoreError> {
+    // The entry's row lock is taken by the first statement, so `was_pinned` is what this update
+    // replaces, even with a concurrent Pin of the same entry.
     let sql = concat!(
-        "UPDATE memories SET pinned = $4, updated_at = now() \
-         WHERE user_id = $1 AND space = $2 AND id = $3 RETURNING ",
+        "WITH previous AS ( \
+             SELECT id AS previous_id, pinned AS was_pinned FROM memories \
+             WHERE user_id = $1 AND space = $2 AND id = $3 FOR UPDATE) \
+         UPDATE memories SET pinned = $4, \
+             updated_at = CASE WHEN was_pinned = $4 THEN updated_at ELSE now() END \
+         FROM previous WHERE id = previous_id RETURNING was_pinned, ",
         memory_columns!(),
         ""
     );
-    let record = sqlx::query_as::<_, MemoryRecord>(sql)
+    let row = sqlx::query(sql)
         .bind(scope.user_id.as_uuid())
         .bind(scope.space.as_str())
         .bind(id)
         .bind(pinned)
         .fetch_optional(connection)
         .await?;
-    Ok(record)
+    row.map(|row| {
+        let was_pinned: bool = row.try_get("was_pinned")?;
+        Ok(PinChange {
+            record: MemoryRecord::from_row(&row)?,
+            changed: was_pinned != pinned,
+        })
+    })
+    .transpose()
 }
 
 /// Deletes the given memories of the space and returns what was deleted.

@@ -237,6 +237,9 @@ pub struct AuditedMerge<'a> {
     pub conversation: Option<ConversationId>,
     /// Detail of the `merge` audit event.
     pub audit_detail: serde_json::Value,
+    /// The merge pins an entry that was not pinned (an explicit pin request on a repeat): it is
+    /// audited as a `pin` too, so that every pin shows in the audit trail.
+    pub pins: bool,
 }
 
 #[derive(Serialize)]
@@ -254,6 +257,7 @@ struct MergeRow<'a> {
     last_scores: &'a Scores,
     conversation_id: Option<Uuid>,
     audit_detail: &'a serde_json::Value,
+    pins: bool,
 }
 
 /// The merge half of [`write_entries`]: the merges of document `$doc` applied (`updated`) and
@@ -265,7 +269,7 @@ macro_rules! merge_ctes {
                  SELECT * FROM jsonb_to_recordset(", $doc, ") AS r(id uuid, user_id uuid, space text, \
                      repeat_count integer, importance float8, manually_saved boolean, pinned boolean, \
                      tags text[], source_ids text[], metadata_confidence float8, last_scores jsonb, \
-                     conversation_id uuid, audit_detail jsonb)), \
+                     conversation_id uuid, audit_detail jsonb, pins boolean)), \
              updated AS ( \
                  UPDATE memories m SET repeat_count = b.repeat_count, importance = b.importance, \
                      manually_saved = b.manually_saved, pinned = b.pinned, tags = b.tags, \
@@ -276,8 +280,12 @@ macro_rules! merge_ctes {
                  RETURNING m.*), \
              merges_audited AS ( \
                  INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \
-                 SELECT u.user_id, u.space, 'merge', u.id, b.conversation_id, b.audit_detail \
-                 FROM updated u JOIN merge_batch b ON b.id = u.id)"
+                 SELECT u.user_id, u.space, e.action, u.id, b.conversation_id, e.detail \
+                 FROM updated u JOIN merge_batch b ON b.id = u.id \
+                 CROSS JOIN LATERAL (VALUES (1, 'merge', b.audit_detail), (2, 'pin', '{}'::jsonb)) \
+                     AS e(position, action, detail) \
+                 WHERE e.action = 'merge' OR b.pins \
+                 ORDER BY u.id, e.position)"
         )
     };
 }
@@ -305,8 +313,12 @@ macro_rules! insert_ctes {
                  RETURNING *), \
              inserts_audited AS ( \
                  INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \
-                 SELECT i.user_id, i.space, 'create', i.id, i.conversation_id, b.audit_detail \
-                 FROM inserted i JOIN insert_batch b ON b.id = i.id), \
+                 SELECT i.user_id, i.space, e.action, i.id, i.conversation_id, e.detail \
+                 FROM inserted i JOIN insert_batch b ON b.id = i.id \
+                 CROSS JOIN LATERAL (VALUES (1, 'create', b.audit_detail), (2, 'pin', '{}'::jsonb)) \
+                     AS e(position, action, detail) \
+                 WHERE e.action = 'create' OR i.pinned \
+                 ORDER BY i.id, e.position), \
              outboxed AS ( \
                  INSERT INTO outbox_events (message_id, routing_key, type_name, payload, trace_headers) \
                  SELECT b.event_message_id, b.event_routing_key, b.event_type_name, decode(b.event_payload, 'hex'), \
@@ -415,6 +427,7 @@ fn merge_rows<'a>(merges: &'a [AuditedMerge<'a>]) -> Vec<MergeRow<'a>> {
             last_scores: &merge.update.last_scores,
             conversation_id: merge.conversation.map(|c| c.as_uuid()),
             audit_detail: &merge.audit_detail,
+            pins: merge.pins,
         })
         .collect()
 }

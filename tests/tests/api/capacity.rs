@@ -316,3 +316,47 @@ async fn the_sql_trim_agrees_with_the_domain_policy() {
         transaction.rollback().await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn a_new_entry_the_soft_cap_trims_at_once_is_reported_as_not_kept() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("work");
+    sandbox
+        .ingest
+        .update_settings(v1::UpdateSettingsRequest {
+            scope: Some(scope.clone()),
+            soft_cap: Some(1),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let pinned = sandbox
+        .ingest
+        .remember(v1::RememberRequest {
+            pin: true,
+            ..remember(&scope, "protected fact about the summer house")
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(outcome(&pinned), v1::RememberOutcome::Created);
+
+    // The only entry that may be trimmed is the new one.
+    let response = sandbox
+        .ingest
+        .remember(remember(&scope, "ordinary note about the weather today"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(outcome(&response), v1::RememberOutcome::TrimmedAtCapacity);
+    assert!(response.memory.is_none(), "nothing new is kept");
+    assert_eq!(response.trimmed_ids.len(), 1);
+    assert!(
+        response.message.contains("not kept"),
+        "{}",
+        response.message
+    );
+    let left = entries(&mut sandbox, &scope).await;
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].id, pinned.memory.unwrap().id);
+}

@@ -217,6 +217,12 @@ async fn ordinary_messages_are_no_command_and_change_nothing() {
         "I always forget that my keys are in the car",
         "what's the weather in Lisbon?",
         "我忘了带钥匙",
+        // Talk about remembering, questions and acknowledgements are not "remember ...".
+        "Remembering names is hard for me",
+        "Remember when we went to Paris?",
+        "remember that, thanks",
+        "记住了",
+        "记下了，谢谢",
     ] {
         let response = sandbox
             .ingest
@@ -231,4 +237,44 @@ async fn ordinary_messages_are_no_command_and_change_nothing() {
     let audit_after = audit(&mut sandbox, &scope).await.len();
     assert_eq!(audit_before, audit_after);
     assert_eq!(memory_count(&sandbox).await, 1);
+}
+
+#[tokio::test]
+async fn a_repeated_forget_that_does_not_reach_back_to_older_memories() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("work");
+    let conversation = Uuid::new_v4().to_string();
+    let say = |sandbox: &mut Sandbox, message: &'static str| {
+        let mut client = sandbox.ingest.clone();
+        let request = command(&scope, &conversation, message);
+        async move { client.apply_command(request).await.unwrap().into_inner() }
+    };
+    let flight = say(
+        &mut sandbox,
+        "Remember that my flight to Lisbon is on Friday",
+    )
+    .await
+    .memory
+    .unwrap();
+    assert!(say(&mut sandbox, "pin this").await.applied);
+    let coffee = say(&mut sandbox, "Please remember: I take my coffee black")
+        .await
+        .memory
+        .unwrap();
+
+    let first = say(&mut sandbox, "forget that").await;
+    assert!(first.applied);
+    assert_eq!(first.memory.unwrap().id, coffee.id);
+
+    // A retry, or the same words again: "that" is already gone, and the pinned flight stays.
+    let again = say(&mut sandbox, "forget that").await;
+    assert_eq!(action(&again), v1::CommandAction::Forget);
+    assert!(!again.applied);
+    assert!(again.reply.contains("already gone"), "{}", again.reply);
+    let pin_again = say(&mut sandbox, "pin this").await;
+    assert!(!pin_again.applied);
+    let left = crate::helpers::entries(&mut sandbox, &scope).await;
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].id, flight.id);
+    assert!(left[0].pinned);
 }

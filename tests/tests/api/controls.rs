@@ -405,3 +405,53 @@ async fn every_user_action_is_audited_and_pages() {
         .into_inner();
     assert!(other.events.is_empty());
 }
+
+#[tokio::test]
+async fn every_pin_is_audited_once_however_it_is_made() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("work");
+    let key = remember_memory(&mut sandbox, &scope, "the spare key is under the blue pot").await;
+    // A repeat that asks for a pin pins the entry it merges into: a merge and a pin.
+    for _ in 0..2 {
+        let merged = sandbox
+            .ingest
+            .remember(v1::RememberRequest {
+                pin: true,
+                ..remember(&scope, "The spare key is under the blue pot!")
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(merged.memory.unwrap().pinned);
+    }
+    // Unpinning twice answers twice but changes, and audits, once.
+    for _ in 0..2 {
+        let unpinned = sandbox
+            .ingest
+            .unpin(v1::UnpinRequest {
+                scope: Some(scope.clone()),
+                memory_id: key.id.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(!unpinned.memory.unwrap().pinned);
+    }
+    // A new entry written pinned: a create and a pin.
+    sandbox
+        .ingest
+        .remember(v1::RememberRequest {
+            pin: true,
+            ..remember(&scope, "my locker code is 4411")
+        })
+        .await
+        .unwrap();
+
+    use v1::AuditAction::*;
+    let events = crate::helpers::audit(&mut sandbox, &scope).await;
+    assert_eq!(
+        audit_actions(&events),
+        vec![Pin, Create, Unpin, Merge, Pin, Merge, Create]
+    );
+    crate::helpers::assert_retention_in_step(&sandbox.pool).await;
+}

@@ -31,6 +31,16 @@ async fn invalid_requests_are_rejected_precisely() {
         (
             remember(
                 &v1::Scope {
+                    user_id: "00000000-0000-0000-0000-000000000000".into(),
+                    ..scope.clone()
+                },
+                "x",
+            ),
+            "scope.user_id: must not be the nil UUID",
+        ),
+        (
+            remember(
+                &v1::Scope {
                     space: "".into(),
                     ..scope.clone()
                 },
@@ -49,6 +59,17 @@ async fn invalid_requests_are_rejected_precisely() {
             "scope.space: may hold only",
         ),
         (remember(&scope, "   "), "text: must not be empty"),
+        (
+            remember(&scope, "\u{200b}\u{200b}\u{feff}"),
+            "text: must not be empty",
+        ),
+        (
+            v1::RememberRequest {
+                tags: vec!["a\u{7}\u{1b}[31m".into()],
+                ..remember(&scope, "x")
+            },
+            "tags[0]: must not contain control characters",
+        ),
         (
             remember(&scope, &"x".repeat(8193)),
             "text: is 8193 characters long; the limit is 8192",

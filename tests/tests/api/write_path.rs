@@ -273,3 +273,60 @@ async fn near_duplicate_lookup_uses_the_band_indexes() {
     }
     assert!(!plan.contains("Seq Scan"), "{plan}");
 }
+
+#[tokio::test]
+async fn links_alone_are_distinct_and_unicode_forms_are_one_text() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("work");
+    // Texts that are nothing but a link (or a citation marker) are what they link to: no two of
+    // them are the same memory.
+    for text in [
+        "https://github.com/rust-lang/rust",
+        "https://bank.example.com/login",
+        "www.mydoctor.org",
+        "[1]",
+    ] {
+        let response = sandbox
+            .ingest
+            .remember(remember(&scope, text))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(outcome(&response), v1::RememberOutcome::Created, "{text}");
+    }
+
+    // The composed and the decomposed spelling of the same words (keyboards differ) are one
+    // memory, and a Forget of one keeps the other out too.
+    let composed = "Zo\u{eb}'s caf\u{e9} is on Rua A\u{e7}ores";
+    let decomposed = "Zoe\u{308}'s cafe\u{301} is on Rua Ac\u{327}ores";
+    let first = sandbox
+        .ingest
+        .remember(remember(&scope, composed))
+        .await
+        .unwrap()
+        .into_inner();
+    let second = sandbox
+        .ingest
+        .remember(remember(&scope, decomposed))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(outcome(&second), v1::RememberOutcome::Merged);
+    let id = first.memory.unwrap().id;
+    assert_eq!(second.memory.unwrap().id, id);
+    sandbox
+        .ingest
+        .forget(v1::ForgetRequest {
+            scope: Some(scope.clone()),
+            memory_id: id,
+        })
+        .await
+        .unwrap();
+    let again = sandbox
+        .ingest
+        .remember(remember(&scope, decomposed))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(outcome(&again), v1::RememberOutcome::SuppressedByTombstone);
+}
