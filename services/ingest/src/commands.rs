@@ -10,6 +10,11 @@ use engram_store::spaces::SettingsPatch;
 use crate::error::IngestError;
 use crate::write_path::{MemoryWriter, RememberCommand, RememberResult};
 
+/// The answer to "forget that" / "pin this" once the memory they refer to is gone: they never
+/// reach back to an older one.
+const ALREADY_GONE: &str =
+    "The last thing saved from this conversation is already gone from memory.";
+
 /// What ApplyCommand did.
 #[derive(Debug, Clone)]
 pub struct CommandOutcome {
@@ -95,10 +100,7 @@ impl MemoryWriter {
                 let last = match self.last_written(scope, conversation).await? {
                     LastWritten::Stored(id) => MemoryId::from_uuid(id),
                     LastWritten::Gone(_) => {
-                        return Ok(CommandOutcome::not_applied(
-                            command,
-                            "The last thing saved from this conversation is already gone from memory.",
-                        ));
+                        return Ok(CommandOutcome::not_applied(command, ALREADY_GONE));
                     }
                     LastWritten::Nothing => {
                         return Ok(CommandOutcome::not_applied(
@@ -107,18 +109,25 @@ impl MemoryWriter {
                         ));
                     }
                 };
+                // A concurrent "forget that" (a client's retry) may take the entry between the
+                // lookup and here: that is the same answer as finding it gone.
+                let already_gone = || CommandOutcome::not_applied(command.clone(), ALREADY_GONE);
                 if forget {
-                    let forgotten = self.forget(scope, last, Some(conversation)).await?;
-                    Ok(CommandOutcome::done(
-                        command,
-                        "Forgotten.",
-                        Some(forgotten.memory),
-                    ))
+                    match self.forget(scope, last, Some(conversation)).await {
+                        Ok(forgotten) => Ok(CommandOutcome::done(
+                            command,
+                            "Forgotten.",
+                            Some(forgotten.memory),
+                        )),
+                        Err(IngestError::NotFound(_)) => Ok(already_gone()),
+                        Err(error) => Err(error),
+                    }
                 } else {
-                    let pinned = self
-                        .set_pinned(scope, last, true, Some(conversation))
-                        .await?;
-                    Ok(CommandOutcome::done(command, "Pinned.", Some(pinned)))
+                    match self.set_pinned(scope, last, true, Some(conversation)).await {
+                        Ok(pinned) => Ok(CommandOutcome::done(command, "Pinned.", Some(pinned))),
+                        Err(IngestError::NotFound(_)) => Ok(already_gone()),
+                        Err(error) => Err(error),
+                    }
                 }
             }
             MemoryCommand::Remember(content) => {
@@ -160,6 +169,8 @@ impl MemoryWriter {
                         "This conversation is incognito, so nothing was saved.",
                         None,
                     ),
+                    // Not reached today (a spoken "remember" is manually saved, so never trimmed);
+                    // every outcome still gets a true reply.
                     RememberResult::TrimmedAtCapacity { .. } => (
                         false,
                         "Memory for this space is full of pinned or saved entries, so this was not kept.",

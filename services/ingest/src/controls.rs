@@ -86,7 +86,10 @@ impl MemoryWriter {
         pinned: bool,
         conversation: Option<ConversationId>,
     ) -> Result<MemoryRecord, IngestError> {
-        let mut transaction = self.pool.begin().await?;
+        // Under the space's lock, like every write of the space: a Remember that merges into the
+        // entry reads its pinned flag under the same lock, so a pin or unpin in between is
+        // neither undone by the merge nor audited twice.
+        let mut transaction = engram_store::begin_with_spaces_locked(&self.pool, [scope]).await?;
         let change = memories::set_pinned(&mut transaction, scope, memory.as_uuid(), pinned)
             .await?
             .ok_or_else(|| not_found(memory, scope))?;

@@ -31,6 +31,8 @@ struct Grammar {
     remember: Regex,
     courtesy_after_content: Regex,
     chinese_acknowledgement: Regex,
+    reminiscence: Regex,
+    chinese_question_particle: Regex,
     memory_off: Regex,
     memory_on: Regex,
     incognito_start: Regex,
@@ -57,7 +59,7 @@ static GRAMMAR: LazyLock<Grammar> = LazyLock::new(|| Grammar {
     ),
     // The verb must end at a separator: "Remembering names is hard" is no command.
     remember: rule(
-        r"(?is)^(?:remember|memori[sz]e|note\s+down)(?:\s*[:,;]\s*|\s+)(?:that\b)?(?P<content>.*)$|^(?:记住|记一下|记得|记下)(?:[:：,，\s]*)(?P<content_zh>.+)$",
+        r"(?is)^(?:remember|memori[sz]e|note\s+down)(?:\s*[:：,，;；—–]+\s*|\s*(?:\.{2,}|…)\s*|\s+(?:that\s+)?)(?P<content>.*)$|^(?:记住|记一下|记得|记下)(?:[:：,，\s]*)(?P<content_zh>.+)$",
     ),
     courtesy_after_content: rule(
         r"(?i)(?:\s*[,，;]\s*(?:please|pls|thanks|thank\s+you|thx|ty|谢谢|多谢|谢了))+$",
@@ -65,6 +67,10 @@ static GRAMMAR: LazyLock<Grammar> = LazyLock::new(|| Grammar {
     // What follows 记住/记下/记得 in a reply or a question rather than an instruction: "记住了"
     // (got it), "记得吗" (remember?), "记下了，谢谢" (noted, thanks).
     chinese_acknowledgement: rule(r"^(?:了|吗|呢|吧|啊|哦|没有?)+$"),
+    // "Remember when we went to Paris", "remember me?": reminiscing, not an instruction.
+    reminiscence: rule(r"(?i)^(?:when|how|if|whether|me|us)\b"),
+    // A trailing 吗/呢 makes a Chinese sentence a question, with or without "？".
+    chinese_question_particle: rule(r"[吗呢]$"),
     memory_off: rule(
         r"(?i)^(?:turn|switch)\s+(?:your\s+)?memory\s+off$|^(?:turn|switch)\s+off\s+(?:your\s+)?memory$|^(?:disable|pause)\s+(?:your\s+)?memory$|^stop\s+remembering(?:\s+things)?$|^(?:关闭|关掉|停用|暂停)(?:你的)?记忆(?:功能)?$|^不要再记(?:住)?(?:任何东西)?了?$",
     ),
@@ -147,18 +153,29 @@ pub fn parse_command(message: &str) -> Option<MemoryCommand> {
         .trim_start_matches([',', '，', ':', '：', ';', '；'])
         .trim();
     let content = grammar.courtesy_after_content.replace(content, "");
-    let content = content
+    let mut content = content
         .trim()
         .trim_end_matches(['.', '!', '。', '！', ',', '，'])
         .trim();
-    if names_no_content(grammar, content) {
+    if grammar.chinese_question_particle.is_match(content) {
+        if !asked_politely {
+            return None;
+        }
+        // "可以记下我的地址吗": a polite request; the particle is no part of the content.
+        content = content[..content.len() - '吗'.len_utf8()].trim_end();
+    }
+    if names_no_content(grammar, content) || grammar.reminiscence.is_match(content) {
         return None;
     }
     Some(MemoryCommand::Remember(content.to_owned()))
 }
 
 fn is_question(message: &str) -> bool {
-    message.trim_end().ends_with(['?', '？'])
+    message
+        .trim_end()
+        .trim_end_matches(['!', '！'])
+        .trim_end()
+        .ends_with(['?', '？'])
 }
 
 /// "remember this", "remember that, please", "记住了": nothing to remember beyond a reference
@@ -261,6 +278,22 @@ mod tests {
             parse_command("remember thatcher's book is on the shelf"),
             Some(Remember("thatcher's book is on the shelf".into()))
         );
+        assert_eq!(
+            parse_command("Remember: that's the gate code 4411"),
+            Some(Remember("that's the gate code 4411".into()))
+        );
+        assert_eq!(
+            parse_command("remember：the gate code is 4411"),
+            Some(Remember("the gate code is 4411".into()))
+        );
+        assert_eq!(
+            parse_command("Remember... the gate code is 4411"),
+            Some(Remember("the gate code is 4411".into()))
+        );
+        assert_eq!(
+            parse_command("可以记下我的地址吗？"),
+            Some(Remember("我的地址".into()))
+        );
     }
 
     #[test]
@@ -278,6 +311,10 @@ mod tests {
             "记住了",
             "记下了，谢谢",
             "记住了吗",
+            "Can you remember when we met?",
+            "Hey remember when we went to Paris?",
+            "Remember when we went to Paris?!",
+            "记得我们第一次见面吗",
         ] {
             assert_eq!(parse_command(message), None, "{message:?}");
         }

@@ -292,8 +292,12 @@ fn clean_tag(raw: &str) -> String {
     let trimmed = raw
         .trim()
         .trim_matches(|c: char| c.is_ascii_punctuation() && c != '$');
+    // Controls and invisible characters would make a tag that import (which validates tags)
+    // refuses.
     trimmed
-        .split_whitespace()
+        .split(|c: char| c.is_whitespace() || c.is_control())
+        .map(|word| word.replace(crate::normalize::is_default_ignorable, ""))
+        .filter(|word| !word.is_empty())
         .collect::<Vec<_>>()
         .join(" ")
         .to_lowercase()
@@ -335,7 +339,7 @@ fn capitalized_entities(text: &str) -> Vec<Detection> {
 /// The most frequent content words not already covered by another detection.
 fn keyphrases(text: &str, already: &[Detection]) -> Vec<Detection> {
     // Lowercased, without URLs and citation markers: "https" is no keyphrase.
-    let lowered = crate::normalize::normalize_for_fingerprint(text);
+    let lowered = crate::normalize::normalize_without_links(text);
     let mut counts: HashMap<&str, (usize, usize)> = HashMap::new();
     for (position, token) in tokenize(&lowered).into_iter().enumerate() {
         let Token::Word(word) = token else { continue };
@@ -384,6 +388,22 @@ mod tests {
         );
         assert!(metadata.confidence > 0.6, "{}", metadata.confidence);
         assert!(metadata.confidence <= 1.0);
+    }
+
+    #[test]
+    fn links_yield_no_keyphrases_and_tags_hold_no_controls() {
+        let metadata = extract("https://github.com/rust-lang/rust");
+        for word in ["https", "github", "rust"] {
+            assert!(
+                !metadata.tags.contains(&word.to_owned()),
+                "{:?}",
+                metadata.tags
+            );
+        }
+        assert_eq!(
+            clean_tag("  《Dune\u{7}\u{200b} Messiah》 "),
+            "《dune messiah》"
+        );
     }
 
     #[test]

@@ -32,23 +32,54 @@ static CITATION: LazyLock<Regex> = LazyLock::new(|| {
 /// Text that is nothing but links or citation markers keeps them: removing them would leave
 /// every such text the same empty fingerprint, merging unrelated links into one memory.
 pub fn normalize_for_fingerprint(text: &str) -> String {
-    let canonical = to_nfkc(text);
-    // Citations first: the author-year form relies on capital letters.
-    let without_citations = CITATION.replace_all(&canonical, " ");
-    let without_urls = URL.replace_all(&without_citations, " ");
-    let stripped = lowercase_and_fold_whitespace(&without_urls);
-    if tokenize(&stripped).is_empty() && !tokenize(&canonical).is_empty() {
+    let canonical = canonical_form(text);
+    let stripped = strip_links_and_citations(&canonical);
+    if !has_word(&stripped) && has_word(&canonical) {
         return lowercase_and_fold_whitespace(&canonical);
     }
     stripped
 }
 
-fn to_nfkc(text: &str) -> Cow<'_, str> {
-    if is_nfkc_quick(text.chars()) == IsNormalized::Yes {
+/// The words a text says for itself: NFKC, lowercased, URLs and citation markers always removed
+/// (for keyphrases, where "https" is never one).
+pub fn normalize_without_links(text: &str) -> String {
+    strip_links_and_citations(&canonical_form(text))
+}
+
+fn strip_links_and_citations(canonical: &str) -> String {
+    // Citations first: the author-year form relies on capital letters.
+    let without_citations = CITATION.replace_all(canonical, " ");
+    let without_urls = URL.replace_all(&without_citations, " ");
+    lowercase_and_fold_whitespace(&without_urls)
+}
+
+fn has_word(text: &str) -> bool {
+    text.chars().any(char::is_alphanumeric)
+}
+
+/// NFKC, without the characters that render as nothing: "pass\u{200b}word" is "password" to a
+/// reader, so it is to the fingerprint and to a Forget's tombstone.
+fn canonical_form(text: &str) -> Cow<'_, str> {
+    let nfkc = if is_nfkc_quick(text.chars()) == IsNormalized::Yes {
         Cow::Borrowed(text)
     } else {
-        Cow::Owned(text.nfkc().collect())
+        Cow::Owned(text.nfkc().collect::<String>())
+    };
+    if nfkc.chars().any(is_default_ignorable) {
+        Cow::Owned(nfkc.chars().filter(|c| !is_default_ignorable(*c)).collect())
+    } else {
+        nfkc
     }
+}
+
+/// Characters that render as nothing and are no whitespace: format controls such as zero-width
+/// spaces and joiners, direction marks, the soft hyphen, variation selectors, Hangul fillers.
+pub fn is_default_ignorable(c: char) -> bool {
+    matches!(c,
+        '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}'
+        | '\u{180B}'..='\u{180F}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
+        | '\u{2060}'..='\u{206F}' | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}'
+        | '\u{FFA0}' | '\u{1D173}'..='\u{1D17A}' | '\u{E0000}'..='\u{E0FFF}')
 }
 
 fn lowercase_and_fold_whitespace(text: &str) -> String {
@@ -161,6 +192,11 @@ mod tests {
             ),
             "dark mode"
         );
+        // Zero-width spaces and soft hyphens inside a word do not make it another word.
+        assert_eq!(
+            normalize_for_fingerprint("my pass\u{200b}word is on the fri\u{ad}dge"),
+            "my password is on the fridge"
+        );
     }
 
     #[test]
@@ -174,6 +210,10 @@ mod tests {
             normalize_for_fingerprint("www.mydoctor.org")
         );
         assert_eq!(normalize_for_fingerprint(" [1] "), "[1]");
+        assert_eq!(
+            normalize_without_links("https://github.com/rust-lang/rust"),
+            ""
+        );
         // With words beside them, links and citations are still dropped.
         assert_eq!(normalize_for_fingerprint("see https://x.io [2]"), "see");
     }

@@ -39,17 +39,10 @@ fn parse_uuid(field: &str, raw: &str) -> Result<Uuid, ValidationError> {
     Ok(id)
 }
 
-/// Characters that render as nothing: format controls such as zero-width spaces and joiners,
-/// direction marks, the soft hyphen, variation selectors and Hangul fillers. A text of only these
-/// (and whitespace) is blank to a reader, however many bytes it has.
+/// A character that shows nothing to a reader: whitespace, a control, or a default-ignorable
+/// format character (zero-width space, BOM, ...). A text of only these is blank.
 fn is_invisible(c: char) -> bool {
-    c.is_whitespace()
-        || c.is_control()
-        || matches!(c,
-            '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}'
-            | '\u{180B}'..='\u{180F}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
-            | '\u{2060}'..='\u{206F}' | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}'
-            | '\u{FFA0}' | '\u{1D173}'..='\u{1D17A}' | '\u{E0000}'..='\u{E0FFF}')
+    c.is_whitespace() || c.is_control() || crate::normalize::is_default_ignorable(c)
 }
 
 /// Keeps error messages short when a client sends something huge.

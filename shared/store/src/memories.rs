@@ -177,7 +177,6 @@ pub async fn get(
     Ok(record)
 }
 
-/// Sets or clears the pin; `None` when the space holds no such memory.
 /// A pin or unpin applied: the entry as it is now, and whether it was otherwise before (a repeated
 /// Pin or Unpin changes nothing, and leaves no audit event).
 #[derive(Debug, Clone, PartialEq)]
@@ -186,6 +185,7 @@ pub struct PinChange {
     pub changed: bool,
 }
 
+/// Sets or clears the pin; `None` when the space holds no such memory.
 pub async fn set_pinned(
     connection: &mut PgConnection,
     scope: &Scope,

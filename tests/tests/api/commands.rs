@@ -257,6 +257,17 @@ async fn a_repeated_forget_that_does_not_reach_back_to_older_memories() {
     .memory
     .unwrap();
     assert!(say(&mut sandbox, "pin this").await.applied);
+    let events_after_pin = audit(&mut sandbox, &scope).await.len();
+    let pinned_again = say(&mut sandbox, "pin this").await;
+    assert!(
+        pinned_again.applied,
+        "pinning a pinned memory answers the same"
+    );
+    assert_eq!(
+        audit(&mut sandbox, &scope).await.len(),
+        events_after_pin,
+        "and adds no audit event"
+    );
     let coffee = say(&mut sandbox, "Please remember: I take my coffee black")
         .await
         .memory

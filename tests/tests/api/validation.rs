@@ -191,6 +191,32 @@ async fn invalid_requests_are_rejected_precisely() {
         "conversation_id: must be a UUID",
     );
     let status = sandbox
+        .ingest
+        .end_incognito(v1::EndIncognitoRequest {
+            scope: Some(scope.clone()),
+            conversation_id: "00000000-0000-0000-0000-000000000000".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_status(
+        status,
+        Code::InvalidArgument,
+        "conversation_id: must not be the nil UUID",
+    );
+    let status = sandbox
+        .ingest
+        .pin(v1::PinRequest {
+            scope: Some(scope.clone()),
+            memory_id: "00000000-0000-0000-0000-000000000000".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_status(
+        status,
+        Code::InvalidArgument,
+        "memory_id: must not be the nil UUID",
+    );
+    let status = sandbox
         .retrieval
         .list_entries(v1::ListEntriesRequest {
             scope: Some(scope.clone()),
