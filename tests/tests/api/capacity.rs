@@ -3,7 +3,9 @@
 use engram_e2e::{Sandbox, SandboxOptions};
 use engram_proto::v1;
 
-use crate::helpers::{audit, audit_actions, entries, new_scope, outcome, remember, space_settings};
+use crate::helpers::{
+    audit, audit_actions, entries, new_scope, outcome, remember, remember_response, space_settings,
+};
 
 #[tokio::test]
 async fn exceeding_the_soft_cap_trims_the_lowest_scores_and_spares_pinned_entries() {
@@ -31,12 +33,7 @@ async fn exceeding_the_soft_cap_trims_the_lowest_scores_and_spares_pinned_entrie
         "the office plant needs water",
         "I prefer tabs over spaces",
     ] {
-        let response = sandbox
-            .ingest
-            .remember(remember(&scope, text))
-            .await
-            .unwrap()
-            .into_inner();
+        let response = remember_response(&mut sandbox, remember(&scope, text)).await;
         ids.push(response.memory.unwrap().id);
         if ids.len() == 4 {
             // Fourth write: one over the cap. "ok" is chit-chat (importance 0.2): the lowest total.
@@ -67,12 +64,11 @@ async fn exceeding_the_soft_cap_trims_the_lowest_scores_and_spares_pinned_entrie
         .unwrap();
     let alerts_before = sandbox.ingest_metrics.pinned_trim_alerts();
 
-    let response = sandbox
-        .ingest
-        .remember(remember(&scope, "the printer on floor two jams"))
-        .await
-        .unwrap()
-        .into_inner();
+    let response = remember_response(
+        &mut sandbox,
+        remember(&scope, "the printer on floor two jams"),
+    )
+    .await;
     assert_eq!(outcome(&response), v1::RememberOutcome::Created);
     assert_eq!(
         response.trimmed_ids,
@@ -125,17 +121,16 @@ async fn manually_saved_entries_are_never_trimmed() {
     })
     .await;
     let scope = new_scope("work");
-    let saved = sandbox
-        .ingest
-        .remember(v1::RememberRequest {
+    let saved = remember_response(
+        &mut sandbox,
+        v1::RememberRequest {
             manually_saved: true,
             ..remember(&scope, "ok thanks")
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .memory
-        .unwrap();
+        },
+    )
+    .await
+    .memory
+    .unwrap();
     sqlx::query("UPDATE memories SET created_at = now() - interval '1 year', importance = 0 WHERE id = $1::uuid")
         .bind(&saved.id)
         .execute(&sandbox.pool)
@@ -146,12 +141,11 @@ async fn manually_saved_entries_are_never_trimmed() {
         .remember(remember(&scope, "the build box is slow"))
         .await
         .unwrap();
-    let response = sandbox
-        .ingest
-        .remember(remember(&scope, "the office plant needs water"))
-        .await
-        .unwrap()
-        .into_inner();
+    let response = remember_response(
+        &mut sandbox,
+        remember(&scope, "the office plant needs water"),
+    )
+    .await;
     assert_eq!(response.trimmed_ids.len(), 1);
     assert_ne!(response.trimmed_ids[0], saved.id);
 
@@ -330,24 +324,22 @@ async fn a_new_entry_the_soft_cap_trims_at_once_is_reported_as_not_kept() {
         })
         .await
         .unwrap();
-    let pinned = sandbox
-        .ingest
-        .remember(v1::RememberRequest {
+    let pinned = remember_response(
+        &mut sandbox,
+        v1::RememberRequest {
             pin: true,
             ..remember(&scope, "protected fact about the summer house")
-        })
-        .await
-        .unwrap()
-        .into_inner();
+        },
+    )
+    .await;
     assert_eq!(outcome(&pinned), v1::RememberOutcome::Created);
 
     // The only entry that may be trimmed is the new one.
-    let response = sandbox
-        .ingest
-        .remember(remember(&scope, "ordinary note about the weather today"))
-        .await
-        .unwrap()
-        .into_inner();
+    let response = remember_response(
+        &mut sandbox,
+        remember(&scope, "ordinary note about the weather today"),
+    )
+    .await;
     assert_eq!(outcome(&response), v1::RememberOutcome::TrimmedAtCapacity);
     assert!(response.memory.is_none(), "nothing new is kept");
     assert_eq!(response.trimmed_ids.len(), 1);

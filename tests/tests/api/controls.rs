@@ -6,7 +6,8 @@ use tonic::Code;
 use uuid::Uuid;
 
 use crate::helpers::{
-    assert_status, audit_actions, new_scope, outcome, remember, remember_memory, space_settings,
+    assert_status, audit_actions, new_scope, outcome, remember, remember_memory, remember_response,
+    space_settings,
 };
 
 #[tokio::test]
@@ -41,12 +42,7 @@ async fn forget_deletes_and_a_tombstone_blocks_recreation() {
         "My passport number is in the blue folder",
         "my passport number is in the  BLUE folder!",
     ] {
-        let response = sandbox
-            .ingest
-            .remember(remember(&scope, text))
-            .await
-            .unwrap()
-            .into_inner();
+        let response = remember_response(&mut sandbox, remember(&scope, text)).await;
         assert_eq!(
             outcome(&response),
             v1::RememberOutcome::SuppressedByTombstone,
@@ -159,12 +155,7 @@ async fn memory_off_stores_nothing_until_turned_back_on() {
         .settings
         .unwrap();
     assert!(!settings.memory_enabled);
-    let response = sandbox
-        .ingest
-        .remember(remember(&scope, "my bank pin is 1234"))
-        .await
-        .unwrap()
-        .into_inner();
+    let response = remember_response(&mut sandbox, remember(&scope, "my bank pin is 1234")).await;
     assert_eq!(
         outcome(&response),
         v1::RememberOutcome::SkippedMemoryDisabled
@@ -216,12 +207,7 @@ async fn incognito_conversations_store_nothing() {
         conversation_id: conversation.clone(),
         ..remember(&scope, "I'm planning a surprise party")
     };
-    let response = sandbox
-        .ingest
-        .remember(in_incognito.clone())
-        .await
-        .unwrap()
-        .into_inner();
+    let response = remember_response(&mut sandbox, in_incognito.clone()).await;
     assert_eq!(outcome(&response), v1::RememberOutcome::SkippedIncognito);
 
     // Another conversation of the same space is not incognito.
@@ -413,15 +399,14 @@ async fn every_pin_is_audited_once_however_it_is_made() {
     let key = remember_memory(&mut sandbox, &scope, "the spare key is under the blue pot").await;
     // A repeat that asks for a pin pins the entry it merges into: a merge and a pin.
     for _ in 0..2 {
-        let merged = sandbox
-            .ingest
-            .remember(v1::RememberRequest {
+        let merged = remember_response(
+            &mut sandbox,
+            v1::RememberRequest {
                 pin: true,
                 ..remember(&scope, "The spare key is under the blue pot!")
-            })
-            .await
-            .unwrap()
-            .into_inner();
+            },
+        )
+        .await;
         assert!(merged.memory.unwrap().pinned);
     }
     // Unpinning twice answers twice but changes, and audits, once.

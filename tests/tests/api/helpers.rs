@@ -45,18 +45,22 @@ pub(crate) fn assert_status(status: Status, code: Code, needle: &str) {
     );
 }
 
+/// Sends a Remember and returns its answer.
+pub(crate) async fn remember_response(
+    sandbox: &mut Sandbox,
+    request: v1::RememberRequest,
+) -> v1::RememberResponse {
+    sandbox.ingest.remember(request).await.unwrap().into_inner()
+}
+
 /// Remembers a text and returns the stored (created or merged) memory.
 pub(crate) async fn remember_memory(
     sandbox: &mut Sandbox,
     scope: &v1::Scope,
     text: &str,
 ) -> v1::Memory {
-    sandbox
-        .ingest
-        .remember(remember(scope, text))
+    remember_response(sandbox, remember(scope, text))
         .await
-        .unwrap()
-        .into_inner()
         .memory
         .expect("a stored memory")
 }

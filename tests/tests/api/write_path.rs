@@ -3,19 +3,14 @@
 use engram_e2e::Sandbox;
 use engram_proto::v1;
 
-use crate::helpers::{new_scope, outcome, remember};
+use crate::helpers::{new_scope, outcome, remember, remember_response};
 
 #[tokio::test]
 async fn a_new_memory_is_stored_as_given_and_awaits_an_embedding() {
     let mut sandbox = Sandbox::start().await;
     let scope = new_scope("work");
     let text = "  My sister Maria Lopez moved to New York on 2025-03-01 https://example.com/x ";
-    let response = sandbox
-        .ingest
-        .remember(remember(&scope, text))
-        .await
-        .unwrap()
-        .into_inner();
+    let response = remember_response(&mut sandbox, remember(&scope, text)).await;
     assert_eq!(outcome(&response), v1::RememberOutcome::Created);
     let memory = response.memory.unwrap();
     assert_eq!(
@@ -60,23 +55,22 @@ async fn a_new_memory_is_stored_as_given_and_awaits_an_embedding() {
 async fn near_duplicates_merge_into_one_entry() {
     let mut sandbox = Sandbox::start().await;
     let scope = new_scope("work");
-    let first = sandbox
-        .ingest
-        .remember(v1::RememberRequest {
+    let first = remember_response(
+        &mut sandbox,
+        v1::RememberRequest {
             tags: vec!["editor".into()],
             source_ids: vec!["msg-1".into()],
             ..remember(&scope, "I prefer dark mode in every editor")
-        })
-        .await
-        .unwrap()
-        .into_inner();
+        },
+    )
+    .await;
     let first = first.memory.unwrap();
     assert!(!first.manually_saved);
 
     // Case, spacing, a URL and a citation do not make it a different memory.
-    let second = sandbox
-        .ingest
-        .remember(v1::RememberRequest {
+    let second = remember_response(
+        &mut sandbox,
+        v1::RememberRequest {
             tags: vec!["ui".into()],
             source_ids: vec!["msg-2".into()],
             manually_saved: true,
@@ -84,10 +78,9 @@ async fn near_duplicates_merge_into_one_entry() {
                 &scope,
                 "i PREFER dark   mode in every editor [1] https://x.io/a",
             )
-        })
-        .await
-        .unwrap()
-        .into_inner();
+        },
+    )
+    .await;
     assert_eq!(outcome(&second), v1::RememberOutcome::Merged);
     let merged = second.memory.unwrap();
     assert_eq!(merged.id, first.id);
@@ -99,15 +92,14 @@ async fn near_duplicates_merge_into_one_entry() {
     assert_eq!(merged.source_ids, vec!["msg-1", "msg-2"]);
 
     // A pin request on a repeat pins the canonical entry.
-    let third = sandbox
-        .ingest
-        .remember(v1::RememberRequest {
+    let third = remember_response(
+        &mut sandbox,
+        v1::RememberRequest {
             pin: true,
             ..remember(&scope, "I prefer dark mode in every editor.")
-        })
-        .await
-        .unwrap()
-        .into_inner();
+        },
+    )
+    .await;
     let pinned = third.memory.unwrap();
     assert!(pinned.pinned);
     assert_eq!(pinned.repeat_count, 2);
@@ -148,12 +140,7 @@ async fn different_statements_are_not_merged() {
         "我喜欢喝绿茶",
         "我讨厌喝咖啡",
     ] {
-        let response = sandbox
-            .ingest
-            .remember(remember(&scope, text))
-            .await
-            .unwrap()
-            .into_inner();
+        let response = remember_response(&mut sandbox, remember(&scope, text)).await;
         assert_eq!(outcome(&response), v1::RememberOutcome::Created, "{text}");
     }
 }
@@ -187,15 +174,14 @@ async fn importance_follows_the_heuristics() {
         ),
     ];
     for (text, manually_saved, expected, category) in cases {
-        let response = sandbox
-            .ingest
-            .remember(v1::RememberRequest {
+        let response = remember_response(
+            &mut sandbox,
+            v1::RememberRequest {
                 manually_saved,
                 ..remember(&scope, text)
-            })
-            .await
-            .unwrap()
-            .into_inner();
+            },
+        )
+        .await;
         let memory = response.memory.unwrap();
         assert!(
             (memory.importance - expected).abs() < 1e-9,
@@ -215,16 +201,15 @@ async fn importance_follows_the_heuristics() {
 async fn a_given_category_and_role_are_kept() {
     let mut sandbox = Sandbox::start().await;
     let scope = new_scope("work");
-    let response = sandbox
-        .ingest
-        .remember(v1::RememberRequest {
+    let response = remember_response(
+        &mut sandbox,
+        v1::RememberRequest {
             category: v1::Category::Guideline.into(),
             role: v1::SpeakerRole::Assistant.into(),
             ..remember(&scope, "Answer with code first, prose second")
-        })
-        .await
-        .unwrap()
-        .into_inner();
+        },
+    )
+    .await;
     let memory = response.memory.unwrap();
     assert_eq!(
         v1::Category::try_from(memory.category).unwrap(),
@@ -286,12 +271,7 @@ async fn links_alone_are_distinct_and_unicode_forms_are_one_text() {
         "www.mydoctor.org",
         "[1]",
     ] {
-        let response = sandbox
-            .ingest
-            .remember(remember(&scope, text))
-            .await
-            .unwrap()
-            .into_inner();
+        let response = remember_response(&mut sandbox, remember(&scope, text)).await;
         assert_eq!(outcome(&response), v1::RememberOutcome::Created, "{text}");
     }
 
@@ -299,18 +279,8 @@ async fn links_alone_are_distinct_and_unicode_forms_are_one_text() {
     // memory, and a Forget of one keeps the other out too.
     let composed = "Zo\u{eb}'s caf\u{e9} is on Rua A\u{e7}ores";
     let decomposed = "Zoe\u{308}'s cafe\u{301} is on Rua Ac\u{327}ores";
-    let first = sandbox
-        .ingest
-        .remember(remember(&scope, composed))
-        .await
-        .unwrap()
-        .into_inner();
-    let second = sandbox
-        .ingest
-        .remember(remember(&scope, decomposed))
-        .await
-        .unwrap()
-        .into_inner();
+    let first = remember_response(&mut sandbox, remember(&scope, composed)).await;
+    let second = remember_response(&mut sandbox, remember(&scope, decomposed)).await;
     assert_eq!(outcome(&second), v1::RememberOutcome::Merged);
     let id = first.memory.unwrap().id;
     assert_eq!(second.memory.unwrap().id, id);
@@ -322,11 +292,6 @@ async fn links_alone_are_distinct_and_unicode_forms_are_one_text() {
         })
         .await
         .unwrap();
-    let again = sandbox
-        .ingest
-        .remember(remember(&scope, decomposed))
-        .await
-        .unwrap()
-        .into_inner();
+    let again = remember_response(&mut sandbox, remember(&scope, decomposed)).await;
     assert_eq!(outcome(&again), v1::RememberOutcome::SuppressedByTombstone);
 }
