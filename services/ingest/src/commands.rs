@@ -99,7 +99,7 @@ impl MemoryWriter {
                 let forget = command == MemoryCommand::ForgetLast;
                 let last = match self.last_written(scope, conversation).await? {
                     LastWritten::Stored(id) => MemoryId::from_uuid(id),
-                    LastWritten::Gone(_) => {
+                    LastWritten::Gone => {
                         return Ok(CommandOutcome::not_applied(command, ALREADY_GONE));
                     }
                     LastWritten::Nothing => {

@@ -119,7 +119,7 @@ pub enum LastWritten {
     Nothing,
     /// The last write's memory has since been forgotten or trimmed. Commands do not reach back to
     /// older writes: a repeated "forget that" must not delete what the user did not mean.
-    Gone(Uuid),
+    Gone,
     Stored(Uuid),
 }
 
@@ -145,6 +145,6 @@ pub async fn last_written_in_conversation(
     Ok(match row {
         None => LastWritten::Nothing,
         Some((id, true)) => LastWritten::Stored(id),
-        Some((id, false)) => LastWritten::Gone(id),
+        Some((_, false)) => LastWritten::Gone,
     })
 }
