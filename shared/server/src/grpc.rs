@@ -107,6 +107,9 @@ impl GrpcServer {
             .timeout(self.request_timeout)
             .trace_fn(engram_telemetry::grpc_request_span)
             .layer(AuthLayer::new(tokens))
+            .layer(tower::util::MapResponseLayer::new(
+                crate::status::oversized_request_as_resource_exhausted,
+            ))
             .add_routes(routes)
             .serve_with_incoming_shutdown(incoming, async {
                 let _ = stop_signal.await;

@@ -190,6 +190,14 @@ async fn invalid_requests_are_rejected_precisely() {
         Code::InvalidArgument,
         "conversation_id: must be a UUID",
     );
+    // Over the server's 4 MiB message limit: refused before any handler, with the status gRPC
+    // specifies for it.
+    let status = sandbox
+        .ingest
+        .remember(remember(&scope, &"x".repeat(5 * 1024 * 1024)))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
     let status = sandbox
         .ingest
         .end_incognito(v1::EndIncognitoRequest {
