@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+const PROTOS: [&str; 5] = ["common", "ingest", "retrieval", "review", "events"];
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Read at run time: `env!` would bake in the directory the build script was compiled in, and a
     // build script shared through CARGO_TARGET_DIR by another checkout (CI's clone) would then
@@ -10,8 +12,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proto_root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?)
         .join("../../proto")
         .canonicalize()?;
-    let files = ["common", "ingest", "retrieval", "review", "events"]
-        .map(|name| proto_root.join(format!("engram/v1/{name}.proto")));
+    let files = PROTOS.map(|name| proto_root.join(format!("engram/v1/{name}.proto")));
 
     let protoc = match std::env::var_os("PROTOC") {
         Some(path) => PathBuf::from(path),
@@ -25,8 +26,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .file_descriptor_set_path(&descriptor_path)
         .compile_with_config(config, &files, std::slice::from_ref(&proto_root))?;
 
-    for file in &files {
-        println!("cargo:rerun-if-changed={}", file.display());
+    // Relative to this package, not the canonical paths above: cargo shares one build of this
+    // script between checkouts that share CARGO_TARGET_DIR (CI's clone and the working copy), and
+    // an absolute path would make it watch the other checkout's protos and miss changes here.
+    for name in PROTOS {
+        println!("cargo:rerun-if-changed=../../proto/engram/v1/{name}.proto");
     }
     println!("cargo:rerun-if-env-changed=PROTOC");
     Ok(())

@@ -1,7 +1,7 @@
 //! The user's controls: forget (with a tombstone), pin and unpin, per-space settings, incognito
 //! conversations, and the audit trail that records each of them.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 use engram_core::normalize::normalize_for_fingerprint;
 use engram_core::{ConversationId, MemoryId, Scope, SimHash};
 use engram_store::audit::{self, AuditAction, AuditRecord};
@@ -51,7 +51,9 @@ impl MemoryWriter {
         let deleted = deleted.pop().ok_or_else(|| not_found(memory, scope))?;
 
         let normalized = normalize_for_fingerprint(&deleted.text);
-        let expires_at = Utc::now() + self.settings.tombstone_ttl();
+        // At the microsecond Postgres keeps, so that this answer and a later Remember's
+        // SUPPRESSED_BY_TOMBSTONE (read back from the tombstone) name the same instant.
+        let expires_at = (Utc::now() + self.settings.tombstone_ttl()).trunc_subsecs(6);
         tombstones::insert(
             &mut transaction,
             scope,
@@ -142,18 +144,20 @@ impl MemoryWriter {
         let mut transaction = engram_store::begin_with_spaces_locked(&self.pool, [scope]).await?;
         let before = spaces::get(&mut transaction, scope).await?;
         let after = spaces::update(&mut transaction, scope, &patch).await?;
-        audit::append(
-            &mut transaction,
-            scope,
-            AuditAction::SettingsChange,
-            None,
-            conversation,
-            json!({
-                "before": { "memory_enabled": before.memory_enabled, "incognito_default": before.incognito_default, "soft_cap": before.soft_cap },
-                "after": { "memory_enabled": after.memory_enabled, "incognito_default": after.incognito_default, "soft_cap": after.soft_cap },
-            }),
-        )
-        .await?;
+        let settings = |space: &SpaceRecord| json!({ "memory_enabled": space.memory_enabled, "incognito_default": space.incognito_default, "soft_cap": space.soft_cap });
+        let (before, after_settings) = (settings(&before), settings(&after));
+        // Setting what is already set (a retry, "turn memory off" said twice) is no new action.
+        if before != after_settings {
+            audit::append(
+                &mut transaction,
+                scope,
+                AuditAction::SettingsChange,
+                None,
+                conversation,
+                json!({ "before": before, "after": after_settings }),
+            )
+            .await?;
+        }
         transaction.commit().await?;
         Ok(self.effective(after))
     }
@@ -167,21 +171,24 @@ impl MemoryWriter {
         incognito: bool,
     ) -> Result<(), IngestError> {
         let mut transaction = self.pool.begin().await?;
-        conversations::set_incognito(&mut transaction, scope, conversation, incognito).await?;
-        let action = if incognito {
-            AuditAction::IncognitoStart
-        } else {
-            AuditAction::IncognitoEnd
-        };
-        audit::append(
-            &mut transaction,
-            scope,
-            action,
-            None,
-            Some(conversation),
-            json!({}),
-        )
-        .await?;
+        let changed =
+            conversations::set_incognito(&mut transaction, scope, conversation, incognito).await?;
+        if changed {
+            let action = if incognito {
+                AuditAction::IncognitoStart
+            } else {
+                AuditAction::IncognitoEnd
+            };
+            audit::append(
+                &mut transaction,
+                scope,
+                action,
+                None,
+                Some(conversation),
+                json!({}),
+            )
+            .await?;
+        }
         transaction.commit().await?;
         Ok(())
     }

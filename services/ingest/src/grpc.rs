@@ -422,10 +422,15 @@ impl IngestService for IngestApi {
             .iter()
             .filter(|entry| entry.suppressed_by_tombstone)
             .count() as u32;
+        let skipped_incognito = imported
+            .iter()
+            .filter(|entry| entry.skipped_incognito)
+            .count() as u32;
         Ok(Response::new(v1::ImportMemoriesResponse {
-            existing: imported.len() as u32 - created - suppressed,
+            existing: imported.len() as u32 - created - suppressed - skipped_incognito,
             created,
             suppressed,
+            skipped_incognito,
             entries: imported
                 .into_iter()
                 .map(|entry| v1::ImportedEntry {
@@ -433,6 +438,7 @@ impl IngestService for IngestApi {
                     id: entry.id.to_string(),
                     created: entry.created,
                     suppressed_by_tombstone: entry.suppressed_by_tombstone,
+                    skipped_incognito: entry.skipped_incognito,
                 })
                 .collect(),
         }))

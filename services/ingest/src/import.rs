@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use chrono::{DateTime, Duration, Utc};
 use engram_core::memory_state::initial_state;
 use engram_core::normalize::normalize_for_fingerprint;
-use engram_core::validate::parse_labels;
+use engram_core::validate::{is_blank, parse_labels};
 use engram_core::{
     Category, ConversationId, MemoryText, Scope, SimHash, SpeakerRole, ValidationError, importance,
     metadata,
@@ -17,6 +17,7 @@ use engram_core::{
 use engram_proto::v1;
 use engram_server::convert::{category_from_proto, role_from_proto};
 use engram_server::time::{from_proto, from_proto_opt};
+use engram_store::conversations;
 use engram_store::transfer::{self, ImportRow};
 use uuid::Uuid;
 
@@ -72,20 +73,40 @@ fn check_unit(field: String, value: f64) -> Result<f64, ValidationError> {
     }
 }
 
-fn parse_client_id(field: String, raw: &str) -> Result<String, ValidationError> {
-    if raw.trim().is_empty() {
+/// Times a client reports of the past (creation, an episode's span, its last review): a clock a
+/// little ahead is tolerated, a date to come is not (an episode "reviewed" in 2099 would never
+/// decay).
+fn not_in_the_future(
+    field: String,
+    at: DateTime<Utc>,
+    limits: &ImportLimits<'_>,
+) -> Result<(), ValidationError> {
+    if at > limits.now + FUTURE_TOLERANCE {
+        return Err(ValidationError::new(field, "must not be in the future"));
+    }
+    Ok(())
+}
+
+/// Labels a client keys or titles its entries with: visible text without control characters.
+fn reject_blank_or_control(field: &str, raw: &str) -> Result<(), ValidationError> {
+    if is_blank(raw) {
         return Err(ValidationError::new(field, "must not be empty"));
     }
+    if let Some(control) = raw.chars().find(|c| c.is_control()) {
+        return Err(ValidationError::new(
+            field,
+            format!("must not contain control characters, found {control:?}"),
+        ));
+    }
+    Ok(())
+}
+
+fn parse_client_id(field: String, raw: &str) -> Result<String, ValidationError> {
+    reject_blank_or_control(&field, raw)?;
     if raw.chars().count() > MAX_CLIENT_ID_CHARS {
         return Err(ValidationError::new(
             field,
             format!("must be at most {MAX_CLIENT_ID_CHARS} characters"),
-        ));
-    }
-    if raw.contains('\0') {
-        return Err(ValidationError::new(
-            field,
-            "must not contain NUL characters",
         ));
     }
     Ok(raw.to_owned())
@@ -168,12 +189,7 @@ fn parse_episode(
             "is required for an episode",
         ));
     }
-    if title.contains('\0') {
-        return Err(ValidationError::new(
-            format!("{field}.title"),
-            "must not contain NUL characters",
-        ));
-    }
+    reject_blank_or_control(&format!("{field}.title"), title)?;
     if title.chars().count() > MAX_TITLE_CHARS {
         return Err(ValidationError::new(
             format!("{field}.title"),
@@ -217,6 +233,7 @@ fn parse_episode(
             "must not be after end_at",
         ));
     }
+    not_in_the_future(format!("{field}.end_at"), end_at, limits)?;
     let (stability, difficulty, last_reviewed_at) = match &raw.fsrs {
         Some(state) => {
             if !(state.stability.is_finite() && state.stability > 0.0) {
@@ -238,6 +255,7 @@ fn parse_episode(
                 )
             })?;
             let reviewed = from_proto(&format!("{field}.fsrs.last_reviewed_at"), reviewed)?;
+            not_in_the_future(format!("{field}.fsrs.last_reviewed_at"), reviewed, limits)?;
             (state.stability, state.difficulty, reviewed)
         }
         None => {
@@ -319,12 +337,7 @@ pub fn parse_entry(
     };
     let created_at = from_proto_opt(&format!("{field}.created_at"), raw.created_at.as_ref())?
         .unwrap_or(limits.now);
-    if created_at > limits.now + FUTURE_TOLERANCE {
-        return Err(ValidationError::new(
-            format!("{field}.created_at"),
-            "must not be in the future",
-        ));
-    }
+    not_in_the_future(format!("{field}.created_at"), created_at, limits)?;
     let valid_at = from_proto_opt(&format!("{field}.valid_at"), raw.valid_at.as_ref())?;
     let invalid_at = from_proto_opt(&format!("{field}.invalid_at"), raw.invalid_at.as_ref())?;
     if let (Some(valid), Some(invalid)) = (valid_at.or(Some(created_at)), invalid_at)
@@ -466,6 +479,8 @@ pub struct ImportedEntry {
     pub created: bool,
     /// The user forgot this memory (a live tombstone matches it): not stored.
     pub suppressed_by_tombstone: bool,
+    /// Its conversation is incognito: not stored.
+    pub skipped_incognito: bool,
 }
 
 impl MemoryWriter {
@@ -482,8 +497,29 @@ impl MemoryWriter {
                 "memory is turned off for this space; turn it on before importing".into(),
             ));
         }
-        let rows: Vec<ImportRow> = entries.iter().map(|entry| entry.row.clone()).collect();
         let mut transaction = self.pool.begin().await?;
+        // Nothing from an incognito conversation is kept, whichever way it arrives.
+        let conversations: Vec<Uuid> = entries
+            .iter()
+            .filter_map(|entry| entry.row.conversation_id)
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        let incognito: HashSet<Uuid> =
+            conversations::incognito_among(&mut transaction, scope, &conversations)
+                .await?
+                .into_iter()
+                .collect();
+        let is_incognito = |row: &ImportRow| {
+            row.conversation_id
+                .is_some_and(|conversation| incognito.contains(&conversation))
+        };
+        let rows: Vec<ImportRow> = entries
+            .iter()
+            .map(|entry| &entry.row)
+            .filter(|row| !is_incognito(row))
+            .cloned()
+            .collect();
         let outcome = transfer::import(&mut transaction, scope, &rows).await?;
         transaction.commit().await?;
         let inserted: HashSet<Uuid> = outcome.inserted.into_iter().collect();
@@ -501,6 +537,7 @@ impl MemoryWriter {
             .map(|entry| ImportedEntry {
                 created: inserted.contains(&entry.row.id),
                 suppressed_by_tombstone: suppressed.contains(&entry.row.id),
+                skipped_incognito: is_incognito(&entry.row),
                 id: entry.row.id,
                 client_id: entry.client_id,
             })

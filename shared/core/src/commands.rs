@@ -46,7 +46,7 @@ fn rule(pattern: &str) -> Regex {
 
 static GRAMMAR: LazyLock<Grammar> = LazyLock::new(|| Grammar {
     politeness_prefix: rule(
-        r"(?i)^(?:(?:hey|ok|okay)\s+(?:assistant|engram)?[,\s]*|(?:please|pls|kindly)[,\s]+|(?:can|could|would|will)\s+you\s+(?:please\s+)?|(?:i\s+want\s+you\s+to|i'd\s+like\s+you\s+to)\s+|请你?|麻烦你?|帮我|能不能|可以)+",
+        r"(?i)^(?:(?:hey|ok|okay)\s+(?:assistant|engram)?[,\s]*|(?:please|pls|kindly)[,\s]+|(?:can|could|would|will)\s+you\s+(?:please\s+)?|(?:i\s+want\s+you\s+to|i'd\s+like\s+you\s+to)\s+|[请請]你?|麻[烦煩]你?|[帮幫]我|能不能|可以)+",
     ),
     politeness_suffix: rule(
         r"(?i)(?:[,\s]+(?:please|thanks|thank\s+you|for\s+me))+$|(?:吧|吗|呢|谢谢|，谢谢)+$",
@@ -59,10 +59,10 @@ static GRAMMAR: LazyLock<Grammar> = LazyLock::new(|| Grammar {
     ),
     // The verb must end at a separator: "Remembering names is hard" is no command.
     remember: rule(
-        r"(?is)^(?:remember|memori[sz]e|note\s+down)(?:\s*[:：,，;；—–]+\s*|\s*(?:\.{2,}|…)\s*|\s+(?:that\s+)?)(?P<content>.*)$|^(?:记住|记一下|记得|记下)(?:[:：,，\s]*)(?P<content_zh>.+)$",
+        r"(?is)^(?:remember|memori[sz]e|note\s+down)(?:\s*[:：,，;；—–]+\s*|\s*(?:\.{2,}|…)\s*|\s+(?:that\s+)?)(?P<content>.*)$|^(?:记住|记一下|记得|记下|記住|記一下|記得|記下)(?:[:：,，\s]*)(?P<content_zh>.+)$",
     ),
     courtesy_after_content: rule(
-        r"(?i)(?:\s*[,，;]\s*(?:please|pls|thanks|thank\s+you|thx|ty|谢谢|多谢|谢了))+$",
+        r"(?i)(?:\s*[,，;]\s*(?:please|pls|thanks|thank\s+you|thx|ty)|\s*[,，;]?\s*(?:谢谢|多谢|谢了|謝謝|多謝))+$",
     ),
     // What follows 记住/记下/记得 in a reply or a question rather than an instruction: "记住了"
     // (got it), "记得吗" (remember?), "记下了，谢谢" (noted, thanks).
@@ -91,8 +91,9 @@ static GRAMMAR: LazyLock<Grammar> = LazyLock::new(|| Grammar {
 /// Recognises a memory command in a user message, or `None` for ordinary conversation.
 pub fn parse_command(message: &str) -> Option<MemoryCommand> {
     let grammar = &*GRAMMAR;
+    // Emoji, quotes and the like around a message decorate it: "🙏 forget that" is a command.
     let trimmed = message
-        .trim()
+        .trim_start_matches(is_decoration)
         .trim_end_matches(['.', '!', '?', '。', '！', '？', '~', ' ']);
     let without_prefix = grammar.politeness_prefix.replace(trimmed, "");
     let without_prefix = without_prefix.trim();
@@ -100,9 +101,9 @@ pub fn parse_command(message: &str) -> Option<MemoryCommand> {
     // "remember ..." message they may be part of what the user wants remembered, so that rule
     // drops only courtesy set off by a comma.
     let core = grammar.politeness_suffix.replace(without_prefix, "");
-    let core = core
-        .trim()
-        .trim_end_matches(['.', '!', '?', '。', '！', '？', ',', '，']);
+    // A control command names no content, so whatever decorates its end can go too ("pin this
+    // 📌"); a "remember ..." keeps its end, which may be part of what to remember.
+    let core = core.trim().trim_end_matches(is_decoration);
     if core.is_empty() {
         return None;
     }
@@ -170,6 +171,11 @@ pub fn parse_command(message: &str) -> Option<MemoryCommand> {
     Some(MemoryCommand::Remember(content.to_owned()))
 }
 
+/// Neither a letter, a digit nor a CJK character: punctuation, symbols, emoji, spacing.
+fn is_decoration(c: char) -> bool {
+    !c.is_alphanumeric() && !crate::normalize::is_cjk(c)
+}
+
 fn is_question(message: &str) -> bool {
     message
         .trim_end()
@@ -232,6 +238,10 @@ mod tests {
             ("go incognito", IncognitoStart),
             ("stop incognito", IncognitoEnd),
             ("exit incognito mode", IncognitoEnd),
+            ("forget that!!! 😡", ForgetLast),
+            ("🙏 forget that", ForgetLast),
+            ("pin this 📌", PinLast),
+            ("\"turn memory off\"", MemoryOff),
         ];
         for (message, expected) in cases {
             assert_eq!(parse_command(message), Some(expected), "{message}");
@@ -293,6 +303,18 @@ mod tests {
         assert_eq!(
             parse_command("可以记下我的地址吗？"),
             Some(Remember("我的地址".into()))
+        );
+        assert_eq!(
+            parse_command("😊 Remember that I like oolong 🍵"),
+            Some(Remember("I like oolong 🍵".into()))
+        );
+        assert_eq!(
+            parse_command("請記住我的生日是五月"),
+            Some(Remember("我的生日是五月".into()))
+        );
+        assert_eq!(
+            parse_command("请记住我的生日是5月3日谢谢"),
+            Some(Remember("我的生日是5月3日".into()))
         );
     }
 

@@ -39,6 +39,11 @@ fn parse_uuid(field: &str, raw: &str) -> Result<Uuid, ValidationError> {
     Ok(id)
 }
 
+/// Whether a text shows nothing to a reader (empty, whitespace, invisible characters only).
+pub fn is_blank(text: &str) -> bool {
+    text.chars().all(is_invisible)
+}
+
 /// A character that shows nothing to a reader: whitespace, a control, or a default-ignorable
 /// format character (zero-width space, BOM, ...). A text of only these is blank.
 fn is_invisible(c: char) -> bool {

@@ -49,10 +49,8 @@ async fn forget_deletes_and_a_tombstone_blocks_recreation() {
             "{text}"
         );
         assert!(response.memory.is_none());
-        assert_eq!(
-            response.tombstone_expires_at.unwrap().seconds,
-            expires.seconds
-        );
+        // The same instant to the nanosecond: a client may compare the two.
+        assert_eq!(response.tombstone_expires_at.unwrap(), expires);
     }
     let count: i64 = sqlx::query_scalar("SELECT count(*) FROM memories")
         .fetch_one(&sandbox.pool)
@@ -439,4 +437,34 @@ async fn every_pin_is_audited_once_however_it_is_made() {
         vec![Pin, Create, Unpin, Merge, Pin, Merge, Create]
     );
     crate::helpers::assert_retention_in_step(&sandbox.pool).await;
+}
+
+#[tokio::test]
+async fn repeating_a_setting_or_an_incognito_switch_adds_no_audit_event() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("work");
+    let conversation = Uuid::new_v4().to_string();
+    for _ in 0..2 {
+        sandbox
+            .ingest
+            .update_settings(v1::UpdateSettingsRequest {
+                scope: Some(scope.clone()),
+                memory_enabled: Some(false),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        sandbox
+            .ingest
+            .start_incognito(v1::StartIncognitoRequest {
+                scope: Some(scope.clone()),
+                conversation_id: conversation.clone(),
+            })
+            .await
+            .unwrap();
+    }
+    use v1::AuditAction::*;
+    let events = crate::helpers::audit(&mut sandbox, &scope).await;
+    assert_eq!(audit_actions(&events), vec![IncognitoStart, SettingsChange]);
+    assert!(!space_settings(&mut sandbox, &scope).await.memory_enabled);
 }

@@ -116,6 +116,19 @@ async fn bad_imports_are_rejected_whole_with_the_entry_and_field_named() {
     zero_vector.embedding_model = "imported-model".into();
     let mut nul_title = episode("nul", Uuid::new_v4(), "T\0", "S", 1.0, 0.1, &[]);
     nul_title.title = "bad\0title".into();
+    let escape_title = episode("esc", Uuid::new_v4(), "Tit\u{1b}[31mle", "S", 1.0, 0.1, &[]);
+    let in_2099 = Some(prost_types::Timestamp {
+        seconds: 4_070_908_800,
+        nanos: 0,
+    });
+    let mut future_episode = episode("fe", Uuid::new_v4(), "T", "S", 1.0, 0.1, &[]);
+    future_episode.end_at = in_2099;
+    let mut future_review = episode("fr", Uuid::new_v4(), "T", "S", 1.0, 0.1, &[]);
+    future_review.fsrs = Some(v1::FsrsState {
+        stability: 1.0,
+        difficulty: 5.0,
+        last_reviewed_at: in_2099,
+    });
     let cases = vec![
         (vec![good.clone(), future], "memories[1].created_at"),
         (
@@ -126,7 +139,30 @@ async fn bad_imports_are_rejected_whole_with_the_entry_and_field_named() {
             vec![zero_vector],
             "memories[0].embedding: must not be the zero vector",
         ),
-        (vec![nul_title], "memories[0].title: must not contain NUL"),
+        (
+            vec![nul_title],
+            "memories[0].title: must not contain control characters",
+        ),
+        (
+            vec![escape_title],
+            "memories[0].title: must not contain control characters",
+        ),
+        (
+            vec![future_episode],
+            "memories[0].end_at: must not be in the future",
+        ),
+        (
+            vec![future_review],
+            "memories[0].fsrs.last_reviewed_at: must not be in the future",
+        ),
+        (
+            vec![fact("a\u{7}x", "text", 1.0)],
+            "memories[0].client_id: must not contain control characters",
+        ),
+        (
+            vec![fact("\u{200b}", "text", 1.0)],
+            "memories[0].client_id: must not be empty",
+        ),
         (vec![no_kind], "memories[0].kind"),
         (vec![good.clone(), bad_fsrs], "memories[1].fsrs.difficulty"),
         (vec![good.clone(), good.clone()], "appears twice"),
@@ -224,6 +260,65 @@ async fn an_import_does_not_bring_back_what_the_user_forgot() {
         stored,
         vec!["My dentist is Dr. Alvarez on Main Street".to_owned()]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_from_an_incognito_conversation_is_imported() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("work");
+    let secret = Uuid::new_v4();
+    sandbox
+        .ingest
+        .start_incognito(v1::StartIncognitoRequest {
+            scope: Some(scope.clone()),
+            conversation_id: secret.to_string(),
+        })
+        .await
+        .unwrap();
+    let mut from_secret = fact("s", "My secret bank pin is 1234", 1.0);
+    from_secret.conversation_id = secret.to_string();
+    let secret_episode = episode("e", secret, "Bank", "Talked about the pin", 1.0, 0.1, &[]);
+    let mut from_elsewhere = fact("o", "I prefer window seats", 1.0);
+    from_elsewhere.conversation_id = Uuid::new_v4().to_string();
+    let imported = import(
+        &mut sandbox,
+        &scope,
+        vec![from_secret, secret_episode, from_elsewhere],
+    )
+    .await;
+    assert_eq!(
+        (
+            imported.created,
+            imported.existing,
+            imported.suppressed,
+            imported.skipped_incognito
+        ),
+        (1, 0, 0, 2)
+    );
+    assert!(imported.entries[0].skipped_incognito && !imported.entries[0].created);
+    assert!(imported.entries[1].skipped_incognito);
+    assert!(imported.entries[2].created && !imported.entries[2].skipped_incognito);
+    let stored: Vec<String> = sqlx::query_scalar("SELECT text FROM memories")
+        .fetch_all(&sandbox.pool)
+        .await
+        .unwrap();
+    assert_eq!(stored, vec!["I prefer window seats".to_owned()]);
+
+    // A space incognito by default keeps out every conversation not explicitly opened.
+    let private = new_scope("private");
+    sandbox
+        .ingest
+        .update_settings(v1::UpdateSettingsRequest {
+            scope: Some(private.clone()),
+            incognito_default: Some(true),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut in_private = fact("p", "I prefer aisle seats", 1.0);
+    in_private.conversation_id = Uuid::new_v4().to_string();
+    let imported = import(&mut sandbox, &private, vec![in_private]).await;
+    assert_eq!((imported.created, imported.skipped_incognito), (0, 1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
