@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use chrono::{DateTime, Duration, Utc};
 use engram_core::memory_state::initial_state;
 use engram_core::normalize::normalize_for_fingerprint;
-use engram_core::validate::{is_blank, parse_labels};
+use engram_core::validate::{check_label, parse_labels};
 use engram_core::{
     Category, ConversationId, MemoryText, Scope, SimHash, SpeakerRole, ValidationError, importance,
     metadata,
@@ -87,28 +87,8 @@ fn not_in_the_future(
     Ok(())
 }
 
-/// Labels a client keys or titles its entries with: visible text without control characters.
-fn reject_blank_or_control(field: &str, raw: &str) -> Result<(), ValidationError> {
-    if is_blank(raw) {
-        return Err(ValidationError::new(field, "must not be empty"));
-    }
-    if let Some(control) = raw.chars().find(|c| c.is_control()) {
-        return Err(ValidationError::new(
-            field,
-            format!("must not contain control characters, found {control:?}"),
-        ));
-    }
-    Ok(())
-}
-
 fn parse_client_id(field: String, raw: &str) -> Result<String, ValidationError> {
-    reject_blank_or_control(&field, raw)?;
-    if raw.chars().count() > MAX_CLIENT_ID_CHARS {
-        return Err(ValidationError::new(
-            field,
-            format!("must be at most {MAX_CLIENT_ID_CHARS} characters"),
-        ));
-    }
+    check_label(&field, raw, MAX_CLIENT_ID_CHARS)?;
     Ok(raw.to_owned())
 }
 
@@ -189,13 +169,7 @@ fn parse_episode(
             "is required for an episode",
         ));
     }
-    reject_blank_or_control(&format!("{field}.title"), title)?;
-    if title.chars().count() > MAX_TITLE_CHARS {
-        return Err(ValidationError::new(
-            format!("{field}.title"),
-            format!("must be at most {MAX_TITLE_CHARS} characters"),
-        ));
-    }
+    check_label(&format!("{field}.title"), title, MAX_TITLE_CHARS)?;
     if raw.category != v1::Category::Unspecified as i32 {
         return Err(ValidationError::new(
             format!("{field}.category"),

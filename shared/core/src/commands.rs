@@ -32,7 +32,6 @@ struct Grammar {
     courtesy_after_content: Regex,
     chinese_acknowledgement: Regex,
     reminiscence: Regex,
-    chinese_question_particle: Regex,
     memory_off: Regex,
     memory_on: Regex,
     incognito_start: Regex,
@@ -69,8 +68,6 @@ static GRAMMAR: LazyLock<Grammar> = LazyLock::new(|| Grammar {
     chinese_acknowledgement: rule(r"^(?:了|吗|呢|吧|啊|哦|没有?)+$"),
     // "Remember when we went to Paris", "remember me?": reminiscing, not an instruction.
     reminiscence: rule(r"(?i)^(?:when|how|if|whether|me|us)\b"),
-    // A trailing 吗/呢 makes a Chinese sentence a question, with or without "？".
-    chinese_question_particle: rule(r"[吗呢]$"),
     memory_off: rule(
         r"(?i)^(?:turn|switch)\s+(?:your\s+)?memory\s+off$|^(?:turn|switch)\s+off\s+(?:your\s+)?memory$|^(?:disable|pause)\s+(?:your\s+)?memory$|^stop\s+remembering(?:\s+things)?$|^(?:关闭|关掉|停用|暂停)(?:你的)?记忆(?:功能)?$|^不要再记(?:住)?(?:任何东西)?了?$",
     ),
@@ -158,12 +155,15 @@ pub fn parse_command(message: &str) -> Option<MemoryCommand> {
         .trim()
         .trim_end_matches(['.', '!', '。', '！', ',', '，'])
         .trim();
-    if grammar.chinese_question_particle.is_match(content) {
+    // A trailing 吗/呢 makes a Chinese sentence a question, with or without "？".
+    if content.ends_with(CHINESE_QUESTION_PARTICLES) {
         if !asked_politely {
             return None;
         }
         // "可以记下我的地址吗": a polite request; the particle is no part of the content.
-        content = content[..content.len() - '吗'.len_utf8()].trim_end();
+        content = content
+            .trim_end_matches(CHINESE_QUESTION_PARTICLES)
+            .trim_end();
     }
     if names_no_content(grammar, content) || grammar.reminiscence.is_match(content) {
         return None;
@@ -171,9 +171,12 @@ pub fn parse_command(message: &str) -> Option<MemoryCommand> {
     Some(MemoryCommand::Remember(content.to_owned()))
 }
 
-/// Neither a letter, a digit nor a CJK character: punctuation, symbols, emoji, spacing.
+const CHINESE_QUESTION_PARTICLES: [char; 2] = ['吗', '呢'];
+
+/// Neither a letter nor a digit (CJK characters are letters): punctuation, symbols, emoji,
+/// spacing.
 fn is_decoration(c: char) -> bool {
-    !c.is_alphanumeric() && !crate::normalize::is_cjk(c)
+    !c.is_alphanumeric()
 }
 
 fn is_question(message: &str) -> bool {

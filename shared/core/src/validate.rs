@@ -40,7 +40,7 @@ fn parse_uuid(field: &str, raw: &str) -> Result<Uuid, ValidationError> {
 }
 
 /// Whether a text shows nothing to a reader (empty, whitespace, invisible characters only).
-pub fn is_blank(text: &str) -> bool {
+fn is_blank(text: &str) -> bool {
     text.chars().all(is_invisible)
 }
 
@@ -163,7 +163,7 @@ pub struct MemoryText(String);
 
 impl MemoryText {
     pub fn parse(field: &str, raw: &str, max_chars: usize) -> Result<Self, ValidationError> {
-        if raw.chars().all(is_invisible) {
+        if is_blank(raw) {
             return Err(ValidationError::new(field, "must not be empty"));
         }
         let chars = raw.chars().count();
@@ -191,6 +191,27 @@ impl MemoryText {
     }
 }
 
+/// A short label (a tag, a source id, a client's key or title): visible text within `max_chars`
+/// characters, without control characters.
+pub fn check_label(field: &str, label: &str, max_chars: usize) -> Result<(), ValidationError> {
+    if is_blank(label) {
+        return Err(ValidationError::new(field, "must not be empty"));
+    }
+    if label.chars().count() > max_chars {
+        return Err(ValidationError::new(
+            field,
+            format!("must be at most {max_chars} characters"),
+        ));
+    }
+    if let Some(control) = label.chars().find(|c| c.is_control()) {
+        return Err(ValidationError::new(
+            field,
+            format!("must not contain control characters, found {control:?}"),
+        ));
+    }
+    Ok(())
+}
+
 /// Validates a list of short labels (tags or source ids): trimmed, non-empty, bounded in number
 /// and length. Duplicates are dropped, order kept.
 pub fn parse_labels(
@@ -208,24 +229,7 @@ pub fn parse_labels(
     let mut labels: Vec<String> = Vec::with_capacity(raw.len());
     for (index, item) in raw.iter().enumerate() {
         let label = item.trim();
-        if label.chars().all(is_invisible) {
-            return Err(ValidationError::new(
-                format!("{field}[{index}]"),
-                "must not be empty",
-            ));
-        }
-        if label.chars().count() > max_chars {
-            return Err(ValidationError::new(
-                format!("{field}[{index}]"),
-                format!("must be at most {max_chars} characters"),
-            ));
-        }
-        if let Some(control) = label.chars().find(|c| c.is_control()) {
-            return Err(ValidationError::new(
-                format!("{field}[{index}]"),
-                format!("must not contain control characters, found {control:?}"),
-            ));
-        }
+        check_label(&format!("{field}[{index}]"), label, max_chars)?;
         if !labels.iter().any(|existing| existing == label) {
             labels.push(label.to_owned());
         }
