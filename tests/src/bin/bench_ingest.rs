@@ -123,6 +123,9 @@ async fn seed(url: &str, spaces: u32, per_space: u32, big: u32) -> anyhow::Resul
 }
 
 /// Spaces `first..last`, `per_space` entries each, with cached scores as a previous trim left them.
+/// Each entry draws its own age and importance (a derived table: an uncorrelated LATERAL subquery
+/// would be evaluated once, giving all the entries of a chunk one score, and in some chunks a score
+/// above every new entry's, which the soft cap then trimmed at once).
 async fn insert_entries(
     connection: &mut PgConnection,
     first: u32,
@@ -140,8 +143,8 @@ async fn insert_entries(
                 jsonb_build_object('relevance', 0, 'recency', exp(-extract(epoch FROM now() - created) / 604800), \
                     'importance', imp, 'total', exp(-extract(epoch FROM now() - created) / 604800) + imp, \
                     'computed_at', now()) \
-         FROM generate_series($1, $2 - 1) AS s, generate_series(1, $4) AS i, \
-              LATERAL (SELECT now() - random() * interval '30 days' AS created, 0.2 + random() * 0.5 AS imp) r",
+         FROM (SELECT s, i, now() - random() * interval '30 days' AS created, 0.2 + random() * 0.5 AS imp \
+               FROM generate_series($1, $2 - 1) AS s, generate_series(1, $4) AS i) AS r",
     )
     .bind(i64::from(first))
     .bind(i64::from(last))
@@ -209,6 +212,8 @@ fn new_text(rng: &mut impl rand::Rng) -> String {
 struct Tally {
     created: u64,
     merged: u64,
+    /// New entries with the lowest score of their space, trimmed by the soft cap at once.
+    trimmed_at_capacity: u64,
     other: u64,
     errors: u64,
     trimmed: u64,
@@ -275,6 +280,9 @@ async fn run_load(
                         match v1::RememberOutcome::try_from(response.outcome) {
                             Ok(v1::RememberOutcome::Created) => local_tally.created += 1,
                             Ok(v1::RememberOutcome::Merged) => local_tally.merged += 1,
+                            Ok(v1::RememberOutcome::TrimmedAtCapacity) => {
+                                local_tally.trimmed_at_capacity += 1
+                            }
                             _ => local_tally.other += 1,
                         }
                     }
@@ -294,6 +302,7 @@ async fn run_load(
             let mut tally = tally.lock().await;
             tally.created += local_tally.created;
             tally.merged += local_tally.merged;
+            tally.trimmed_at_capacity += local_tally.trimmed_at_capacity;
             tally.other += local_tally.other;
             tally.errors += local_tally.errors;
             tally.trimmed += local_tally.trimmed;
@@ -507,9 +516,12 @@ async fn main() -> anyhow::Result<()> {
                  entry also runs the capacity policy and trims one), plus one space of 100,000 entries; {total_entries} \
                  entries at the end. {clients} concurrent clients on one HTTP/2 connection for {seconds} s; {repeat:.0} % \
                  of writes repeat an earlier text of the same space (near-duplicate merges).\n\n\
-                 | requests | throughput | p50 | p90 | p99 | p99.9 | max | created | merged | trimmed | errors |\n\
-                 |---|---|---|---|---|---|---|---|---|---|---|\n\
-                 | {requests} | {throughput:.0} Remember/s | {p50} | {p90} | {p99} | {p999} | {max} | {created} | {merged} | {trimmed} | {errors} |\n\n\
+                 | requests | throughput | p50 | p90 | p99 | p99.9 | max | created | merged | trimmed at once | trimmed | errors |\n\
+                 |---|---|---|---|---|---|---|---|---|---|---|---|\n\
+                 | {requests} | {throughput:.0} Remember/s | {p50} | {p90} | {p99} | {p999} | {max} | {created} | {merged} | {trimmed_at_once} | {trimmed} | {errors} |\n\n\
+                 \"Trimmed at once\": new entries that scored lowest in their space and were trimmed by the soft cap \
+                 in the same write (`REMEMBER_OUTCOME_TRIMMED_AT_CAPACITY`); \"trimmed\" counts every entry the soft \
+                 cap removed.\n\n\
                  With {clients} clients each waiting for its answer before sending again, mean latency is {clients} / \
                  throughput, so this run shows the saturation throughput, not the latency at a given load. Latency \
                  at fixed offered loads (open loop from the same {clients} concurrent clients, {rate_seconds} s each, \
@@ -534,6 +546,7 @@ async fn main() -> anyhow::Result<()> {
                 created = load.tally.created,
                 merged = load.tally.merged,
                 trimmed = load.tally.trimmed,
+                trimmed_at_once = load.tally.trimmed_at_capacity,
                 errors = load.tally.errors + load.tally.other,
                 rate_rows = rate_rows.join("\n"),
                 small_row = lookup_row(&small),
