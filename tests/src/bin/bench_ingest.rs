@@ -7,12 +7,13 @@
 //!                       space, and writes a Markdown report.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use engram_core::{Scope, SimHash};
-use engram_e2e::bench::{machine_summary, space_user};
+use engram_e2e::bench::{HostSpeed, machine_summary, space_user};
 use engram_proto::v1;
 use engram_proto::v1::ingest_service_client::IngestServiceClient;
 use hdrhistogram::Histogram;
@@ -223,6 +224,8 @@ struct LoadResult {
     histogram: Histogram<u64>,
     tally: Tally,
     elapsed: Duration,
+    /// Requests answered in each whole second of the run.
+    per_second: Vec<u64>,
 }
 
 async fn run_load(
@@ -239,6 +242,9 @@ async fn run_load(
         1, 60_000_000, 3,
     )?));
     let tally = Arc::new(Mutex::new(Tally::default()));
+    // One more than the run's seconds: the last answers arrive just after the deadline.
+    let answered_in_second: Arc<Vec<AtomicU64>> =
+        Arc::new((0..=seconds).map(|_| AtomicU64::new(0)).collect());
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -246,6 +252,7 @@ async fn run_load(
         let mut client = IngestServiceClient::new(channel.clone());
         let histogram = histogram.clone();
         let tally = tally.clone();
+        let answered_in_second = answered_in_second.clone();
         tasks.push(tokio::spawn(async move {
             let mut local = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram");
             let mut local_tally = Tally::default();
@@ -273,6 +280,8 @@ async fn run_load(
                 local
                     .record(sent.elapsed().as_micros() as u64)
                     .expect("in range");
+                let second = (started.elapsed().as_secs() as usize).min(seconds as usize);
+                answered_in_second[second].fetch_add(1, Ordering::Relaxed);
                 match response {
                     Ok(response) => {
                         let response = response.into_inner();
@@ -318,10 +327,15 @@ async fn run_load(
     let tally = Arc::try_unwrap(tally)
         .map_err(|_| anyhow::anyhow!("tally still shared"))?
         .into_inner();
+    let per_second = answered_in_second[..seconds as usize]
+        .iter()
+        .map(|count| count.load(Ordering::Relaxed))
+        .collect();
     Ok(LoadResult {
         histogram,
         tally,
         elapsed,
+        per_second,
     })
 }
 
@@ -341,7 +355,7 @@ async fn run_at_rate(
     let histogram = Arc::new(Mutex::new(Histogram::<u64>::new_with_bounds(
         1, 60_000_000, 3,
     )?));
-    let errors = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
     let in_flight = Arc::new(tokio::sync::Semaphore::new(clients));
     let interval = Duration::from_secs_f64(1.0 / f64::from(rate));
     let start = tokio::time::Instant::now();
@@ -367,7 +381,7 @@ async fn run_at_rate(
             let latency = due.elapsed();
             drop(permit);
             if result.is_err() {
-                errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                errors.fetch_add(1, Ordering::Relaxed);
             }
             histogram
                 .lock()
@@ -380,7 +394,7 @@ async fn run_at_rate(
     let histogram = Arc::try_unwrap(histogram)
         .map_err(|_| anyhow::anyhow!("histogram still shared"))?
         .into_inner();
-    Ok((histogram, errors.load(std::sync::atomic::Ordering::Relaxed)))
+    Ok((histogram, errors.load(Ordering::Relaxed)))
 }
 
 struct LookupCost {
@@ -457,6 +471,9 @@ async fn main() -> anyhow::Result<()> {
             report,
             command_line,
         } => {
+            // Off the runtime's threads: the probe is a second or two of busy work.
+            let host_before = tokio::task::spawn_blocking(HostSpeed::measure).await?;
+            eprintln!("host speed before the load: {}", host_before.describe());
             eprintln!("load: {clients} clients for {seconds}s over {spaces} spaces");
             let load = run_load(&endpoint, clients, seconds, spaces, repeat_share).await?;
             let requests = load.histogram.len();
@@ -465,6 +482,18 @@ async fn main() -> anyhow::Result<()> {
                 "{requests} requests, {throughput:.0}/s, p99 {}",
                 micros(load.histogram.value_at_quantile(0.99))
             );
+            let host_after = tokio::task::spawn_blocking(HostSpeed::measure).await?;
+            eprintln!("host speed after the load: {}", host_after.describe());
+            let mut per_second = load.per_second.clone();
+            per_second.sort_unstable();
+            let (slowest_second, median_second, fastest_second) = match per_second.as_slice() {
+                [] => (0, 0, 0),
+                sorted => (
+                    sorted[0],
+                    sorted[sorted.len() / 2],
+                    sorted[sorted.len() - 1],
+                ),
+            };
 
             let mut rate_rows = Vec::new();
             for rate in rates {
@@ -521,7 +550,10 @@ async fn main() -> anyhow::Result<()> {
                  | {requests} | {throughput:.0} Remember/s | {p50} | {p90} | {p99} | {p999} | {max} | {created} | {merged} | {trimmed_at_once} | {trimmed} | {errors} |\n\n\
                  \"Trimmed at once\": new entries that scored lowest in their space and were trimmed by the soft cap \
                  in the same write (`REMEMBER_OUTCOME_TRIMMED_AT_CAPACITY`); \"trimmed\" counts every entry the soft \
-                 cap removed.\n\n\
+                 cap removed. Writes answered in each second of the run: slowest {slowest_second}, median \
+                 {median_second}, fastest {fastest_second}. Host speed (`engram_e2e::bench::HostSpeed`, \
+                 independent of Engram; compare it across reports) before the load: {host_before}; after it: \
+                 {host_after}.\n\n\
                  With {clients} clients each waiting for its answer before sending again, mean latency is {clients} / \
                  throughput, so this run shows the saturation throughput, not the latency at a given load. Latency \
                  at fixed offered loads (open loop from the same {clients} concurrent clients, {rate_seconds} s each, \
@@ -547,6 +579,8 @@ async fn main() -> anyhow::Result<()> {
                 merged = load.tally.merged,
                 trimmed = load.tally.trimmed,
                 trimmed_at_once = load.tally.trimmed_at_capacity,
+                host_before = host_before.describe(),
+                host_after = host_after.describe(),
                 errors = load.tally.errors + load.tally.other,
                 rate_rows = rate_rows.join("\n"),
                 small_row = lookup_row(&small),
