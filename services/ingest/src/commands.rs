@@ -4,8 +4,9 @@
 use engram_core::commands::{MemoryCommand, parse_command};
 use engram_core::{ConversationId, MemoryId, MemoryText, Scope, SpeakerRole};
 use engram_store::audit::{self, LastWritten};
+use engram_store::conversations;
 use engram_store::memories::MemoryRecord;
-use engram_store::spaces::SettingsPatch;
+use engram_store::spaces::{self, SettingsPatch};
 
 use crate::error::IngestError;
 use crate::write_path::{MemoryWriter, RememberCommand, RememberResult};
@@ -97,10 +98,22 @@ impl MemoryWriter {
         match command.clone() {
             MemoryCommand::ForgetLast | MemoryCommand::PinLast => {
                 let forget = command == MemoryCommand::ForgetLast;
+                // Nothing said in an incognito chat or while memory is off was saved, so "that"
+                // cannot be an older memory: acting on one would delete or pin what the user did
+                // not mean.
+                if let Some(reply) = self.why_nothing_is_saved_now(scope, conversation).await? {
+                    return Ok(CommandOutcome::not_applied(command, reply));
+                }
                 let last = match self.last_written(scope, conversation).await? {
                     LastWritten::Stored(id) => MemoryId::from_uuid(id),
                     LastWritten::Gone => {
                         return Ok(CommandOutcome::not_applied(command, ALREADY_GONE));
+                    }
+                    LastWritten::BeforePrivacyChange => {
+                        return Ok(CommandOutcome::not_applied(
+                            command,
+                            "Nothing from this conversation has been saved since incognito or memory was switched, so I left older memories alone.",
+                        ));
                     }
                     LastWritten::Nothing => {
                         return Ok(CommandOutcome::not_applied(
@@ -212,6 +225,26 @@ impl MemoryWriter {
                 Ok(CommandOutcome::done(command, reply, None))
             }
         }
+    }
+
+    /// Why nothing from this conversation is being saved right now (memory is off, or the chat
+    /// is incognito), if so.
+    async fn why_nothing_is_saved_now(
+        &self,
+        scope: &Scope,
+        conversation: ConversationId,
+    ) -> Result<Option<&'static str>, IngestError> {
+        let mut connection = self.pool.acquire().await?;
+        if !spaces::get(&mut connection, scope).await?.memory_enabled {
+            return Ok(Some(
+                "Memory is off for this space, so nothing from this chat was saved.",
+            ));
+        }
+        let incognito =
+            conversations::incognito_among(&mut connection, scope, &[conversation.as_uuid()])
+                .await?;
+        Ok((!incognito.is_empty())
+            .then_some("This chat is incognito, so nothing from it was saved."))
     }
 
     async fn last_written(

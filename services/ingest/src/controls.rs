@@ -171,9 +171,16 @@ impl MemoryWriter {
         incognito: bool,
     ) -> Result<(), IngestError> {
         let mut transaction = self.pool.begin().await?;
-        let changed =
+        let was_incognito =
+            !conversations::incognito_among(&mut transaction, scope, &[conversation.as_uuid()])
+                .await?
+                .is_empty();
+        // The conversation's own state is written even when it matches the space's default, so
+        // that a later change of the default leaves it as the user set it; it is audited only when
+        // the conversation's effective state changes (and only by the caller whose write did it).
+        let written =
             conversations::set_incognito(&mut transaction, scope, conversation, incognito).await?;
-        if changed {
+        if written && was_incognito != incognito {
             let action = if incognito {
                 AuditAction::IncognitoStart
             } else {

@@ -7,6 +7,8 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
+use crate::normalize::is_default_ignorable;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MemoryCommand {
     /// Forget the memory most recently written in this conversation.
@@ -50,8 +52,10 @@ static GRAMMAR: LazyLock<Grammar> = LazyLock::new(|| Grammar {
     politeness_suffix: rule(
         r"(?i)(?:[,\s]+(?:please|thanks|thank\s+you|for\s+me))+$|(?:吧|吗|呢|谢谢|，谢谢)+$",
     ),
+    // "Forget it" and "忘了吧" mean "never mind", and a bare "忘了" is "I forgot": none of them
+    // deletes anything. "Delete it" does.
     forget_last: rule(
-        r"(?i)^(?:forget|delete|remove|erase)\s+(?:that|this|it|what\s+i\s+(?:just\s+)?said|the\s+last\s+(?:one|thing|memory))(?:\s+(?:memory|from\s+(?:your\s+)?memory))?$|^(?:忘掉|忘记|忘了|删除|删掉)(?:这个|那个|这条|那条|它|刚才(?:那句|说的)?|上一条)?(?:记忆)?$",
+        r"(?i)^(?:(?:forget|delete|remove|erase)\s+(?:that|this|what\s+i\s+(?:just\s+)?said|the\s+last\s+(?:one|thing|memory))|(?:delete|remove|erase)\s+it)(?:\s+(?:memory|from\s+(?:your\s+)?memory))?$|^(?:忘掉|忘记|删除|删掉)(?:这个|那个|这条|那条|它|刚才(?:那句|说的)?|上一条)?(?:记忆)?$|^忘了(?:这个|那个|这条|那条|它|刚才(?:那句|说的)?|上一条)(?:记忆)?$",
     ),
     pin_last: rule(
         r"(?i)^pin\s+(?:this|that|it)(?:\s+memory)?$|^keep\s+(?:this|that)\s+(?:pinned|forever)$|^(?:置顶|固定|钉住)(?:这个|那个|这条|那条|它)?(?:记忆)?$|^把(?:这个|这条|它)(?:记忆)?(?:置顶|固定|钉住)$",
@@ -187,34 +191,87 @@ fn is_question(message: &str) -> bool {
         .ends_with(['?', '？'])
 }
 
-/// "remember this", "remember that, please", "记住了": nothing to remember beyond a reference
-/// to what was said before, or no instruction at all.
+/// "remember this", "remember that, please", "remember this one, ok", "记住这个吧", "记住了":
+/// nothing to remember beyond a reference to what was said before, or no instruction at all.
+/// Text made only of invisible characters names nothing either.
 fn names_no_content(grammar: &Grammar, content: &str) -> bool {
-    let lowered = content.to_lowercase();
-    let reference = lowered
-        .strip_suffix(" please")
-        .or_else(|| lowered.strip_suffix(" for me"))
-        .unwrap_or(&lowered)
-        .trim();
+    let visible: String = content
+        .chars()
+        .filter(|&c| !is_default_ignorable(c))
+        .collect::<String>()
+        .to_lowercase();
+    let mut reference = visible.trim();
+    // Peel what may close a bare reference, in any order: "this, ok", "这个吧", "that one please".
+    loop {
+        let peeled = REFERENCE_CLOSINGS
+            .iter()
+            .find_map(|closing| reference.strip_suffix(closing))
+            .unwrap_or(reference)
+            .trim_end_matches(|c: char| c.is_whitespace() || is_decoration(c));
+        if peeled.len() == reference.len() {
+            break;
+        }
+        reference = peeled;
+    }
     NO_CONTENT.contains(&reference) || grammar.chinese_acknowledgement.is_match(reference)
 }
 
-/// What may follow "remember" without naming anything to remember.
+/// What may close a bare reference without naming anything: courtesy, assent, particles.
+const REFERENCE_CLOSINGS: &[&str] = &[
+    " please",
+    " for me",
+    " ok",
+    " okay",
+    " thanks",
+    " thank you",
+    "吧",
+    "啊",
+    "呀",
+    "哦",
+    "哈",
+    "啦",
+    "好吗",
+    "好吧",
+    "谢谢",
+];
+
+/// What may follow "remember" without naming anything to remember: a pointer back to what was
+/// said ("this one", "这一点"), or to the speaker ("me": "remember me" asks to be recognised).
 const NO_CONTENT: &[&str] = &[
     "",
     "this",
     "that",
     "it",
+    "this one",
+    "that one",
+    "these",
+    "those",
+    "me",
+    "us",
     "please",
     "thanks",
     "thank you",
     "thx",
+    "ok",
+    "okay",
     "这个",
     "那个",
     "这",
     "那",
     "这些",
     "那些",
+    "这一点",
+    "这点",
+    "那一点",
+    "这条",
+    "那条",
+    "这一条",
+    "这句",
+    "这句话",
+    "那句话",
+    "它",
+    "我",
+    "我们",
     "谢谢",
 ];
 
@@ -230,6 +287,7 @@ mod tests {
             ("Please forget that.", ForgetLast),
             ("can you forget what I just said?", ForgetLast),
             ("delete that memory", ForgetLast),
+            ("delete it", ForgetLast),
             ("pin this", PinLast),
             ("Pin that, please", PinLast),
             ("turn memory off", MemoryOff),
@@ -340,6 +398,18 @@ mod tests {
             "Hey remember when we went to Paris?",
             "Remember when we went to Paris?!",
             "记得我们第一次见面吗",
+            // Pointing back, not saying what to remember.
+            "记住这个吧",
+            "请记住这个吧",
+            "remember this one",
+            "记住这一点",
+            "remember this, ok",
+            "记住我",
+            "Remember that one, okay?",
+            // Nothing visible after the verb.
+            "Remember: \u{200b}",
+            "记住 \u{2060}",
+            "remember that \u{feff}",
         ] {
             assert_eq!(parse_command(message), None, "{message:?}");
         }
@@ -351,6 +421,7 @@ mod tests {
             ("忘掉这个", ForgetLast),
             ("请忘记刚才说的", ForgetLast),
             ("删除这条记忆", ForgetLast),
+            ("忘了这条", ForgetLast),
             ("置顶这条", PinLast),
             ("把这条置顶", PinLast),
             ("关闭记忆", MemoryOff),
@@ -407,6 +478,11 @@ mod tests {
             "pin the tail on the donkey",
             "I turned off the memory foam mattress heater",
             "我忘了带钥匙",
+            // "Never mind" and "I forgot" delete nothing.
+            "forget it",
+            "Forget it!",
+            "忘了",
+            "忘了吧",
             "",
             "   ",
             "please",

@@ -81,19 +81,23 @@ impl AccessGrant {
     }
 }
 
+// Unknown keys are refused: a misspelled "users" or "spaces" would otherwise leave that limit out
+// and silently grant more than intended.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct TokensFile {
     tokens: Vec<TokenEntry>,
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct TokenEntry {
     name: String,
     token: String,
-    #[serde(default)]
-    users: Vec<Uuid>,
-    #[serde(default)]
-    spaces: Vec<String>,
+    /// Absent: any user. Present: only these (never empty).
+    users: Option<Vec<Uuid>>,
+    /// Absent: any space. Present: only these (never empty).
+    spaces: Option<Vec<String>>,
 }
 
 /// The configured tokens. Empty means open access.
@@ -157,13 +161,26 @@ impl TokenRegistry {
                     entry.name
                 )));
             }
-            let grant = if entry.users.is_empty() && entry.spaces.is_empty() {
+            // An empty list would read as "no limit" to the registry but as "nothing" to whoever
+            // wrote it: refused, so that a limit is either absent or says what it allows.
+            for (key, empty) in [
+                ("users", entry.users.as_ref().is_some_and(Vec::is_empty)),
+                ("spaces", entry.spaces.as_ref().is_some_and(Vec::is_empty)),
+            ] {
+                if empty {
+                    return Err(invalid(format!(
+                        "token {:?} has an empty {key} list; list what it may reach, or leave the key out to allow any",
+                        entry.name
+                    )));
+                }
+            }
+            let grant = if entry.users.is_none() && entry.spaces.is_none() {
                 AccessGrant::Unrestricted
             } else {
                 AccessGrant::Limited {
                     token_name: entry.name.clone(),
-                    users: (!entry.users.is_empty()).then_some(entry.users),
-                    spaces: (!entry.spaces.is_empty()).then_some(entry.spaces),
+                    users: entry.users,
+                    spaces: entry.spaces,
                 }
             };
             if grants.insert(entry.token, grant).is_some() {
@@ -184,14 +201,13 @@ impl TokenRegistry {
         }
         let header = authorization
             .ok_or_else(|| Status::unauthenticated("missing authorization: Bearer <token>"))?;
+        // The scheme name is case-insensitive (RFC 9110, section 11.1).
         let token = header
             .to_str()
             .ok()
-            .and_then(|value| {
-                value
-                    .strip_prefix("Bearer ")
-                    .or_else(|| value.strip_prefix("bearer "))
-            })
+            .and_then(|value| value.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token)
             .ok_or_else(|| Status::unauthenticated("authorization must be \"Bearer <token>\""))?;
         self.grants
             .get(token.trim())
@@ -326,6 +342,43 @@ mod tests {
             registry.grant_for(None).unwrap_err().code(),
             tonic::Code::Unauthenticated
         );
+        // The scheme is case-insensitive; a token alone, or another scheme, is refused.
+        for accepted in ["BEARER 0123456789abcdef", "bearer 0123456789abcdef"] {
+            let header = http::HeaderValue::from_static(accepted);
+            assert!(registry.grant_for(Some(&header)).is_ok(), "{accepted}");
+        }
+        for refused in ["0123456789abcdef", "Basic 0123456789abcdef", "Bearer"] {
+            let header = http::HeaderValue::from_static(refused);
+            assert!(registry.grant_for(Some(&header)).is_err(), "{refused}");
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_tokens_file_that_would_grant_more_than_it_says_is_refused() {
+        let dir = std::env::temp_dir().join(format!("engram-auth-{}", Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("tokens.json");
+        for (file, says) in [
+            // A misspelled limit ("space" for "spaces") would have left the token unrestricted.
+            (
+                r#"{"tokens":[{"name":"typo","token":"0123456789abcdef","space":["crm"]}]}"#,
+                "unknown field `space`",
+            ),
+            (
+                r#"{"tokens":[{"name":"none","token":"0123456789abcdef","users":[]}]}"#,
+                "empty users list",
+            ),
+            (
+                r#"{"tokens":[{"name":"none","token":"0123456789abcdef","spaces":[]}]}"#,
+                "empty spaces list",
+            ),
+            (r#"{"tokens":[],"extra":true}"#, "unknown field `extra`"),
+        ] {
+            std::fs::write(&path, file).unwrap();
+            let error = TokenRegistry::from_file(&path).unwrap_err().to_string();
+            assert!(error.contains(says), "{file}: {error}");
+        }
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -21,6 +21,13 @@ use tonic_health::server::{HealthReporter, HealthService};
 use crate::auth::{AuthLayer, TokenRegistry};
 use crate::settings::GrpcSettings;
 
+/// Served by every Engram server beside its own services.
+const REFLECTION_AND_HEALTH_SERVICES: [&str; 3] = [
+    "grpc.health.v1.Health",
+    "grpc.reflection.v1.ServerReflection",
+    "grpc.reflection.v1alpha.ServerReflection",
+];
+
 /// A bound gRPC listener, ready to serve.
 pub struct GrpcServer {
     listener: TcpListener,
@@ -76,10 +83,20 @@ impl GrpcServer {
         shutdown: impl Future<Output = ()>,
     ) -> anyhow::Result<()> {
         // Both reflection versions: grpcurl 1.8 and many tools still speak only v1alpha.
+        // The descriptors hold every Engram service (one package); only the ones this server
+        // serves are advertised, so `grpcurl list` does not offer calls that answer UNIMPLEMENTED.
+        let advertised: Vec<&str> = service_names
+            .iter()
+            .copied()
+            .chain(REFLECTION_AND_HEALTH_SERVICES)
+            .collect();
         let reflection = || {
-            tonic_reflection::server::Builder::configure()
-                .register_encoded_file_descriptor_set(engram_proto::FILE_DESCRIPTOR_SET)
-                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            advertised.iter().fold(
+                tonic_reflection::server::Builder::configure()
+                    .register_encoded_file_descriptor_set(engram_proto::FILE_DESCRIPTOR_SET)
+                    .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET),
+                |builder, name| builder.with_service_name(*name),
+            )
         };
         let reflection_v1 = reflection()
             .build_v1()

@@ -120,6 +120,10 @@ pub enum LastWritten {
     /// The last write's memory has since been forgotten or trimmed. Commands do not reach back to
     /// older writes: a repeated "forget that" must not delete what the user did not mean.
     Gone,
+    /// The conversation went incognito, left it, or changed the space's memory setting after its
+    /// last write: what was said since was not saved, so the last write is not what the user
+    /// means by "that".
+    BeforePrivacyChange,
     Stored(Uuid),
 }
 
@@ -128,14 +132,21 @@ pub async fn last_written_in_conversation(
     scope: &Scope,
     conversation: ConversationId,
 ) -> Result<LastWritten, StoreError> {
-    let row: Option<(Uuid, bool)> = sqlx::query_as(
-        "SELECT a.memory_id, EXISTS (SELECT 1 FROM memories m \
-             WHERE m.id = a.memory_id AND m.user_id = a.user_id AND m.space = a.space) \
-         FROM audit_events a \
-         WHERE a.user_id = $1 AND a.space = $2 AND a.conversation_id = $3 \
-           AND a.action IN ('create', 'merge') AND a.conversation_id IS NOT NULL \
-           AND a.memory_id IS NOT NULL \
-         ORDER BY a.id DESC LIMIT 1",
+    let row: Option<(Uuid, bool, bool)> = sqlx::query_as(
+        "WITH last_write AS ( \
+             SELECT a.id, a.memory_id FROM audit_events a \
+             WHERE a.user_id = $1 AND a.space = $2 AND a.conversation_id = $3 \
+               AND a.action IN ('create', 'merge') AND a.conversation_id IS NOT NULL \
+               AND a.memory_id IS NOT NULL \
+             ORDER BY a.id DESC LIMIT 1) \
+         SELECT w.memory_id, \
+                EXISTS (SELECT 1 FROM memories m \
+                        WHERE m.id = w.memory_id AND m.user_id = $1 AND m.space = $2), \
+                EXISTS (SELECT 1 FROM audit_events later \
+                        WHERE later.user_id = $1 AND later.space = $2 AND later.id > w.id \
+                          AND later.conversation_id = $3 \
+                          AND later.action IN ('incognito_start', 'incognito_end', 'settings_change')) \
+         FROM last_write w",
     )
     .bind(scope.user_id.as_uuid())
     .bind(scope.space.as_str())
@@ -144,7 +155,8 @@ pub async fn last_written_in_conversation(
     .await?;
     Ok(match row {
         None => LastWritten::Nothing,
-        Some((id, true)) => LastWritten::Stored(id),
-        Some((_, false)) => LastWritten::Gone,
+        Some((_, _, true)) => LastWritten::BeforePrivacyChange,
+        Some((id, true, false)) => LastWritten::Stored(id),
+        Some((_, false, false)) => LastWritten::Gone,
     })
 }

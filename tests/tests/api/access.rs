@@ -207,3 +207,55 @@ async fn every_service_reports_serving_and_stops_gracefully() {
             .is_err()
     );
 }
+
+/// The services a server's reflection lists (what `grpcurl list` shows).
+async fn listed_services(channel: tonic::transport::Channel) -> Vec<String> {
+    use tonic_reflection::pb::v1alpha::ServerReflectionRequest;
+    use tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1alpha::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1alpha::server_reflection_response::MessageResponse;
+
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut responses = ServerReflectionClient::new(channel)
+        .server_reflection_info(tokio_stream::once(request))
+        .await
+        .unwrap()
+        .into_inner();
+    let response = responses.message().await.unwrap().expect("a response");
+    match response.message_response {
+        Some(MessageResponse::ListServicesResponse(list)) => {
+            let mut names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+            names.sort();
+            names
+        }
+        other => panic!("expected a list of services, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn reflection_lists_only_the_services_each_server_serves() {
+    let sandbox = Sandbox::start().await;
+    for (index, name) in [
+        "engram.v1.IngestService",
+        "engram.v1.RetrievalService",
+        "engram.v1.ReviewService",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let listed = listed_services(sandbox.services[index].channel().await).await;
+        assert_eq!(
+            listed,
+            [
+                name,
+                "grpc.health.v1.Health",
+                "grpc.reflection.v1.ServerReflection",
+                "grpc.reflection.v1alpha.ServerReflection",
+            ],
+            "{name}"
+        );
+    }
+}

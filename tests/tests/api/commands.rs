@@ -223,6 +223,11 @@ async fn ordinary_messages_are_no_command_and_change_nothing() {
         "remember that, thanks",
         "记住了",
         "记下了，谢谢",
+        // Pointing back rather than saying what, "never mind", and nothing visible.
+        "记住这个吧",
+        "remember this one",
+        "forget it",
+        "Remember: \u{200b}",
     ] {
         let response = sandbox
             .ingest
@@ -288,4 +293,126 @@ async fn a_repeated_forget_that_does_not_reach_back_to_older_memories() {
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].id, flight.id);
     assert!(left[0].pinned);
+}
+
+#[tokio::test]
+async fn forget_that_after_an_unsaved_remember_leaves_older_memories_alone() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("work");
+    let conversation = Uuid::new_v4().to_string();
+    let say = |sandbox: &mut Sandbox, message: &'static str| {
+        let mut client = sandbox.ingest.clone();
+        let request = command(&scope, &conversation, message);
+        async move { client.apply_command(request).await.unwrap().into_inner() }
+    };
+    let passport = say(
+        &mut sandbox,
+        "Remember that my passport number ends in 4471",
+    )
+    .await
+    .memory
+    .unwrap();
+
+    // Incognito: the next "remember" is not saved, so "that" is not the passport.
+    assert!(
+        say(&mut sandbox, "start incognito for this chat")
+            .await
+            .applied
+    );
+    let party = say(
+        &mut sandbox,
+        "Remember that I am planning a surprise party for Ana",
+    )
+    .await;
+    assert!(!party.applied);
+    for message in ["forget that", "pin this"] {
+        let refused = say(&mut sandbox, message).await;
+        assert!(!refused.applied, "{message}");
+        assert!(refused.reply.contains("incognito"), "{}", refused.reply);
+    }
+    // Nor once incognito is over: nothing said since the last save was kept.
+    assert!(say(&mut sandbox, "stop incognito").await.applied);
+    let after_incognito = say(&mut sandbox, "forget that").await;
+    assert!(!after_incognito.applied);
+
+    // Memory off: the same.
+    assert!(say(&mut sandbox, "turn memory off").await.applied);
+    assert!(
+        !say(
+            &mut sandbox,
+            "Remember that my sister's birthday is March 3"
+        )
+        .await
+        .applied
+    );
+    for message in ["forget that", "pin this"] {
+        let refused = say(&mut sandbox, message).await;
+        assert!(!refused.applied, "{message}");
+        assert!(refused.reply.contains("Memory is off"), "{}", refused.reply);
+    }
+    assert!(say(&mut sandbox, "turn memory on").await.applied);
+
+    let left = crate::helpers::entries(&mut sandbox, &scope).await;
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].id, passport.id);
+    assert!(!left[0].pinned);
+
+    // Something saved after the switch is "that" again.
+    let gate = say(&mut sandbox, "Remember: the gate code is 4411")
+        .await
+        .memory
+        .unwrap();
+    let forgotten = say(&mut sandbox, "forget that").await;
+    assert!(forgotten.applied);
+    assert_eq!(forgotten.memory.unwrap().id, gate.id);
+}
+
+#[tokio::test]
+async fn incognito_is_audited_only_when_it_changes_the_conversation() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("work");
+    let conversation = Uuid::new_v4().to_string();
+    // Never incognito (the space's default is off): ending it changes nothing.
+    sandbox
+        .ingest
+        .end_incognito(v1::EndIncognitoRequest {
+            scope: Some(scope.clone()),
+            conversation_id: conversation.clone(),
+        })
+        .await
+        .unwrap();
+    assert!(audit(&mut sandbox, &scope).await.is_empty());
+
+    // Incognito by the space's default: starting it changes nothing either.
+    sandbox
+        .ingest
+        .update_settings(v1::UpdateSettingsRequest {
+            scope: Some(scope.clone()),
+            incognito_default: Some(true),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let other = Uuid::new_v4().to_string();
+    sandbox
+        .ingest
+        .start_incognito(v1::StartIncognitoRequest {
+            scope: Some(scope.clone()),
+            conversation_id: other.clone(),
+        })
+        .await
+        .unwrap();
+    let events = audit(&mut sandbox, &scope).await;
+    assert_eq!(events.len(), 1, "only the settings change: {events:?}");
+
+    // Leaving the default's incognito is a change, and is audited.
+    sandbox
+        .ingest
+        .end_incognito(v1::EndIncognitoRequest {
+            scope: Some(scope.clone()),
+            conversation_id: other,
+        })
+        .await
+        .unwrap();
+    assert_eq!(audit(&mut sandbox, &scope).await.len(), 2);
 }
