@@ -12,6 +12,13 @@ use crate::helpers::{assert_status, new_scope, remember};
 const ADMIN_TOKEN: &str = "admin-token-0123456789";
 const CRM_TOKEN: &str = "crm-token-0123456789ab";
 
+/// The sandbox's services, in the order of `Sandbox::services`.
+const SERVICES: [&str; 3] = [
+    "engram.v1.IngestService",
+    "engram.v1.RetrievalService",
+    "engram.v1.ReviewService",
+];
+
 fn authorized<T>(message: T, token: &str) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
     let value: MetadataValue<_> = format!("Bearer {token}").parse().unwrap();
@@ -173,14 +180,7 @@ async fn tokens_are_required_and_limited_to_their_grant() {
 #[tokio::test]
 async fn every_service_reports_serving_and_stops_gracefully() {
     let mut sandbox = Sandbox::start().await;
-    for (index, name) in [
-        "engram.v1.IngestService",
-        "engram.v1.RetrievalService",
-        "engram.v1.ReviewService",
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    for (index, name) in SERVICES.into_iter().enumerate() {
         let mut health = HealthClient::new(sandbox.services[index].channel().await);
         for service in ["", name] {
             let status = health
@@ -238,14 +238,7 @@ async fn listed_services(channel: tonic::transport::Channel) -> Vec<String> {
 #[tokio::test]
 async fn reflection_lists_only_the_services_each_server_serves() {
     let sandbox = Sandbox::start().await;
-    for (index, name) in [
-        "engram.v1.IngestService",
-        "engram.v1.RetrievalService",
-        "engram.v1.ReviewService",
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    for (index, name) in SERVICES.into_iter().enumerate() {
         let listed = listed_services(sandbox.services[index].channel().await).await;
         assert_eq!(
             listed,

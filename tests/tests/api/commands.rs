@@ -18,6 +18,32 @@ fn action(response: &v1::ApplyCommandResponse) -> v1::CommandAction {
     v1::CommandAction::try_from(response.action).unwrap()
 }
 
+/// One conversation of one space, spoken to through ApplyCommand.
+struct Chat {
+    client: engram_proto::v1::ingest_service_client::IngestServiceClient<tonic::transport::Channel>,
+    scope: v1::Scope,
+    conversation: String,
+}
+
+impl Chat {
+    fn new(sandbox: &Sandbox, scope: &v1::Scope) -> Self {
+        Self {
+            client: sandbox.ingest.clone(),
+            scope: scope.clone(),
+            conversation: Uuid::new_v4().to_string(),
+        }
+    }
+
+    async fn say(&mut self, message: &str) -> v1::ApplyCommandResponse {
+        let request = command(&self.scope, &self.conversation, message);
+        self.client
+            .apply_command(request)
+            .await
+            .unwrap()
+            .into_inner()
+    }
+}
+
 async fn memory_count(sandbox: &Sandbox) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM memories")
         .fetch_one(&sandbox.pool)
@@ -248,22 +274,15 @@ async fn ordinary_messages_are_no_command_and_change_nothing() {
 async fn a_repeated_forget_that_does_not_reach_back_to_older_memories() {
     let mut sandbox = Sandbox::start().await;
     let scope = new_scope("work");
-    let conversation = Uuid::new_v4().to_string();
-    let say = |sandbox: &mut Sandbox, message: &'static str| {
-        let mut client = sandbox.ingest.clone();
-        let request = command(&scope, &conversation, message);
-        async move { client.apply_command(request).await.unwrap().into_inner() }
-    };
-    let flight = say(
-        &mut sandbox,
-        "Remember that my flight to Lisbon is on Friday",
-    )
-    .await
-    .memory
-    .unwrap();
-    assert!(say(&mut sandbox, "pin this").await.applied);
+    let mut chat = Chat::new(&sandbox, &scope);
+    let flight = chat
+        .say("Remember that my flight to Lisbon is on Friday")
+        .await
+        .memory
+        .unwrap();
+    assert!(chat.say("pin this").await.applied);
     let events_after_pin = audit(&mut sandbox, &scope).await.len();
-    let pinned_again = say(&mut sandbox, "pin this").await;
+    let pinned_again = chat.say("pin this").await;
     assert!(
         pinned_again.applied,
         "pinning a pinned memory answers the same"
@@ -273,21 +292,22 @@ async fn a_repeated_forget_that_does_not_reach_back_to_older_memories() {
         events_after_pin,
         "and adds no audit event"
     );
-    let coffee = say(&mut sandbox, "Please remember: I take my coffee black")
+    let coffee = chat
+        .say("Please remember: I take my coffee black")
         .await
         .memory
         .unwrap();
 
-    let first = say(&mut sandbox, "forget that").await;
+    let first = chat.say("forget that").await;
     assert!(first.applied);
     assert_eq!(first.memory.unwrap().id, coffee.id);
 
     // A retry, or the same words again: "that" is already gone, and the pinned flight stays.
-    let again = say(&mut sandbox, "forget that").await;
+    let again = chat.say("forget that").await;
     assert_eq!(action(&again), v1::CommandAction::Forget);
     assert!(!again.applied);
     assert!(again.reply.contains("already gone"), "{}", again.reply);
-    let pin_again = say(&mut sandbox, "pin this").await;
+    let pin_again = chat.say("pin this").await;
     assert!(!pin_again.applied);
     let left = crate::helpers::entries(&mut sandbox, &scope).await;
     assert_eq!(left.len(), 1);
@@ -299,58 +319,43 @@ async fn a_repeated_forget_that_does_not_reach_back_to_older_memories() {
 async fn forget_that_after_an_unsaved_remember_leaves_older_memories_alone() {
     let mut sandbox = Sandbox::start().await;
     let scope = new_scope("work");
-    let conversation = Uuid::new_v4().to_string();
-    let say = |sandbox: &mut Sandbox, message: &'static str| {
-        let mut client = sandbox.ingest.clone();
-        let request = command(&scope, &conversation, message);
-        async move { client.apply_command(request).await.unwrap().into_inner() }
-    };
-    let passport = say(
-        &mut sandbox,
-        "Remember that my passport number ends in 4471",
-    )
-    .await
-    .memory
-    .unwrap();
+    let mut chat = Chat::new(&sandbox, &scope);
+    let passport = chat
+        .say("Remember that my passport number ends in 4471")
+        .await
+        .memory
+        .unwrap();
 
     // Incognito: the next "remember" is not saved, so "that" is not the passport.
-    assert!(
-        say(&mut sandbox, "start incognito for this chat")
-            .await
-            .applied
-    );
-    let party = say(
-        &mut sandbox,
-        "Remember that I am planning a surprise party for Ana",
-    )
-    .await;
+    assert!(chat.say("start incognito for this chat").await.applied);
+    let party = chat
+        .say("Remember that I am planning a surprise party for Ana")
+        .await;
     assert!(!party.applied);
     for message in ["forget that", "pin this"] {
-        let refused = say(&mut sandbox, message).await;
+        let refused = chat.say(message).await;
         assert!(!refused.applied, "{message}");
         assert!(refused.reply.contains("incognito"), "{}", refused.reply);
     }
     // Nor once incognito is over: nothing said since the last save was kept.
-    assert!(say(&mut sandbox, "stop incognito").await.applied);
-    let after_incognito = say(&mut sandbox, "forget that").await;
+    assert!(chat.say("stop incognito").await.applied);
+    let after_incognito = chat.say("forget that").await;
     assert!(!after_incognito.applied);
 
     // Memory off: the same.
-    assert!(say(&mut sandbox, "turn memory off").await.applied);
+    assert!(chat.say("turn memory off").await.applied);
     assert!(
-        !say(
-            &mut sandbox,
-            "Remember that my sister's birthday is March 3"
-        )
-        .await
-        .applied
+        !chat
+            .say("Remember that my sister's birthday is March 3")
+            .await
+            .applied
     );
     for message in ["forget that", "pin this"] {
-        let refused = say(&mut sandbox, message).await;
+        let refused = chat.say(message).await;
         assert!(!refused.applied, "{message}");
         assert!(refused.reply.contains("Memory is off"), "{}", refused.reply);
     }
-    assert!(say(&mut sandbox, "turn memory on").await.applied);
+    assert!(chat.say("turn memory on").await.applied);
 
     let left = crate::helpers::entries(&mut sandbox, &scope).await;
     assert_eq!(left.len(), 1);
@@ -358,11 +363,12 @@ async fn forget_that_after_an_unsaved_remember_leaves_older_memories_alone() {
     assert!(!left[0].pinned);
 
     // Something saved after the switch is "that" again.
-    let gate = say(&mut sandbox, "Remember: the gate code is 4411")
+    let gate = chat
+        .say("Remember: the gate code is 4411")
         .await
         .memory
         .unwrap();
-    let forgotten = say(&mut sandbox, "forget that").await;
+    let forgotten = chat.say("forget that").await;
     assert!(forgotten.applied);
     assert_eq!(forgotten.memory.unwrap().id, gate.id);
 }
