@@ -41,6 +41,9 @@ struct Grammar {
     recall: Regex,
 }
 
+/// What "forget ..." may name in Chinese: this, that, it, what was just said, the last one.
+const CHINESE_LAST: &str = "(?:这个|那个|这条|那条|它|刚才(?:那句|说的)?|上一条)";
+
 fn rule(pattern: &str) -> Regex {
     Regex::new(pattern).expect("valid command rule")
 }
@@ -54,9 +57,9 @@ static GRAMMAR: LazyLock<Grammar> = LazyLock::new(|| Grammar {
     ),
     // "Forget it" and "忘了吧" mean "never mind", and a bare "忘了" is "I forgot": none of them
     // deletes anything. "Delete it" does.
-    forget_last: rule(
-        r"(?i)^(?:(?:forget|delete|remove|erase)\s+(?:that|this|what\s+i\s+(?:just\s+)?said|the\s+last\s+(?:one|thing|memory))|(?:delete|remove|erase)\s+it)(?:\s+(?:memory|from\s+(?:your\s+)?memory))?$|^(?:忘掉|忘记|删除|删掉)(?:这个|那个|这条|那条|它|刚才(?:那句|说的)?|上一条)?(?:记忆)?$|^忘了(?:这个|那个|这条|那条|它|刚才(?:那句|说的)?|上一条)(?:记忆)?$",
-    ),
+    forget_last: rule(&format!(
+        r"(?i)^(?:(?:forget|delete|remove|erase)\s+(?:that|this|what\s+i\s+(?:just\s+)?said|the\s+last\s+(?:one|thing|memory))|(?:delete|remove|erase)\s+it)(?:\s+(?:memory|from\s+(?:your\s+)?memory))?$|^(?:(?:忘掉|忘记|删除|删掉)(?:{CHINESE_LAST})?|忘了{CHINESE_LAST})(?:记忆)?$",
+    )),
     pin_last: rule(
         r"(?i)^pin\s+(?:this|that|it)(?:\s+memory)?$|^keep\s+(?:this|that)\s+(?:pinned|forever)$|^(?:置顶|固定|钉住)(?:这个|那个|这条|那条|它)?(?:记忆)?$|^把(?:这个|这条|它)(?:记忆)?(?:置顶|固定|钉住)$",
     ),
