@@ -24,6 +24,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let descriptor_path = PathBuf::from(std::env::var("OUT_DIR")?).join("engram_descriptor.bin");
     tonic_prost_build::configure()
         .file_descriptor_set_path(&descriptor_path)
+        // Our codec: a request that is not a valid message is INVALID_ARGUMENT (src/codec.rs).
+        .codec_path("crate::codec::EngramCodec")
         .compile_with_config(config, &files, std::slice::from_ref(&proto_root))?;
 
     // Relative to this package, not the canonical paths above: cargo shares one build of this

@@ -6,6 +6,8 @@
 
 #![allow(clippy::all, reason = "generated code is not ours to lint")]
 
+mod codec;
+
 pub mod engram {
     pub mod v1 {
         tonic::include_proto!("engram.v1");

@@ -2,7 +2,9 @@
 
 use engram_e2e::Sandbox;
 use engram_proto::v1;
+use prost::bytes::{Buf as _, BufMut as _};
 use tonic::Code;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 
 use crate::helpers::{assert_status, new_scope, remember};
 
@@ -276,4 +278,98 @@ async fn internal_errors_do_not_leak_sql() {
         .await
         .unwrap_err();
     assert_eq!(status.message(), "internal error");
+}
+
+/// Sends bytes as they are, whatever the method expects: a client with a broken encoder.
+#[derive(Debug, Clone, Copy, Default)]
+struct RawBytes;
+
+impl Codec for RawBytes {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = RawBytes;
+    type Decoder = RawBytes;
+
+    fn encoder(&mut self) -> RawBytes {
+        RawBytes
+    }
+
+    fn decoder(&mut self) -> RawBytes {
+        RawBytes
+    }
+}
+
+impl Encoder for RawBytes {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn encode(&mut self, item: Vec<u8>, buf: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        buf.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl Decoder for RawBytes {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<Vec<u8>>, tonic::Status> {
+        Ok(Some(buf.copy_to_bytes(buf.remaining()).to_vec()))
+    }
+}
+
+#[tokio::test]
+async fn a_request_that_is_not_a_valid_message_is_invalid_argument() {
+    let sandbox = Sandbox::start().await;
+    // Field 1 (the scope) announced as 5 bytes long, with 1 byte following.
+    let truncated = vec![0x0a, 0x05, 0x01];
+    let methods = [
+        (
+            0,
+            "/engram.v1.IngestService/Remember",
+            "engram.v1.RememberRequest",
+        ),
+        (
+            0,
+            "/engram.v1.IngestService/ApplyCommand",
+            "engram.v1.ApplyCommandRequest",
+        ),
+        (
+            1,
+            "/engram.v1.RetrievalService/RetrieveMemory",
+            "engram.v1.RetrieveMemoryRequest",
+        ),
+        (
+            1,
+            "/engram.v1.RetrievalService/ExportSpace",
+            "engram.v1.ExportSpaceRequest",
+        ),
+        (
+            2,
+            "/engram.v1.ReviewService/GetMemoryState",
+            "engram.v1.GetMemoryStateRequest",
+        ),
+    ];
+    for (service, path, message) in methods {
+        let mut client = tonic::client::Grpc::new(sandbox.services[service].channel().await);
+        client.ready().await.unwrap();
+        let status = client
+            .unary(
+                tonic::Request::new(truncated.clone()),
+                tonic::codegen::http::uri::PathAndQuery::from_static(path),
+                RawBytes,
+            )
+            .await
+            .unwrap_err();
+        assert_status(
+            status,
+            Code::InvalidArgument,
+            &format!("the request body is not a valid {message} message"),
+        );
+    }
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM memories")
+        .fetch_one(&sandbox.pool)
+        .await
+        .unwrap();
+    assert_eq!(count, 0);
 }
