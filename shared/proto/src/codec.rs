@@ -17,7 +17,7 @@ use tonic_prost::ProstEncoder;
 
 /// Encodes `T` and decodes `U`, as `tonic_prost::ProstCodec` does.
 #[derive(Debug, Clone)]
-pub struct EngramCodec<T, U> {
+pub(crate) struct EngramCodec<T, U> {
     _messages: PhantomData<(T, U)>,
 }
 
@@ -52,7 +52,7 @@ where
 
 /// Decodes `U`; see the module documentation for the status of bytes that are not a `U`.
 #[derive(Debug, Clone)]
-pub struct EngramDecoder<U> {
+pub(crate) struct EngramDecoder<U> {
     _message: PhantomData<U>,
 }
 
