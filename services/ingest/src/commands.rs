@@ -115,6 +115,12 @@ impl MemoryWriter {
                             "Nothing from this conversation has been saved since incognito or memory was switched, so I left older memories alone.",
                         ));
                     }
+                    LastWritten::AfterSuppressedWrite => {
+                        return Ok(CommandOutcome::not_applied(
+                            command,
+                            "What you last asked me to remember here was not saved (you had asked me to forget it), so I left older memories alone.",
+                        ));
+                    }
                     LastWritten::Nothing => {
                         return Ok(CommandOutcome::not_applied(
                             command,

@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
+use engram_store::audit::{self, AuditAction};
 use engram_store::outbox::NewOutboxEvent;
 use engram_store::write_path::{
     self, AuditedInsert, AuditedMerge, CapacityTarget, ContextQuery, TrimOutcome,
@@ -41,8 +42,9 @@ use crate::config::MemorySettings;
 use crate::error::IngestError;
 use crate::metrics::{InFlightWrite, IngestMetrics};
 use crate::write_path::{
-    Analysis, BackfillHooks, Decision, RememberCommand, RememberResult, create_audit_detail,
-    decide, merge_audit_detail, merge_update, new_memory, overage_after_insert,
+    Analysis, BackfillHooks, Decision, RememberCommand, RememberResult, Skipped,
+    create_audit_detail, decide, merge_audit_detail, merge_update, new_memory,
+    overage_after_insert, suppress_audit_detail,
 };
 
 /// How writes are grouped.
@@ -476,7 +478,23 @@ impl GroupCommitter {
         let mut merging = Vec::new();
         for (&at, context) in round.iter().zip(&contexts) {
             match decide(&writes[at].command, context) {
-                Decision::Skip(skipped) => results[at] = Some(skipped.into()),
+                Decision::Skip(skipped) => {
+                    if let Skipped::Tombstone { expires_at } = skipped {
+                        // Audited, though nothing is written: the user acted, and "forget that"
+                        // in the same conversation must know that "that" was not saved.
+                        let write = writes[at];
+                        audit::append(
+                            connection,
+                            &write.command.scope,
+                            AuditAction::Suppress,
+                            None,
+                            write.command.conversation,
+                            suppress_audit_detail(expires_at),
+                        )
+                        .await?;
+                    }
+                    results[at] = Some(skipped.into());
+                }
                 Decision::Merge(existing) => merging.push((at, existing)),
                 Decision::Create => creates.push((at, context)),
             }

@@ -150,6 +150,7 @@ fn audit_action_to_proto(stored: &str) -> v1::AuditAction {
         Some(AuditAction::IncognitoEnd) => v1::AuditAction::IncognitoEnd,
         Some(AuditAction::Trim) => v1::AuditAction::Trim,
         Some(AuditAction::Import) => v1::AuditAction::Import,
+        Some(AuditAction::Suppress) => v1::AuditAction::Suppress,
         None => v1::AuditAction::Unspecified,
     }
 }

@@ -335,6 +335,14 @@ pub(crate) fn merge_update(
     }
 }
 
+/// Detail of a suppressed write's audit event. Not the text: the user asked for it to be forgotten.
+pub(crate) fn suppress_audit_detail(tombstone_expires_at: DateTime<Utc>) -> serde_json::Value {
+    serde_json::json!({
+        "reason": "forgotten recently",
+        "tombstone_expires_at": tombstone_expires_at.to_rfc3339(),
+    })
+}
+
 /// Detail of a merge's audit event.
 pub(crate) fn merge_audit_detail(update: &MergeUpdate) -> serde_json::Value {
     serde_json::json!({ "repeat_count": update.repeat_count, "importance": update.importance })

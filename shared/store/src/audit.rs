@@ -20,6 +20,8 @@ pub enum AuditAction {
     IncognitoEnd,
     Trim,
     Import,
+    /// A Remember that a tombstone suppressed: nothing was written.
+    Suppress,
 }
 
 impl AuditAction {
@@ -35,6 +37,7 @@ impl AuditAction {
             AuditAction::IncognitoEnd => "incognito_end",
             AuditAction::Trim => "trim",
             AuditAction::Import => "import",
+            AuditAction::Suppress => "suppress",
         }
     }
 
@@ -51,6 +54,7 @@ impl AuditAction {
             IncognitoEnd,
             Trim,
             Import,
+            Suppress,
         ]
         .into_iter()
         .find(|action| action.as_str() == stored)
@@ -124,6 +128,9 @@ pub enum LastWritten {
     /// last write: what was said since was not saved, so the last write is not what the user
     /// means by "that".
     BeforePrivacyChange,
+    /// A Remember in the conversation after its last write was suppressed by a tombstone: the
+    /// user's "that" is what was not saved, not the last write.
+    AfterSuppressedWrite,
     Stored(Uuid),
 }
 
@@ -132,7 +139,7 @@ pub async fn last_written_in_conversation(
     scope: &Scope,
     conversation: ConversationId,
 ) -> Result<LastWritten, StoreError> {
-    let row: Option<(Uuid, bool, bool)> = sqlx::query_as(
+    let row: Option<(Uuid, bool, bool, bool)> = sqlx::query_as(
         "WITH last_write AS ( \
              SELECT a.id, a.memory_id FROM audit_events a \
              WHERE a.user_id = $1 AND a.space = $2 AND a.conversation_id = $3 \
@@ -145,7 +152,10 @@ pub async fn last_written_in_conversation(
                 EXISTS (SELECT 1 FROM audit_events later \
                         WHERE later.user_id = $1 AND later.space = $2 AND later.id > w.id \
                           AND later.conversation_id = $3 \
-                          AND later.action IN ('incognito_start', 'incognito_end', 'settings_change')) \
+                          AND later.action IN ('incognito_start', 'incognito_end', 'settings_change')), \
+                EXISTS (SELECT 1 FROM audit_events later \
+                        WHERE later.user_id = $1 AND later.space = $2 AND later.id > w.id \
+                          AND later.conversation_id = $3 AND later.action = 'suppress') \
          FROM last_write w",
     )
     .bind(scope.user_id.as_uuid())
@@ -155,8 +165,9 @@ pub async fn last_written_in_conversation(
     .await?;
     Ok(match row {
         None => LastWritten::Nothing,
-        Some((_, _, true)) => LastWritten::BeforePrivacyChange,
-        Some((id, true, false)) => LastWritten::Stored(id),
-        Some((_, false, false)) => LastWritten::Gone,
+        Some((_, _, true, _)) => LastWritten::BeforePrivacyChange,
+        Some((_, _, false, true)) => LastWritten::AfterSuppressedWrite,
+        Some((id, true, false, false)) => LastWritten::Stored(id),
+        Some((_, false, false, false)) => LastWritten::Gone,
     })
 }

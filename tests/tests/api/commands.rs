@@ -374,6 +374,77 @@ async fn forget_that_after_an_unsaved_remember_leaves_older_memories_alone() {
 }
 
 #[tokio::test]
+async fn forget_that_after_a_suppressed_remember_leaves_older_memories_alone() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("work");
+    // Yesterday, outside this chat: the gym code was saved, then forgotten (a tombstone).
+    let gym = sandbox
+        .ingest
+        .remember(remember(&scope, "The gym locker code is 1234"))
+        .await
+        .unwrap()
+        .into_inner()
+        .memory
+        .unwrap();
+    sandbox
+        .ingest
+        .forget(v1::ForgetRequest {
+            scope: Some(scope.clone()),
+            memory_id: gym.id.clone(),
+        })
+        .await
+        .unwrap();
+
+    let mut chat = Chat::new(&sandbox, &scope);
+    let passport = chat
+        .say("Remember that my passport number ends in 4471")
+        .await
+        .memory
+        .unwrap();
+    let suppressed = chat.say("Remember that the gym locker code is 1234").await;
+    assert!(!suppressed.applied);
+    assert_eq!(
+        v1::RememberOutcome::try_from(suppressed.remember_outcome).unwrap(),
+        v1::RememberOutcome::SuppressedByTombstone
+    );
+    // "That" is the gym code, which was not saved: the passport is neither deleted nor pinned.
+    for message in ["forget that", "pin this"] {
+        let refused = chat.say(message).await;
+        assert!(!refused.applied, "{message}");
+        assert!(refused.reply.contains("not saved"), "{}", refused.reply);
+    }
+    let left = crate::helpers::entries(&mut sandbox, &scope).await;
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].id, passport.id);
+    assert!(!left[0].pinned);
+
+    // The suppressed write is in the audit trail, with its conversation and without its text.
+    let events = audit(&mut sandbox, &scope).await;
+    let suppress = events
+        .iter()
+        .find(|event| event.action == v1::AuditAction::Suppress as i32)
+        .expect("a suppress event");
+    assert_eq!(suppress.conversation_id, chat.conversation);
+    assert!(suppress.memory_id.is_empty());
+    assert!(
+        !suppress.detail_json.contains("1234"),
+        "{}",
+        suppress.detail_json
+    );
+    assert!(suppress.detail_json.contains("tombstone_expires_at"));
+
+    // Something saved after it is "that" again.
+    let gate = chat
+        .say("Remember: the gate code is 4411")
+        .await
+        .memory
+        .unwrap();
+    let forgotten = chat.say("forget that").await;
+    assert!(forgotten.applied);
+    assert_eq!(forgotten.memory.unwrap().id, gate.id);
+}
+
+#[tokio::test]
 async fn incognito_is_audited_only_when_it_changes_the_conversation() {
     let mut sandbox = Sandbox::start().await;
     let scope = new_scope("work");
