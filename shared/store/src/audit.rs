@@ -125,8 +125,9 @@ pub enum LastWritten {
     /// older writes: a repeated "forget that" must not delete what the user did not mean.
     Gone,
     /// The conversation went incognito, left it, or changed the space's memory setting after its
-    /// last write: what was said since was not saved, so the last write is not what the user
-    /// means by "that".
+    /// last write, or the space's memory or default-incognito setting was switched from anywhere
+    /// (UpdateSettings) since: what was said since may not have been saved, so the last write is
+    /// not what the user means by "that".
     BeforePrivacyChange,
     /// A Remember in the conversation after its last write was suppressed by a tombstone: the
     /// user's "that" is what was not saved, not the last write.
@@ -151,8 +152,13 @@ pub async fn last_written_in_conversation(
                         WHERE m.id = w.memory_id AND m.user_id = $1 AND m.space = $2), \
                 EXISTS (SELECT 1 FROM audit_events later \
                         WHERE later.user_id = $1 AND later.space = $2 AND later.id > w.id \
-                          AND later.conversation_id = $3 \
-                          AND later.action IN ('incognito_start', 'incognito_end', 'settings_change')), \
+                          AND ((later.conversation_id = $3 \
+                                AND later.action IN ('incognito_start', 'incognito_end', 'settings_change')) \
+                               OR (later.action = 'settings_change' \
+                                   AND (later.detail -> 'before' -> 'memory_enabled' \
+                                            IS DISTINCT FROM later.detail -> 'after' -> 'memory_enabled' \
+                                        OR later.detail -> 'before' -> 'incognito_default' \
+                                            IS DISTINCT FROM later.detail -> 'after' -> 'incognito_default')))), \
                 EXISTS (SELECT 1 FROM audit_events later \
                         WHERE later.user_id = $1 AND later.space = $2 AND later.id > w.id \
                           AND later.conversation_id = $3 AND later.action = 'suppress') \

@@ -445,6 +445,78 @@ async fn forget_that_after_a_suppressed_remember_leaves_older_memories_alone() {
 }
 
 #[tokio::test]
+async fn forget_that_after_a_switch_made_outside_the_chat_leaves_older_memories_alone() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("work");
+    let mut chat = Chat::new(&sandbox, &scope);
+    let settings = |patch: v1::UpdateSettingsRequest| v1::UpdateSettingsRequest {
+        scope: Some(scope.clone()),
+        ..patch
+    };
+    let locker = chat
+        .say("Remember that my locker code is 4411")
+        .await
+        .memory
+        .unwrap();
+    // A soft-cap change is no privacy switch: "that" is still the locker code's entry.
+    sandbox
+        .ingest
+        .update_settings(settings(v1::UpdateSettingsRequest {
+            soft_cap: Some(500),
+            ..Default::default()
+        }))
+        .await
+        .unwrap();
+    assert!(chat.say("pin this").await.applied);
+
+    // Memory, then default incognito, switched off and on again by the platform, not in the
+    // chat; what the user said in between was not saved.
+    let switches = [
+        v1::UpdateSettingsRequest {
+            memory_enabled: Some(false),
+            ..Default::default()
+        },
+        v1::UpdateSettingsRequest {
+            incognito_default: Some(true),
+            ..Default::default()
+        },
+    ];
+    for switch_off in switches {
+        let switch_on = v1::UpdateSettingsRequest {
+            memory_enabled: switch_off.memory_enabled.map(|_| true),
+            incognito_default: switch_off.incognito_default.map(|_| false),
+            ..Default::default()
+        };
+        sandbox
+            .ingest
+            .update_settings(settings(switch_off))
+            .await
+            .unwrap();
+        assert!(
+            !chat
+                .say("Remember that my sister is called Ana")
+                .await
+                .applied
+        );
+        sandbox
+            .ingest
+            .update_settings(settings(switch_on))
+            .await
+            .unwrap();
+        let refused = chat.say("forget that").await;
+        assert!(!refused.applied);
+        assert!(
+            refused.reply.contains("left older memories alone"),
+            "{}",
+            refused.reply
+        );
+    }
+    let left = crate::helpers::entries(&mut sandbox, &scope).await;
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].id, locker.id);
+}
+
+#[tokio::test]
 async fn incognito_is_audited_only_when_it_changes_the_conversation() {
     let mut sandbox = Sandbox::start().await;
     let scope = new_scope("work");
