@@ -339,7 +339,8 @@ pub(crate) fn merge_update(
 pub(crate) fn suppress_audit_detail(tombstone_expires_at: DateTime<Utc>) -> serde_json::Value {
     serde_json::json!({
         "reason": "forgotten recently",
-        "tombstone_expires_at": tombstone_expires_at.to_rfc3339(),
+        // As the forget event writes it (serde's RFC 3339, "Z"), so the two can be compared.
+        "tombstone_expires_at": tombstone_expires_at,
     })
 }
 
