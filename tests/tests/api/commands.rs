@@ -42,6 +42,27 @@ impl Chat {
             .unwrap()
             .into_inner()
     }
+
+    /// "forget that" and "pin this" both do nothing, with a reply that mentions `why`.
+    async fn refuses_forget_and_pin(&mut self, why: &str) {
+        for message in ["forget that", "pin this"] {
+            let refused = self.say(message).await;
+            assert!(!refused.applied, "{message}");
+            assert!(refused.reply.contains(why), "{}", refused.reply);
+        }
+    }
+
+    /// Something saved now is "that" again: "forget that" deletes exactly it.
+    async fn forget_that_takes_a_new_save(&mut self) {
+        let gate = self
+            .say("Remember: the gate code is 4411")
+            .await
+            .memory
+            .unwrap();
+        let forgotten = self.say("forget that").await;
+        assert!(forgotten.applied);
+        assert_eq!(forgotten.memory.unwrap().id, gate.id);
+    }
 }
 
 async fn memory_count(sandbox: &Sandbox) -> i64 {
@@ -332,11 +353,7 @@ async fn forget_that_after_an_unsaved_remember_leaves_older_memories_alone() {
         .say("Remember that I am planning a surprise party for Ana")
         .await;
     assert!(!party.applied);
-    for message in ["forget that", "pin this"] {
-        let refused = chat.say(message).await;
-        assert!(!refused.applied, "{message}");
-        assert!(refused.reply.contains("incognito"), "{}", refused.reply);
-    }
+    chat.refuses_forget_and_pin("incognito").await;
     // Nor once incognito is over: nothing said since the last save was kept.
     assert!(chat.say("stop incognito").await.applied);
     let after_incognito = chat.say("forget that").await;
@@ -350,11 +367,7 @@ async fn forget_that_after_an_unsaved_remember_leaves_older_memories_alone() {
             .await
             .applied
     );
-    for message in ["forget that", "pin this"] {
-        let refused = chat.say(message).await;
-        assert!(!refused.applied, "{message}");
-        assert!(refused.reply.contains("Memory is off"), "{}", refused.reply);
-    }
+    chat.refuses_forget_and_pin("Memory is off").await;
     assert!(chat.say("turn memory on").await.applied);
 
     let left = crate::helpers::entries(&mut sandbox, &scope).await;
@@ -363,14 +376,7 @@ async fn forget_that_after_an_unsaved_remember_leaves_older_memories_alone() {
     assert!(!left[0].pinned);
 
     // Something saved after the switch is "that" again.
-    let gate = chat
-        .say("Remember: the gate code is 4411")
-        .await
-        .memory
-        .unwrap();
-    let forgotten = chat.say("forget that").await;
-    assert!(forgotten.applied);
-    assert_eq!(forgotten.memory.unwrap().id, gate.id);
+    chat.forget_that_takes_a_new_save().await;
 }
 
 #[tokio::test]
@@ -408,11 +414,7 @@ async fn forget_that_after_a_suppressed_remember_leaves_older_memories_alone() {
         v1::RememberOutcome::SuppressedByTombstone
     );
     // "That" is the gym code, which was not saved: the passport is neither deleted nor pinned.
-    for message in ["forget that", "pin this"] {
-        let refused = chat.say(message).await;
-        assert!(!refused.applied, "{message}");
-        assert!(refused.reply.contains("not saved"), "{}", refused.reply);
-    }
+    chat.refuses_forget_and_pin("not saved").await;
     let left = crate::helpers::entries(&mut sandbox, &scope).await;
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].id, passport.id);
@@ -434,14 +436,7 @@ async fn forget_that_after_a_suppressed_remember_leaves_older_memories_alone() {
     assert!(suppress.detail_json.contains("tombstone_expires_at"));
 
     // Something saved after it is "that" again.
-    let gate = chat
-        .say("Remember: the gate code is 4411")
-        .await
-        .memory
-        .unwrap();
-    let forgotten = chat.say("forget that").await;
-    assert!(forgotten.applied);
-    assert_eq!(forgotten.memory.unwrap().id, gate.id);
+    chat.forget_that_takes_a_new_save().await;
 }
 
 #[tokio::test]
