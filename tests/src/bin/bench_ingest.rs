@@ -109,15 +109,7 @@ async fn seed(url: &str, spaces: u32, per_space: u32, big: u32) -> anyhow::Resul
     .bind(i64::from(big))
     .execute(&mut connection)
     .await?;
-    // Every table the seed filled, the retention rows its triggers wrote included: left to
-    // autovacuum, the 2.1 million new rows of `memory_retention` were vacuumed while the load
-    // ran, on one of the two cores it is measured on. A deployment's bulk load is long settled
-    // by the time it serves writes.
-    for table in ["memories", "memory_retention", "spaces"] {
-        sqlx::query(sqlx::AssertSqlSafe(format!("VACUUM ANALYZE {table}")))
-            .execute(&mut connection)
-            .await?;
-    }
+    engram_e2e::bench::settle_seed(&mut connection).await?;
     eprintln!(
         "seeded {} entries in {:.0?}",
         u64::from(spaces) * u64::from(per_space) + u64::from(big),

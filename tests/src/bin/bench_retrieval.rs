@@ -393,11 +393,7 @@ async fn seed_memories(
     )
     .execute(&mut *connection)
     .await?;
-    for table in ["memories", "memory_embeddings", "spaces"] {
-        sqlx::query(sqlx::AssertSqlSafe(format!("VACUUM ANALYZE {table}")))
-            .execute(&mut *connection)
-            .await?;
-    }
+    engram_e2e::bench::settle_seed(&mut *connection).await?;
     eprintln!(
         "seeded {} memories in {:.0?}",
         spaces * per_space,

@@ -4,25 +4,15 @@ use engram_e2e::{Sandbox, SandboxOptions};
 use engram_proto::v1;
 
 use crate::helpers::{
-    audit, audit_actions, entries, new_scope, outcome, remember, remember_response, space_settings,
+    Setting, audit, audit_actions, entries, new_scope, outcome, remember, remember_response,
+    space_settings, update_setting,
 };
 
 #[tokio::test]
 async fn exceeding_the_soft_cap_trims_the_lowest_scores_and_spares_pinned_entries() {
     let mut sandbox = Sandbox::start().await;
     let scope = new_scope("work");
-    let settings = sandbox
-        .ingest
-        .update_settings(v1::UpdateSettingsRequest {
-            scope: Some(scope.clone()),
-            soft_cap: Some(3),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .settings
-        .unwrap();
+    let settings = update_setting(&mut sandbox, &scope, Setting::SoftCap(3)).await;
     assert_eq!(settings.effective_soft_cap, 3);
     assert_eq!(settings.soft_cap_override, 3);
 
@@ -150,15 +140,7 @@ async fn manually_saved_entries_are_never_trimmed() {
     assert_ne!(response.trimmed_ids[0], saved.id);
 
     // When only protected entries remain, the space stays over its cap rather than lose them.
-    sandbox
-        .ingest
-        .update_settings(v1::UpdateSettingsRequest {
-            scope: Some(scope.clone()),
-            soft_cap: Some(1),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    update_setting(&mut sandbox, &scope, Setting::SoftCap(1)).await;
     for text in ["pinned one", "pinned two"] {
         sandbox
             .ingest
@@ -315,15 +297,7 @@ async fn the_sql_trim_agrees_with_the_domain_policy() {
 async fn a_new_entry_the_soft_cap_trims_at_once_is_reported_as_not_kept() {
     let mut sandbox = Sandbox::start().await;
     let scope = new_scope("work");
-    sandbox
-        .ingest
-        .update_settings(v1::UpdateSettingsRequest {
-            scope: Some(scope.clone()),
-            soft_cap: Some(1),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    update_setting(&mut sandbox, &scope, Setting::SoftCap(1)).await;
     let pinned = remember_response(
         &mut sandbox,
         v1::RememberRequest {

@@ -4,7 +4,7 @@ use engram_e2e::Sandbox;
 use engram_proto::v1;
 use uuid::Uuid;
 
-use crate::helpers::{audit, new_scope, remember};
+use crate::helpers::{Setting, audit, new_scope, remember, update_setting};
 
 fn command(scope: &v1::Scope, conversation: &str, message: &str) -> v1::ApplyCommandRequest {
     v1::ApplyCommandRequest {
@@ -444,60 +444,33 @@ async fn forget_that_after_a_switch_made_outside_the_chat_leaves_older_memories_
     let mut sandbox = Sandbox::start().await;
     let scope = new_scope("work");
     let mut chat = Chat::new(&sandbox, &scope);
-    let settings = |patch: v1::UpdateSettingsRequest| v1::UpdateSettingsRequest {
-        scope: Some(scope.clone()),
-        ..patch
-    };
     let locker = chat
         .say("Remember that my locker code is 4411")
         .await
         .memory
         .unwrap();
     // A soft-cap change is no privacy switch: "that" is still the locker code's entry.
-    sandbox
-        .ingest
-        .update_settings(settings(v1::UpdateSettingsRequest {
-            soft_cap: Some(500),
-            ..Default::default()
-        }))
-        .await
-        .unwrap();
+    update_setting(&mut sandbox, &scope, Setting::SoftCap(500)).await;
     assert!(chat.say("pin this").await.applied);
 
     // Memory, then default incognito, switched off and on again by the platform, not in the
     // chat; what the user said in between was not saved.
     let switches = [
-        v1::UpdateSettingsRequest {
-            memory_enabled: Some(false),
-            ..Default::default()
-        },
-        v1::UpdateSettingsRequest {
-            incognito_default: Some(true),
-            ..Default::default()
-        },
+        (Setting::MemoryEnabled(false), Setting::MemoryEnabled(true)),
+        (
+            Setting::IncognitoDefault(true),
+            Setting::IncognitoDefault(false),
+        ),
     ];
-    for switch_off in switches {
-        let switch_on = v1::UpdateSettingsRequest {
-            memory_enabled: switch_off.memory_enabled.map(|_| true),
-            incognito_default: switch_off.incognito_default.map(|_| false),
-            ..Default::default()
-        };
-        sandbox
-            .ingest
-            .update_settings(settings(switch_off))
-            .await
-            .unwrap();
+    for (switch_off, switch_on) in switches {
+        update_setting(&mut sandbox, &scope, switch_off).await;
         assert!(
             !chat
                 .say("Remember that my sister is called Ana")
                 .await
                 .applied
         );
-        sandbox
-            .ingest
-            .update_settings(settings(switch_on))
-            .await
-            .unwrap();
+        update_setting(&mut sandbox, &scope, switch_on).await;
         let refused = chat.say("forget that").await;
         assert!(!refused.applied);
         assert!(
@@ -528,15 +501,7 @@ async fn incognito_is_audited_only_when_it_changes_the_conversation() {
     assert!(audit(&mut sandbox, &scope).await.is_empty());
 
     // Incognito by the space's default: starting it changes nothing either.
-    sandbox
-        .ingest
-        .update_settings(v1::UpdateSettingsRequest {
-            scope: Some(scope.clone()),
-            incognito_default: Some(true),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    update_setting(&mut sandbox, &scope, Setting::IncognitoDefault(true)).await;
     let other = Uuid::new_v4().to_string();
     sandbox
         .ingest

@@ -6,8 +6,8 @@ use tonic::Code;
 use uuid::Uuid;
 
 use crate::helpers::{
-    assert_status, audit_actions, new_scope, outcome, remember, remember_memory, remember_response,
-    space_settings,
+    Setting, assert_status, audit_actions, new_scope, outcome, remember, remember_memory,
+    remember_response, space_settings, update_setting,
 };
 
 #[tokio::test]
@@ -140,18 +140,7 @@ async fn pin_and_unpin() {
 async fn memory_off_stores_nothing_until_turned_back_on() {
     let mut sandbox = Sandbox::start().await;
     let scope = new_scope("work");
-    let settings = sandbox
-        .ingest
-        .update_settings(v1::UpdateSettingsRequest {
-            scope: Some(scope.clone()),
-            memory_enabled: Some(false),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .settings
-        .unwrap();
+    let settings = update_setting(&mut sandbox, &scope, Setting::MemoryEnabled(false)).await;
     assert!(!settings.memory_enabled);
     let response = remember_response(&mut sandbox, remember(&scope, "my bank pin is 1234")).await;
     assert_eq!(
@@ -165,15 +154,7 @@ async fn memory_off_stores_nothing_until_turned_back_on() {
         .unwrap();
     assert_eq!(count, 0);
 
-    sandbox
-        .ingest
-        .update_settings(v1::UpdateSettingsRequest {
-            scope: Some(scope.clone()),
-            memory_enabled: Some(true),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    update_setting(&mut sandbox, &scope, Setting::MemoryEnabled(true)).await;
     let response = sandbox
         .ingest
         .remember(remember(&scope, "the build box is slow"))
@@ -239,15 +220,7 @@ async fn incognito_conversations_store_nothing() {
     );
 
     // incognito_default: new conversations start incognito; an explicit end overrides it.
-    sandbox
-        .ingest
-        .update_settings(v1::UpdateSettingsRequest {
-            scope: Some(scope.clone()),
-            incognito_default: Some(true),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    update_setting(&mut sandbox, &scope, Setting::IncognitoDefault(true)).await;
     let fresh = v1::RememberRequest {
         conversation_id: Uuid::new_v4().to_string(),
         ..remember(&scope, "the office plant needs water")
@@ -302,15 +275,7 @@ async fn every_user_action_is_audited_and_pages() {
         })
         .await
         .unwrap();
-    sandbox
-        .ingest
-        .update_settings(v1::UpdateSettingsRequest {
-            scope: id(),
-            memory_enabled: Some(false),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    update_setting(&mut sandbox, &scope, Setting::MemoryEnabled(false)).await;
     sandbox
         .ingest
         .start_incognito(v1::StartIncognitoRequest {
@@ -445,15 +410,7 @@ async fn repeating_a_setting_or_an_incognito_switch_adds_no_audit_event() {
     let scope = new_scope("work");
     let conversation = Uuid::new_v4().to_string();
     for _ in 0..2 {
-        sandbox
-            .ingest
-            .update_settings(v1::UpdateSettingsRequest {
-                scope: Some(scope.clone()),
-                memory_enabled: Some(false),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+        update_setting(&mut sandbox, &scope, Setting::MemoryEnabled(false)).await;
         sandbox
             .ingest
             .start_incognito(v1::StartIncognitoRequest {

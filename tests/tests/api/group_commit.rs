@@ -7,7 +7,7 @@ use engram_e2e::{Sandbox, SandboxOptions};
 use engram_proto::v1;
 use sqlx::PgPool;
 
-use crate::helpers::{new_scope, outcome, remember, remember_memory};
+use crate::helpers::{Setting, new_scope, outcome, remember, remember_memory, update_setting};
 
 /// One commit slot, so that writes queue behind a write blocked on its space's lock and then
 /// leave together as one batch.
@@ -81,25 +81,9 @@ async fn a_batch_of_mixed_writes_has_the_outcomes_of_writes_made_one_by_one() {
     let fresh: Vec<v1::Scope> = (0..6).map(|_| new_scope("work")).collect();
     let repeated = new_scope("work");
     let disabled = new_scope("work");
-    sandbox
-        .ingest
-        .update_settings(v1::UpdateSettingsRequest {
-            scope: Some(disabled.clone()),
-            memory_enabled: Some(false),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    update_setting(&mut sandbox, &disabled, Setting::MemoryEnabled(false)).await;
     let at_cap = new_scope("work");
-    sandbox
-        .ingest
-        .update_settings(v1::UpdateSettingsRequest {
-            scope: Some(at_cap.clone()),
-            soft_cap: Some(2),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    update_setting(&mut sandbox, &at_cap, Setting::SoftCap(2)).await;
     let oldest = remember_memory(&mut sandbox, &at_cap, "The wifi password is on the fridge").await;
     remember_memory(
         &mut sandbox,

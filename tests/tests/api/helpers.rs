@@ -94,6 +94,38 @@ pub(crate) async fn space_settings(sandbox: &mut Sandbox, scope: &v1::Scope) -> 
         .expect("settings")
 }
 
+/// One setting of a space, as UpdateSettings changes it (the others keep their value).
+pub(crate) enum Setting {
+    MemoryEnabled(bool),
+    IncognitoDefault(bool),
+    SoftCap(u32),
+}
+
+/// Changes one setting of the space and returns the space's settings after the change.
+pub(crate) async fn update_setting(
+    sandbox: &mut Sandbox,
+    scope: &v1::Scope,
+    setting: Setting,
+) -> v1::SpaceSettings {
+    let mut request = v1::UpdateSettingsRequest {
+        scope: Some(scope.clone()),
+        ..Default::default()
+    };
+    match setting {
+        Setting::MemoryEnabled(on) => request.memory_enabled = Some(on),
+        Setting::IncognitoDefault(on) => request.incognito_default = Some(on),
+        Setting::SoftCap(cap) => request.soft_cap = Some(cap),
+    }
+    sandbox
+        .ingest
+        .update_settings(request)
+        .await
+        .unwrap()
+        .into_inner()
+        .settings
+        .expect("settings")
+}
+
 /// The space's audit trail, newest first (one page).
 pub(crate) async fn audit(sandbox: &mut Sandbox, scope: &v1::Scope) -> Vec<v1::AuditEvent> {
     let request = v1::ListAuditRequest {

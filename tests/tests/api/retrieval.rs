@@ -14,7 +14,7 @@ use engram_server::time::to_proto;
 use tonic::Code;
 use uuid::Uuid;
 
-use crate::helpers::{assert_status, new_scope};
+use crate::helpers::{Setting, assert_status, new_scope, update_setting};
 
 pub(crate) fn fact(client_id: &str, text: &str, days_ago: f64) -> v1::ImportedMemory {
     v1::ImportedMemory {
@@ -544,15 +544,7 @@ async fn memory_off_and_incognito_get_nothing_from_storage() {
     assert!(response.semantic.is_empty() && response.episodic.is_empty());
     assert_eq!(response.markdown, "No relevant memories.\n");
 
-    sandbox
-        .ingest
-        .update_settings(v1::UpdateSettingsRequest {
-            scope: Some(scope.clone()),
-            memory_enabled: Some(false),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    update_setting(&mut sandbox, &scope, Setting::MemoryEnabled(false)).await;
     let mut request = query(&scope, "editor theme");
     request.conversation_id = conversation.to_string();
     let response = retrieve(&mut sandbox, request).await;

@@ -8,7 +8,7 @@ use futures::StreamExt;
 use tonic::Code;
 use uuid::Uuid;
 
-use crate::helpers::{assert_status, new_scope};
+use crate::helpers::{Setting, assert_status, new_scope, update_setting};
 use crate::retrieval::{episode, fact, import};
 
 async fn export(
@@ -197,15 +197,7 @@ async fn bad_imports_are_rejected_whole_with_the_entry_and_field_named() {
         .unwrap();
     assert_eq!(stored, 0, "nothing of a rejected batch is stored");
 
-    sandbox
-        .ingest
-        .update_settings(v1::UpdateSettingsRequest {
-            scope: Some(scope.clone()),
-            memory_enabled: Some(false),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    update_setting(&mut sandbox, &scope, Setting::MemoryEnabled(false)).await;
     let status = sandbox
         .ingest
         .import_memories(v1::ImportMemoriesRequest {
@@ -306,15 +298,7 @@ async fn nothing_from_an_incognito_conversation_is_imported() {
 
     // A space incognito by default keeps out every conversation not explicitly opened.
     let private = new_scope("private");
-    sandbox
-        .ingest
-        .update_settings(v1::UpdateSettingsRequest {
-            scope: Some(private.clone()),
-            incognito_default: Some(true),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    update_setting(&mut sandbox, &private, Setting::IncognitoDefault(true)).await;
     let mut in_private = fact("p", "I prefer aisle seats", 1.0);
     in_private.conversation_id = Uuid::new_v4().to_string();
     let imported = import(&mut sandbox, &private, vec![in_private]).await;
