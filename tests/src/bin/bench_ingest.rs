@@ -517,6 +517,18 @@ async fn main() -> anyhow::Result<()> {
             let huge_pages: String = sqlx::query_scalar("SHOW huge_pages_status")
                 .fetch_one(&mut connection)
                 .await?;
+            // The settings a write's commit depends on, so that a report says what it measured.
+            let (synchronous_commit, full_page_writes, wal_writer_delay, wal_writer_flush_after): (
+                String,
+                String,
+                String,
+                String,
+            ) = sqlx::query_as(
+                "SELECT current_setting('synchronous_commit'), current_setting('full_page_writes'), \
+                        current_setting('wal_writer_delay'), current_setting('wal_writer_flush_after')",
+            )
+            .fetch_one(&mut connection)
+            .await?;
 
             let h = &load.histogram;
             let lookup_row = |cost: &LookupCost| {
@@ -534,7 +546,9 @@ async fn main() -> anyhow::Result<()> {
                  Machine: {machine}.\n\n\
                  Postgres: shared_buffers {shared_buffers}, huge pages {huge_pages} (`make bench-ingest` puts the buffer \
                  cache on huge pages, as production should run it, when it can; `BENCH_HUGE_PAGES=0` measures on \
-                 normal pages).\n\n\
+                 normal pages); synchronous_commit {synchronous_commit}, full_page_writes {full_page_writes}, \
+                 wal_writer_delay {wal_writer_delay}, wal_writer_flush_after {wal_writer_flush_after} (0: the WAL writer \
+                 flushes whatever WAL there is each time it wakes).\n\n\
                  ## Remember over gRPC\n\n\
                  Starting state: {spaces} spaces holding 200 entries each (every space at its soft cap, so every new \
                  entry also runs the capacity policy and trims one), plus one space of 100,000 entries; {total_entries} \
