@@ -434,6 +434,17 @@ async fn measure_lookup(
     })
 }
 
+/// The Postgres settings a report records.
+#[derive(sqlx::FromRow)]
+struct PostgresSettings {
+    shared_buffers: String,
+    huge_pages: String,
+    synchronous_commit: String,
+    full_page_writes: String,
+    wal_writer_delay: String,
+    wal_writer_flush_after: String,
+}
+
 fn micros(value: u64) -> String {
     format!("{:.2} ms", value as f64 / 1000.0)
 }
@@ -511,21 +522,22 @@ async fn main() -> anyhow::Result<()> {
             let total_entries: i64 = sqlx::query_scalar("SELECT count(*) FROM memories")
                 .fetch_one(&mut connection)
                 .await?;
-            let shared_buffers: String = sqlx::query_scalar("SHOW shared_buffers")
-                .fetch_one(&mut connection)
-                .await?;
-            let huge_pages: String = sqlx::query_scalar("SHOW huge_pages_status")
-                .fetch_one(&mut connection)
-                .await?;
-            // The settings a write's commit depends on, so that a report says what it measured.
-            let (synchronous_commit, full_page_writes, wal_writer_delay, wal_writer_flush_after): (
-                String,
-                String,
-                String,
-                String,
-            ) = sqlx::query_as(
-                "SELECT current_setting('synchronous_commit'), current_setting('full_page_writes'), \
-                        current_setting('wal_writer_delay'), current_setting('wal_writer_flush_after')",
+            // The buffer cache and the settings a write's commit depends on, so that a report says
+            // what it measured.
+            let PostgresSettings {
+                shared_buffers,
+                huge_pages,
+                synchronous_commit,
+                full_page_writes,
+                wal_writer_delay,
+                wal_writer_flush_after,
+            } = sqlx::query_as(
+                "SELECT current_setting('shared_buffers') AS shared_buffers, \
+                        current_setting('huge_pages_status') AS huge_pages, \
+                        current_setting('synchronous_commit') AS synchronous_commit, \
+                        current_setting('full_page_writes') AS full_page_writes, \
+                        current_setting('wal_writer_delay') AS wal_writer_delay, \
+                        current_setting('wal_writer_flush_after') AS wal_writer_flush_after",
             )
             .fetch_one(&mut connection)
             .await?;
