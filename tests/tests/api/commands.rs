@@ -4,7 +4,9 @@ use engram_e2e::Sandbox;
 use engram_proto::v1;
 use uuid::Uuid;
 
-use crate::helpers::{Setting, audit, new_scope, remember, update_setting};
+use crate::helpers::{
+    Setting, audit, end_incognito, new_scope, remember, start_incognito, update_setting,
+};
 
 fn command(scope: &v1::Scope, conversation: &str, message: &str) -> v1::ApplyCommandRequest {
     v1::ApplyCommandRequest {
@@ -43,6 +45,14 @@ impl Chat {
             .into_inner()
     }
 
+    /// Says `message`, which must save a memory, and returns that memory.
+    async fn save(&mut self, message: &str) -> v1::Memory {
+        self.say(message)
+            .await
+            .memory
+            .unwrap_or_else(|| panic!("{message:?} saved nothing"))
+    }
+
     /// "forget that" and "pin this" both do nothing, with a reply that mentions `why`.
     async fn refuses_forget_and_pin(&mut self, why: &str) {
         for message in ["forget that", "pin this"] {
@@ -54,15 +64,23 @@ impl Chat {
 
     /// Something saved now is "that" again: "forget that" deletes exactly it.
     async fn forget_that_takes_a_new_save(&mut self) {
-        let gate = self
-            .say("Remember: the gate code is 4411")
-            .await
-            .memory
-            .unwrap();
+        let gate = self.save("Remember: the gate code is 4411").await;
         let forgotten = self.say("forget that").await;
         assert!(forgotten.applied);
         assert_eq!(forgotten.memory.unwrap().id, gate.id);
     }
+}
+
+/// The space holds `memory` and nothing else; returns its current state.
+async fn only_entry_left(
+    sandbox: &mut Sandbox,
+    scope: &v1::Scope,
+    memory: &v1::Memory,
+) -> v1::Memory {
+    let mut left = crate::helpers::entries(sandbox, scope).await;
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(left[0].id, memory.id);
+    left.remove(0)
 }
 
 async fn memory_count(sandbox: &Sandbox) -> i64 {
@@ -297,10 +315,8 @@ async fn a_repeated_forget_that_does_not_reach_back_to_older_memories() {
     let scope = new_scope("work");
     let mut chat = Chat::new(&sandbox, &scope);
     let flight = chat
-        .say("Remember that my flight to Lisbon is on Friday")
-        .await
-        .memory
-        .unwrap();
+        .save("Remember that my flight to Lisbon is on Friday")
+        .await;
     assert!(chat.say("pin this").await.applied);
     let events_after_pin = audit(&mut sandbox, &scope).await.len();
     let pinned_again = chat.say("pin this").await;
@@ -313,11 +329,7 @@ async fn a_repeated_forget_that_does_not_reach_back_to_older_memories() {
         events_after_pin,
         "and adds no audit event"
     );
-    let coffee = chat
-        .say("Please remember: I take my coffee black")
-        .await
-        .memory
-        .unwrap();
+    let coffee = chat.save("Please remember: I take my coffee black").await;
 
     let first = chat.say("forget that").await;
     assert!(first.applied);
@@ -330,10 +342,7 @@ async fn a_repeated_forget_that_does_not_reach_back_to_older_memories() {
     assert!(again.reply.contains("already gone"), "{}", again.reply);
     let pin_again = chat.say("pin this").await;
     assert!(!pin_again.applied);
-    let left = crate::helpers::entries(&mut sandbox, &scope).await;
-    assert_eq!(left.len(), 1);
-    assert_eq!(left[0].id, flight.id);
-    assert!(left[0].pinned);
+    assert!(only_entry_left(&mut sandbox, &scope, &flight).await.pinned);
 }
 
 #[tokio::test]
@@ -342,10 +351,8 @@ async fn forget_that_after_an_unsaved_remember_leaves_older_memories_alone() {
     let scope = new_scope("work");
     let mut chat = Chat::new(&sandbox, &scope);
     let passport = chat
-        .say("Remember that my passport number ends in 4471")
-        .await
-        .memory
-        .unwrap();
+        .save("Remember that my passport number ends in 4471")
+        .await;
 
     // Incognito: the next "remember" is not saved, so "that" is not the passport.
     assert!(chat.say("start incognito for this chat").await.applied);
@@ -370,10 +377,11 @@ async fn forget_that_after_an_unsaved_remember_leaves_older_memories_alone() {
     chat.refuses_forget_and_pin("Memory is off").await;
     assert!(chat.say("turn memory on").await.applied);
 
-    let left = crate::helpers::entries(&mut sandbox, &scope).await;
-    assert_eq!(left.len(), 1);
-    assert_eq!(left[0].id, passport.id);
-    assert!(!left[0].pinned);
+    assert!(
+        !only_entry_left(&mut sandbox, &scope, &passport)
+            .await
+            .pinned
+    );
 
     // Something saved after the switch is "that" again.
     chat.forget_that_takes_a_new_save().await;
@@ -403,10 +411,8 @@ async fn forget_that_after_a_suppressed_remember_leaves_older_memories_alone() {
 
     let mut chat = Chat::new(&sandbox, &scope);
     let passport = chat
-        .say("Remember that my passport number ends in 4471")
-        .await
-        .memory
-        .unwrap();
+        .save("Remember that my passport number ends in 4471")
+        .await;
     let suppressed = chat.say("Remember that the gym locker code is 1234").await;
     assert!(!suppressed.applied);
     assert_eq!(
@@ -415,10 +421,11 @@ async fn forget_that_after_a_suppressed_remember_leaves_older_memories_alone() {
     );
     // "That" is the gym code, which was not saved: the passport is neither deleted nor pinned.
     chat.refuses_forget_and_pin("not saved").await;
-    let left = crate::helpers::entries(&mut sandbox, &scope).await;
-    assert_eq!(left.len(), 1);
-    assert_eq!(left[0].id, passport.id);
-    assert!(!left[0].pinned);
+    assert!(
+        !only_entry_left(&mut sandbox, &scope, &passport)
+            .await
+            .pinned
+    );
 
     // The suppressed write is in the audit trail, with its conversation and without its text.
     let events = audit(&mut sandbox, &scope).await;
@@ -444,11 +451,7 @@ async fn forget_that_after_a_switch_made_outside_the_chat_leaves_older_memories_
     let mut sandbox = Sandbox::start().await;
     let scope = new_scope("work");
     let mut chat = Chat::new(&sandbox, &scope);
-    let locker = chat
-        .say("Remember that my locker code is 4411")
-        .await
-        .memory
-        .unwrap();
+    let locker = chat.save("Remember that my locker code is 4411").await;
     // A soft-cap change is no privacy switch: "that" is still the locker code's entry.
     update_setting(&mut sandbox, &scope, Setting::SoftCap(500)).await;
     assert!(chat.say("pin this").await.applied);
@@ -479,9 +482,7 @@ async fn forget_that_after_a_switch_made_outside_the_chat_leaves_older_memories_
             refused.reply
         );
     }
-    let left = crate::helpers::entries(&mut sandbox, &scope).await;
-    assert_eq!(left.len(), 1);
-    assert_eq!(left[0].id, locker.id);
+    only_entry_left(&mut sandbox, &scope, &locker).await;
 }
 
 #[tokio::test]
@@ -490,38 +491,17 @@ async fn incognito_is_audited_only_when_it_changes_the_conversation() {
     let scope = new_scope("work");
     let conversation = Uuid::new_v4().to_string();
     // Never incognito (the space's default is off): ending it changes nothing.
-    sandbox
-        .ingest
-        .end_incognito(v1::EndIncognitoRequest {
-            scope: Some(scope.clone()),
-            conversation_id: conversation.clone(),
-        })
-        .await
-        .unwrap();
+    end_incognito(&mut sandbox, &scope, &conversation).await;
     assert!(audit(&mut sandbox, &scope).await.is_empty());
 
     // Incognito by the space's default: starting it changes nothing either.
     update_setting(&mut sandbox, &scope, Setting::IncognitoDefault(true)).await;
     let other = Uuid::new_v4().to_string();
-    sandbox
-        .ingest
-        .start_incognito(v1::StartIncognitoRequest {
-            scope: Some(scope.clone()),
-            conversation_id: other.clone(),
-        })
-        .await
-        .unwrap();
+    start_incognito(&mut sandbox, &scope, &other).await;
     let events = audit(&mut sandbox, &scope).await;
     assert_eq!(events.len(), 1, "only the settings change: {events:?}");
 
     // Leaving the default's incognito is a change, and is audited.
-    sandbox
-        .ingest
-        .end_incognito(v1::EndIncognitoRequest {
-            scope: Some(scope.clone()),
-            conversation_id: other,
-        })
-        .await
-        .unwrap();
+    end_incognito(&mut sandbox, &scope, &other).await;
     assert_eq!(audit(&mut sandbox, &scope).await.len(), 2);
 }

@@ -6,8 +6,8 @@ use tonic::Code;
 use uuid::Uuid;
 
 use crate::helpers::{
-    Setting, assert_status, audit_actions, new_scope, outcome, remember, remember_memory,
-    remember_response, space_settings, update_setting,
+    Setting, assert_status, audit_actions, end_incognito, new_scope, outcome, remember,
+    remember_memory, remember_response, space_settings, start_incognito, update_setting,
 };
 
 #[tokio::test]
@@ -199,14 +199,7 @@ async fn incognito_conversations_store_nothing() {
         v1::RememberOutcome::Created
     );
 
-    sandbox
-        .ingest
-        .end_incognito(v1::EndIncognitoRequest {
-            scope: Some(scope.clone()),
-            conversation_id: conversation.clone(),
-        })
-        .await
-        .unwrap();
+    end_incognito(&mut sandbox, &scope, &conversation).await;
     assert_eq!(
         outcome(
             sandbox
@@ -276,22 +269,8 @@ async fn every_user_action_is_audited_and_pages() {
         .await
         .unwrap();
     update_setting(&mut sandbox, &scope, Setting::MemoryEnabled(false)).await;
-    sandbox
-        .ingest
-        .start_incognito(v1::StartIncognitoRequest {
-            scope: id(),
-            conversation_id: conversation.clone(),
-        })
-        .await
-        .unwrap();
-    sandbox
-        .ingest
-        .end_incognito(v1::EndIncognitoRequest {
-            scope: id(),
-            conversation_id: conversation.clone(),
-        })
-        .await
-        .unwrap();
+    start_incognito(&mut sandbox, &scope, &conversation).await;
+    end_incognito(&mut sandbox, &scope, &conversation).await;
 
     use v1::AuditAction::*;
     let expected_newest_first = vec![
@@ -411,14 +390,7 @@ async fn repeating_a_setting_or_an_incognito_switch_adds_no_audit_event() {
     let conversation = Uuid::new_v4().to_string();
     for _ in 0..2 {
         update_setting(&mut sandbox, &scope, Setting::MemoryEnabled(false)).await;
-        sandbox
-            .ingest
-            .start_incognito(v1::StartIncognitoRequest {
-                scope: Some(scope.clone()),
-                conversation_id: conversation.clone(),
-            })
-            .await
-            .unwrap();
+        start_incognito(&mut sandbox, &scope, &conversation).await;
     }
     use v1::AuditAction::*;
     let events = crate::helpers::audit(&mut sandbox, &scope).await;

@@ -126,6 +126,24 @@ pub(crate) async fn update_setting(
         .expect("settings")
 }
 
+/// Starts incognito for a conversation of the space.
+pub(crate) async fn start_incognito(sandbox: &mut Sandbox, scope: &v1::Scope, conversation: &str) {
+    let request = v1::StartIncognitoRequest {
+        scope: Some(scope.clone()),
+        conversation_id: conversation.to_owned(),
+    };
+    sandbox.ingest.start_incognito(request).await.unwrap();
+}
+
+/// Ends incognito for a conversation of the space.
+pub(crate) async fn end_incognito(sandbox: &mut Sandbox, scope: &v1::Scope, conversation: &str) {
+    let request = v1::EndIncognitoRequest {
+        scope: Some(scope.clone()),
+        conversation_id: conversation.to_owned(),
+    };
+    sandbox.ingest.end_incognito(request).await.unwrap();
+}
+
 /// The space's audit trail, newest first (one page).
 pub(crate) async fn audit(sandbox: &mut Sandbox, scope: &v1::Scope) -> Vec<v1::AuditEvent> {
     let request = v1::ListAuditRequest {

@@ -14,7 +14,7 @@ use engram_server::time::to_proto;
 use tonic::Code;
 use uuid::Uuid;
 
-use crate::helpers::{Setting, assert_status, new_scope, update_setting};
+use crate::helpers::{Setting, assert_status, new_scope, start_incognito, update_setting};
 
 pub(crate) fn fact(client_id: &str, text: &str, days_ago: f64) -> v1::ImportedMemory {
     v1::ImportedMemory {
@@ -529,14 +529,7 @@ async fn memory_off_and_incognito_get_nothing_from_storage() {
     let conversation = load_life(&mut sandbox, &scope).await;
 
     let incognito = Uuid::new_v4();
-    sandbox
-        .ingest
-        .start_incognito(v1::StartIncognitoRequest {
-            scope: Some(scope.clone()),
-            conversation_id: incognito.to_string(),
-        })
-        .await
-        .unwrap();
+    start_incognito(&mut sandbox, &scope, &incognito.to_string()).await;
     let mut request = query(&scope, "editor theme");
     request.conversation_id = incognito.to_string();
     let response = retrieve(&mut sandbox, request).await;

@@ -8,7 +8,7 @@ use futures::StreamExt;
 use tonic::Code;
 use uuid::Uuid;
 
-use crate::helpers::{Setting, assert_status, new_scope, update_setting};
+use crate::helpers::{Setting, assert_status, new_scope, start_incognito, update_setting};
 use crate::retrieval::{episode, fact, import};
 
 async fn export(
@@ -259,14 +259,7 @@ async fn nothing_from_an_incognito_conversation_is_imported() {
     let mut sandbox = Sandbox::start().await;
     let scope = new_scope("work");
     let secret = Uuid::new_v4();
-    sandbox
-        .ingest
-        .start_incognito(v1::StartIncognitoRequest {
-            scope: Some(scope.clone()),
-            conversation_id: secret.to_string(),
-        })
-        .await
-        .unwrap();
+    start_incognito(&mut sandbox, &scope, &secret.to_string()).await;
     let mut from_secret = fact("s", "My secret bank pin is 1234", 1.0);
     from_secret.conversation_id = secret.to_string();
     let secret_episode = episode("e", secret, "Bank", "Talked about the pin", 1.0, 0.1, &[]);
