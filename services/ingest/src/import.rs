@@ -7,7 +7,7 @@
 use std::collections::HashSet;
 
 use chrono::{DateTime, Duration, Utc};
-use engram_core::memory_state::initial_state;
+use engram_core::memory_state::{STABILITY_RANGE, initial_state};
 use engram_core::normalize::normalize_for_fingerprint;
 use engram_core::validate::{check_label, parse_labels};
 use engram_core::{
@@ -210,10 +210,15 @@ fn parse_episode(
     not_in_the_future(format!("{field}.end_at"), end_at, limits)?;
     let (stability, difficulty, last_reviewed_at) = match &raw.fsrs {
         Some(state) => {
-            if !(state.stability.is_finite() && state.stability > 0.0) {
+            if !STABILITY_RANGE.contains(&state.stability) {
                 return Err(ValidationError::new(
                     format!("{field}.fsrs.stability"),
-                    format!("must be greater than 0, got {}", state.stability),
+                    format!(
+                        "must be between {} and {} days, got {}",
+                        STABILITY_RANGE.start(),
+                        STABILITY_RANGE.end(),
+                        state.stability
+                    ),
                 ));
             }
             if !(state.difficulty.is_finite() && (1.0..=10.0).contains(&state.difficulty)) {

@@ -8,6 +8,30 @@ use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+/// exp(−age/τ) in [0, 1] for any input: a negative age (a timestamp from the future) counts as
+/// 0, and very old entries decay to exactly 0 instead of a subnormal number. The SQL of the soft
+/// cap computes the same value and must not call `exp` below [`MIN_DECAY_EXPONENT`]: Postgres
+/// raises "value out of range: underflow" there, which once made every write into a space with
+/// a 14-year-old entry fail.
+pub fn exponential_decay(age: f64, tau: f64) -> f64 {
+    if age.is_nan() || age <= 0.0 {
+        return 1.0;
+    }
+    if tau.is_nan() || tau <= 0.0 {
+        return 0.0;
+    }
+    let exponent = -age / tau;
+    if exponent.is_nan() || exponent < MIN_DECAY_EXPONENT {
+        0.0
+    } else {
+        exponent.exp()
+    }
+}
+
+/// Below this exponent exp() is under 1e-304 and counts as 0 (float8 `exp` underflows at about
+/// −708 in Postgres; f64 goes subnormal there).
+pub const MIN_DECAY_EXPONENT: f64 = -700.0;
+
 /// Tunables of the retention policy.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RetentionPolicy {
@@ -39,9 +63,9 @@ pub struct Scores {
 impl RetentionPolicy {
     /// exp(−Δt/τ); an entry from the future (clock skew) counts as brand new.
     pub fn recency(&self, created_at: DateTime<Utc>, now: DateTime<Utc>) -> f64 {
-        let age_seconds = (now - created_at).num_milliseconds().max(0) as f64 / 1000.0;
+        let age_seconds = (now - created_at).num_milliseconds() as f64 / 1000.0;
         let tau_seconds = self.recency_tau.num_milliseconds() as f64 / 1000.0;
-        (-age_seconds / tau_seconds).exp()
+        exponential_decay(age_seconds, tau_seconds)
     }
 
     /// Scores without a query: relevance 0, so total = recency + importance.

@@ -8,17 +8,43 @@ pub fn days_since(last_reviewed_at: DateTime<Utc>, now: DateTime<Utc>) -> f64 {
     ((now - last_reviewed_at).num_milliseconds().max(0) as f64) / 86_400_000.0
 }
 
-/// Probability of recall after `days_elapsed` for a memory of this stability and difficulty.
+/// The stability range FSRS-6 itself keeps to (days): stored values outside it (an import from
+/// another system, say) are read as its nearest end, so the forgetting curve never divides by
+/// zero or overflows `f32`.
+pub const STABILITY_RANGE: std::ops::RangeInclusive<f64> = 0.001..=36_500.0;
+pub const DIFFICULTY_RANGE: std::ops::RangeInclusive<f64> = 1.0..=10.0;
+
+/// Probability of recall after `days_elapsed` for a memory of this stability and difficulty, in
+/// [0, 1] whatever the inputs (a value that is not a number reads as the range's lower end).
 pub fn retrievability(stability: f64, difficulty: f64, days_elapsed: f64) -> f64 {
-    let state = fsrs::MemoryState {
-        stability: stability as f32,
-        difficulty: difficulty as f32,
+    let within = |value: f64, range: &std::ops::RangeInclusive<f64>| {
+        if value.is_nan() {
+            *range.start()
+        } else {
+            value.clamp(*range.start(), *range.end())
+        }
     };
-    f64::from(fsrs::current_retrievability(
+    let days = if days_elapsed.is_finite() {
+        days_elapsed.max(0.0)
+    } else if days_elapsed == f64::INFINITY {
+        f64::from(f32::MAX)
+    } else {
+        0.0
+    };
+    let state = fsrs::MemoryState {
+        stability: within(stability, &STABILITY_RANGE) as f32,
+        difficulty: within(difficulty, &DIFFICULTY_RANGE) as f32,
+    };
+    let recall = f64::from(fsrs::current_retrievability(
         state,
-        days_elapsed as f32,
+        days.min(f64::from(f32::MAX)) as f32,
         fsrs::FSRS6_DEFAULT_DECAY,
-    ))
+    ));
+    if recall.is_finite() {
+        recall.clamp(0.0, 1.0)
+    } else {
+        0.0
+    }
 }
 
 /// Retention FSRS schedules for.

@@ -10,6 +10,7 @@
 //! they stay index probes under generic plans, whatever the planner guesses about the batch size.
 
 use chrono::{DateTime, Utc};
+use engram_core::capacity::MIN_DECAY_EXPONENT;
 use engram_core::{ConversationId, RetentionPolicy, Scope, Scores, SimHash};
 use serde::Serialize;
 use sqlx::postgres::PgRow;
@@ -476,7 +477,8 @@ pub struct TrimOutcome {
 /// Returns one outcome per target, in the order given; each space appears at most once.
 ///
 /// Cached totals are used while fresh; missing or stale ones are recomputed as
-/// recency exp(−Δt/τ) + importance (relevance 0) and cached; the `overage` lowest totals among
+/// recency exp(−Δt/τ) + importance (relevance 0) and cached (exp is not called below
+/// [`MIN_DECAY_EXPONENT`], where Postgres would raise an underflow error for old entries); the `overage` lowest totals among
 /// entries that are neither pinned nor manually saved are deleted and audited as trims.
 ///
 /// Only the entries that can matter are read, each set through an index of the narrow
@@ -505,7 +507,7 @@ pub async fn enforce_soft_caps(
                  WITH ORDINALITY AS t(user_id, space, overage, position)), \
          uncached AS ( \
              SELECT t.position, u.id, u.created_at, u.importance, u.protected, \
-                    exp(-greatest(extract(epoch FROM now() - u.created_at)::float8, 0) / $4) AS recency \
+                    CASE WHEN u.decay_exponent < $6 THEN 0::float8 ELSE exp(u.decay_exponent) END AS recency \
              FROM target t CROSS JOIN LATERAL ( \
                  SELECT memory_id AS id, created_at, importance, protected \
                  FROM memory_retention r WHERE r.user_id = t.user_id AND r.space = t.space \
@@ -514,7 +516,9 @@ pub async fn enforce_soft_caps(
                  SELECT memory_id, created_at, importance, protected \
                  FROM memory_retention r WHERE r.user_id = t.user_id AND r.space = t.space \
                    AND r.last_scored_at < now() - make_interval(secs => $5) \
-                 OFFSET 0) AS u), \
+                 OFFSET 0) AS c \
+               CROSS JOIN LATERAL (SELECT c.*, \
+                   -greatest(extract(epoch FROM now() - c.created_at)::float8, 0) / $4 AS decay_exponent) AS u), \
          lowest_trimmable AS ( \
              SELECT t.position, l.id, l.created_at, l.last_total \
              FROM target t CROSS JOIN LATERAL ( \
@@ -569,6 +573,7 @@ pub async fn enforce_soft_caps(
     .bind(&overages)
     .bind(tau_secs)
     .bind(staleness_secs)
+    .bind(MIN_DECAY_EXPONENT)
     .fetch_all(connection)
     .await?;
     one_per_input(rows, targets.len(), "the soft cap statement")

@@ -326,3 +326,141 @@ async fn a_new_entry_the_soft_cap_trims_at_once_is_reported_as_not_kept() {
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].id, pinned.memory.unwrap().id);
 }
+
+/// A space holding an entry older than about 14 years stopped accepting writes once it reached
+/// its soft cap: recomputing that entry's recency, exp(−Δt/τ), underflowed in Postgres and every
+/// write into the space answered INTERNAL. Importing history is the realistic way in.
+#[tokio::test]
+async fn a_space_with_decades_old_entries_keeps_accepting_writes_at_its_cap() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("history");
+    update_setting(&mut sandbox, &scope, Setting::SoftCap(1)).await;
+    let imported = |client_id: &str, text: &str, seconds: i64| v1::ImportedMemory {
+        client_id: client_id.to_owned(),
+        kind: v1::MemoryKind::Semantic.into(),
+        text: text.to_owned(),
+        created_at: Some(prost_types::Timestamp { seconds, nanos: 0 }),
+        ..Default::default()
+    };
+    sandbox
+        .ingest
+        .import_memories(v1::ImportMemoriesRequest {
+            scope: Some(scope.clone()),
+            memories: vec![
+                // 2011-01-01 and 0001-01-01: both far beyond exp's range at τ = 7 days.
+                imported("old", "I used to live in Leeds", 1_293_840_000),
+                imported("ancient", "The first note ever kept", -62_135_596_800),
+            ],
+        })
+        .await
+        .unwrap();
+    let first = remember_response(&mut sandbox, remember(&scope, "My new flat is in Porto")).await;
+    assert_eq!(outcome(&first), v1::RememberOutcome::Created);
+    assert_eq!(first.trimmed_ids.len(), 2, "both old entries trimmed");
+    let second = remember_response(&mut sandbox, remember(&scope, "I cycle to work")).await;
+    assert_eq!(outcome(&second), v1::RememberOutcome::Created);
+    let kept: Vec<String> = entries(&mut sandbox, &scope)
+        .await
+        .into_iter()
+        .map(|m| m.text)
+        .collect();
+    assert_eq!(kept, vec!["I cycle to work"]);
+}
+
+/// The soft-cap statement driven with the extremes stored data can hold — entries from year 1
+/// to year 9999, cached scores computed in either far past or far future — must answer without
+/// an error and agree with the domain policy on every space.
+#[test]
+fn the_sql_trim_agrees_with_the_domain_policy_at_extreme_timestamps() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestCaseError, TestRunner};
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let sandbox = runtime.block_on(Sandbox::start());
+    // Seconds of 0001-01-01, of 9999-12-31, and a spread between (now included).
+    let timestamp = prop_oneof![
+        Just(-62_135_596_800i64),
+        Just(253_402_300_799i64),
+        Just(1_293_840_000i64),
+        -62_135_596_800i64..253_402_300_799,
+        1_700_000_000i64..1_900_000_000,
+    ];
+    let entry = (
+        timestamp.clone(),
+        prop_oneof![Just(0.0f64), Just(1.0), 0.0..=1.0f64],
+        proptest::option::of((-10.0..10.0f64, timestamp)),
+        any::<bool>(),
+        any::<bool>(),
+    );
+    let space = (proptest::collection::vec(entry, 1..8), 1usize..6);
+    let mut runner = TestRunner::new(Config {
+        cases: 40,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let policy = engram_core::RetentionPolicy::default();
+    let result = runner.run(&space, |(rows, overage)| {
+        runtime.block_on(async {
+            let scope = engram_core::Scope::parse("scope", &uuid::Uuid::new_v4().to_string(), "edge")
+                .unwrap();
+            let mut transaction = sandbox.pool.begin().await.unwrap();
+            for (created, importance, cached, pinned, saved) in &rows {
+                sqlx::query(
+                    "INSERT INTO memories (id, user_id, space, kind, text, category, valid_at, simhash, \
+                         importance, pinned, manually_saved, created_at, last_scores) \
+                     VALUES (gen_random_uuid(), $1, $2, 'semantic', 'x', 'fact', now(), 1, $3, $4, $5, \
+                         to_timestamp($6), CASE WHEN $7::float8 IS NULL THEN NULL ELSE \
+                         jsonb_build_object('relevance', 0, 'recency', 0, 'importance', $3, \
+                             'total', $7::float8, 'computed_at', to_timestamp($8)) END)",
+                )
+                .bind(scope.user_id.as_uuid())
+                .bind(scope.space.as_str())
+                .bind(importance)
+                .bind(pinned)
+                .bind(saved)
+                .bind(*created as f64)
+                .bind(cached.map(|(total, _)| total))
+                .bind(cached.map(|(_, at)| at as f64))
+                .execute(&mut *transaction)
+                .await
+                .unwrap();
+            }
+            let now: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT now()")
+                .fetch_one(&mut *transaction)
+                .await
+                .unwrap();
+            let candidates = engram_store::memories::trim_candidates(&mut transaction, &scope)
+                .await
+                .unwrap();
+            let plan = engram_core::capacity::plan_trim(&candidates, overage, now, &policy);
+            let target = engram_store::write_path::CapacityTarget {
+                scope: &scope,
+                overage: overage as i64,
+            };
+            let outcome =
+                engram_store::write_path::enforce_soft_caps(&mut transaction, &[target], &policy)
+                    .await
+                    .map_err(|error| TestCaseError::fail(format!("the statement failed: {error}")))?;
+            prop_assert_eq!(&outcome[0].trimmed, &plan.victims, "rows {:?}", rows);
+            prop_assert_eq!(
+                &outcome[0].protected_would_be_victims,
+                &plan.protected_would_be_victims
+            );
+            let cached: Vec<f64> = sqlx::query_scalar(
+                "SELECT (last_scores->>'recency')::float8 FROM memories \
+                 WHERE user_id = $1 AND space = $2 AND last_scores ? 'recency'",
+            )
+            .bind(scope.user_id.as_uuid())
+            .bind(scope.space.as_str())
+            .fetch_all(&mut *transaction)
+            .await
+            .unwrap();
+            prop_assert!(cached.iter().all(|r| (0.0..=1.0).contains(r)), "{cached:?}");
+            transaction.rollback().await.unwrap();
+            Ok(())
+        })
+    });
+    if let Err(failure) = result {
+        panic!("{failure}");
+    }
+}

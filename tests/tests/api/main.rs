@@ -8,6 +8,7 @@ mod concurrency;
 mod controls;
 mod dense;
 mod embeddings;
+mod extremes;
 mod group_commit;
 mod helpers;
 mod isolation;

@@ -12,7 +12,7 @@
 use chrono::{DateTime, Utc};
 
 use super::fusion::{DEFAULT_RRF_K, Fused};
-use crate::capacity::Scores;
+use crate::capacity::{Scores, exponential_decay};
 use crate::memory_state::{days_since, retrievability};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,7 +109,23 @@ impl ScoreParts {
 
 /// exp(−Δt/τ) with Δt in days; an entry from the future counts as new.
 pub fn recency(created_at: DateTime<Utc>, now: DateTime<Utc>, tau_days: f64) -> f64 {
-    (-days_since(created_at, now) / tau_days).exp()
+    exponential_decay(days_since(created_at, now), tau_days)
+}
+
+/// A score part on the unit interval; a value that is not a number (the cosine of a zero vector
+/// from an external embedder, say) counts as 0 rather than poisoning the ordering and the cache.
+fn unit_interval(value: f64) -> f64 {
+    if value.is_finite() {
+        value.clamp(0.0, 1.0)
+    } else {
+        0.0
+    }
+}
+
+/// A finite product or sum of finite parts stays finite, but the weights and the rrf come from
+/// requests and configuration; a total that is not finite ranks last.
+fn finite_or_zero(value: f64) -> f64 {
+    if value.is_finite() { value } else { 0.0 }
 }
 
 /// Scores one candidate. `best_sparse_score` is the highest sparse score among the candidates
@@ -122,26 +138,26 @@ pub fn score(
     now: DateTime<Utc>,
 ) -> ScoreParts {
     let retrievability = match facts.fsrs {
-        Some((stability, difficulty, last_reviewed_at)) => {
-            retrievability(stability, difficulty, days_since(last_reviewed_at, now)).clamp(0.0, 1.0)
-        }
+        Some((stability, difficulty, last_reviewed_at)) => unit_interval(retrievability(
+            stability,
+            difficulty,
+            days_since(last_reviewed_at, now),
+        )),
         None => 1.0,
     };
     let relevance = match (facts.query_cosine, candidate.sparse) {
-        (Some(cosine), _) => cosine.clamp(0.0, 1.0),
-        (None, Some(hit)) if best_sparse_score > 0.0 => {
-            (hit.score / best_sparse_score).clamp(0.0, 1.0)
-        }
+        (Some(cosine), _) => unit_interval(cosine),
+        (None, Some(hit)) if best_sparse_score > 0.0 => unit_interval(hit.score / best_sparse_score),
         _ => 0.0,
     };
     let recency = recency(facts.created_at, now, params.recency_tau_days);
-    let importance = facts.importance.clamp(0.0, 1.0);
-    let total = match params.profile {
+    let importance = unit_interval(facts.importance);
+    let total = finite_or_zero(match params.profile {
         RankingProfile::Fsrs => candidate.rrf * retrievability,
         RankingProfile::Triscore => {
             params.alpha * relevance + params.beta * recency + params.gamma * importance
         }
-    };
+    });
     ScoreParts {
         rrf: candidate.rrf,
         retrievability,

@@ -1,0 +1,180 @@
+//! The scoring and capacity rules driven with the extremes that stored data and requests can
+//! hold: timestamps from year 1 to year 9999 (imports from other systems, clocks far ahead),
+//! stabilities from the smallest to the largest positive float, cosines that are not numbers.
+//! Every rule must answer, with every score part finite and within its range.
+
+use chrono::{DateTime, Duration, Utc};
+use engram_core::capacity::{RetentionPolicy, Scores, TrimCandidate, exponential_decay, plan_trim};
+use engram_core::memory_state::retrievability;
+use engram_core::retrieval::fusion::{Fused, LegHit};
+use engram_core::retrieval::ranking::{
+    CandidateFacts, RankingParams, RankingProfile, recency, score,
+};
+use proptest::prelude::*;
+use uuid::Uuid;
+
+/// 0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z: what a request's timestamp may hold.
+const FIRST_SECOND: i64 = -62_135_596_800;
+const LAST_SECOND: i64 = 253_402_300_799;
+
+fn any_timestamp() -> impl Strategy<Value = DateTime<Utc>> {
+    prop_oneof![
+        Just(FIRST_SECOND),
+        Just(LAST_SECOND),
+        Just(0),
+        FIRST_SECOND..=LAST_SECOND,
+        // Around now, where most data is.
+        1_700_000_000i64..1_900_000_000,
+    ]
+    .prop_map(|seconds| DateTime::from_timestamp(seconds, 0).expect("in chrono's range"))
+}
+
+/// Any f64, the awkward ones included.
+fn any_float() -> impl Strategy<Value = f64> {
+    prop_oneof![
+        Just(f64::NAN),
+        Just(f64::INFINITY),
+        Just(f64::NEG_INFINITY),
+        Just(0.0),
+        Just(-0.0),
+        Just(f64::MIN_POSITIVE),
+        Just(f64::MAX),
+        Just(1e-300),
+        any::<f64>(),
+        -2.0..2.0f64,
+    ]
+}
+
+fn unit() -> impl Strategy<Value = f64> {
+    prop_oneof![Just(0.0), Just(1.0), 0.0..=1.0f64]
+}
+
+fn trim_candidate(n: u128) -> impl Strategy<Value = TrimCandidate> {
+    (
+        any_timestamp(),
+        unit(),
+        any::<bool>(),
+        any::<bool>(),
+        proptest::option::of((any_timestamp(), -10.0..10.0f64)),
+    )
+        .prop_map(
+            move |(created_at, importance, pinned, manually_saved, cached)| TrimCandidate {
+                id: Uuid::from_u128(n),
+                created_at,
+                importance,
+                pinned,
+                manually_saved,
+                last_scores: cached.map(|(computed_at, total)| Scores {
+                    relevance: 0.0,
+                    recency: 0.0,
+                    importance,
+                    total,
+                    computed_at,
+                }),
+            },
+        )
+}
+
+fn space() -> impl Strategy<Value = Vec<TrimCandidate>> {
+    (0usize..12).prop_flat_map(|n| {
+        (0..n)
+            .map(|i| trim_candidate(i as u128 + 1))
+            .collect::<Vec<_>>()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+    #[test]
+    fn decay_is_a_number_between_0_and_1(age in any_float(), tau in any_float()) {
+        let decay = exponential_decay(age, tau);
+        prop_assert!((0.0..=1.0).contains(&decay), "exp(-{age}/{tau}) = {decay}");
+    }
+
+    #[test]
+    fn the_capacity_policy_plans_any_space(
+        entries in space(),
+        overage in 0usize..14,
+        now in any_timestamp(),
+        tau_days in prop_oneof![Just(1e-6f64), Just(7.0), Just(36_500.0), 1e-3..1e5f64],
+    ) {
+        let policy = RetentionPolicy {
+            recency_tau: Duration::milliseconds((tau_days * 86_400_000.0).max(1.0) as i64),
+            score_staleness: Duration::hours(24),
+        };
+        let plan = plan_trim(&entries, overage, now, &policy);
+        for (_, scores) in &plan.rescored {
+            prop_assert!((0.0..=1.0).contains(&scores.recency), "{scores:?}");
+            prop_assert!((0.0..=2.0).contains(&scores.total), "{scores:?}");
+        }
+        let trimmable = entries.iter().filter(|e| !e.pinned && !e.manually_saved).count();
+        prop_assert_eq!(plan.victims.len(), overage.min(trimmable));
+        for victim in &plan.victims {
+            let entry = entries.iter().find(|e| e.id == *victim).expect("a victim is an entry");
+            prop_assert!(!entry.pinned && !entry.manually_saved, "protected entry trimmed");
+        }
+    }
+
+    #[test]
+    fn recall_is_a_probability_for_any_stored_state(
+        stability in any_float(),
+        difficulty in any_float(),
+        days in any_float(),
+    ) {
+        let recall = retrievability(stability, difficulty, days);
+        prop_assert!((0.0..=1.0).contains(&recall), "R({stability}, {difficulty}, {days}) = {recall}");
+    }
+
+    #[test]
+    fn ranking_scores_every_candidate_within_range(
+        created_at in any_timestamp(),
+        last_reviewed_at in any_timestamp(),
+        now in any_timestamp(),
+        importance in unit(),
+        cosine in proptest::option::of(any_float()),
+        sparse in proptest::option::of(0.0..1e6f64),
+        best_sparse in any_float(),
+        stability in any_float(),
+        difficulty in any_float(),
+        episode in any::<bool>(),
+        rrf in 0.0..=1.0f64,
+        triscore in any::<bool>(),
+        weights in (0.0..=100.0f64, 0.0..=100.0f64, 0.0..=100.0f64),
+        tau_days in 0.01..=3_650.0f64,
+    ) {
+        let candidate = Fused {
+            id: Uuid::nil(),
+            sparse: sparse.map(|score| LegHit { rank: 1, score }),
+            dense: cosine.map(|score| LegHit { rank: 1, score }),
+            rrf,
+        };
+        let facts = CandidateFacts {
+            created_at,
+            importance,
+            query_cosine: cosine,
+            fsrs: episode.then_some((stability, difficulty, last_reviewed_at)),
+        };
+        let params = RankingParams {
+            profile: if triscore { RankingProfile::Triscore } else { RankingProfile::Fsrs },
+            alpha: weights.0,
+            beta: weights.1,
+            gamma: weights.2,
+            recency_tau_days: tau_days,
+            ..RankingParams::default()
+        };
+        let parts = score(&candidate, &facts, &params, best_sparse, now);
+        for (name, part) in [
+            ("retrievability", parts.retrievability),
+            ("relevance", parts.relevance),
+            ("recency", parts.recency),
+            ("importance", parts.importance),
+        ] {
+            prop_assert!((0.0..=1.0).contains(&part), "{name} = {part} in {parts:?}");
+        }
+        prop_assert!(parts.total.is_finite() && parts.total >= 0.0, "{parts:?}");
+        let cached = parts.cached(now);
+        prop_assert!((0.0..=3.0).contains(&cached.total), "{cached:?}");
+        prop_assert!((0.0..=1.0).contains(&recency(created_at, now, tau_days)));
+    }
+}
