@@ -2,10 +2,11 @@
 
 use engram_core::commands::MemoryCommand;
 use engram_core::validate::{parse_labels, parse_page_size};
-use engram_core::{ConversationId, MemoryId, MemoryText, Scope, ValidationError};
+use engram_core::{ConversationId, MemoryId, MemoryText, ValidationError};
 use engram_proto::v1;
 use engram_proto::v1::ingest_service_server::IngestService;
-use engram_server::AccessGrant;
+use engram_server::paging::{RESPONSE_BYTE_BUDGET, fitting_count, parse_audit_token};
+use engram_server::{AccessGrant, authorized_scope};
 use engram_server::convert::{
     category_from_proto, memory_to_proto, role_from_proto, scope_from_proto,
 };
@@ -35,14 +36,6 @@ impl IngestApi {
     pub fn new(writer: MemoryWriter) -> Self {
         Self { writer }
     }
-}
-
-/// Validates the scope and checks it against the request's access grant.
-fn authorized_scope<T>(request: &Request<T>, scope: Option<v1::Scope>) -> Result<Scope, Status> {
-    let grant = AccessGrant::of_request(request)?;
-    let scope = scope_from_proto(scope).map_err(IngestError::from)?;
-    grant.authorize(&scope)?;
-    Ok(scope)
 }
 
 fn optional_conversation(raw: &str) -> Result<Option<ConversationId>, ValidationError> {
@@ -358,30 +351,15 @@ impl IngestService for IngestApi {
             MAX_PAGE_SIZE,
         )
         .map_err(IngestError::from)?;
-        let before_id = if message.page_token.is_empty() {
-            None
-        } else {
-            let id = message
-                .page_token
-                .parse::<i64>()
-                .ok()
-                .filter(|id| *id > 0)
-                .ok_or_else(|| {
-                    IngestError::from(ValidationError::new(
-                        "page_token",
-                        "is not a token from a previous response",
-                    ))
-                })?;
-            Some(id)
-        };
+        let before_id =
+            parse_audit_token("page_token", &message.page_token).map_err(IngestError::from)?;
         let records = self
             .writer
             .audit_page(&scope, before_id, page_size + 1)
             .await?;
-        let has_more = records.len() > page_size as usize;
+        let fetched = records.len();
         let events: Vec<v1::AuditEvent> = records
             .into_iter()
-            .take(page_size as usize)
             .map(|record| v1::AuditEvent {
                 id: record.id,
                 action: audit_action_to_proto(&record.action).into(),
@@ -397,7 +375,13 @@ impl IngestService for IngestApi {
                 created_at: Some(to_proto(record.created_at)),
             })
             .collect();
-        let next_page_token = if has_more {
+        let mut events = events;
+        events.truncate(fitting_count(
+            &events,
+            page_size as usize,
+            RESPONSE_BYTE_BUDGET,
+        ));
+        let next_page_token = if fetched > events.len() {
             events.last().map(|e| e.id.to_string()).unwrap_or_default()
         } else {
             String::new()

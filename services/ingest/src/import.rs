@@ -28,6 +28,9 @@ pub const MAX_IMPORT_BATCH: usize = 500;
 pub const MAX_CLIENT_ID_CHARS: usize = 256;
 pub const MAX_TITLE_CHARS: usize = 512;
 pub const MAX_EPISODE_MESSAGES: usize = 200;
+/// Characters of an episode's excerpt in all: with the other per-entry limits, one entry stays far
+/// below the size of a response (a page always holds at least one entry).
+pub const MAX_EPISODE_EXCERPT_CHARS: usize = 65_536;
 const MAX_TAGS: usize = 32;
 const MAX_TAG_CHARS: usize = 64;
 const MAX_SOURCE_IDS: usize = 32;
@@ -182,6 +185,19 @@ fn parse_episode(
             format!(
                 "has {} turns; the limit is {MAX_EPISODE_MESSAGES}",
                 raw.messages.len()
+            ),
+        ));
+    }
+    let excerpt_chars: usize = raw
+        .messages
+        .iter()
+        .map(|message| message.content.chars().count())
+        .sum();
+    if excerpt_chars > MAX_EPISODE_EXCERPT_CHARS {
+        return Err(ValidationError::new(
+            format!("{field}.messages"),
+            format!(
+                "hold {excerpt_chars} characters in all; the limit is {MAX_EPISODE_EXCERPT_CHARS}"
             ),
         ));
     }

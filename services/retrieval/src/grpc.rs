@@ -9,8 +9,9 @@ use engram_core::{Category, Scope, ValidationError};
 use engram_proto::v1;
 use engram_proto::v1::retrieval_service_server::RetrievalService;
 use engram_recall::{RankedMemory, Recall, Retrieval, ServedBy};
-use engram_server::AccessGrant;
-use engram_server::convert::{category_to_proto, memory_to_proto, scope_from_proto};
+use engram_server::authorized_scope;
+use engram_server::paging::{EntryCursor, RESPONSE_BYTE_BUDGET, fitting_count};
+use engram_server::convert::{category_to_proto, memory_to_proto};
 use engram_server::time::to_proto_opt;
 use engram_store::memories::{self, ListFilter};
 use engram_store::retrieval::context;
@@ -42,28 +43,6 @@ impl RetrievalApi {
     pub fn new(pool: PgPool, recall: Recall) -> Self {
         Self { pool, recall }
     }
-}
-
-/// The request's scope, checked against the caller's grant.
-fn authorized_scope<T>(request: &Request<T>, scope: Option<v1::Scope>) -> Result<Scope, Status> {
-    let grant = AccessGrant::of_request(request)?;
-    let scope = scope_from_proto(scope).map_err(RetrievalError::from)?;
-    grant.authorize(&scope)?;
-    Ok(scope)
-}
-/// Page tokens are `<created_at micros>.<id>` of the last entry returned: opaque to clients,
-/// stable under concurrent inserts (keyset paging).
-fn encode_page_token(created_at: DateTime<Utc>, id: Uuid) -> String {
-    format!("{}.{}", created_at.timestamp_micros(), id)
-}
-
-fn decode_page_token(token: &str) -> Result<(DateTime<Utc>, Uuid), ValidationError> {
-    let invalid = || ValidationError::new("page_token", "is not a token from a previous response");
-    let (micros, id) = token.split_once('.').ok_or_else(invalid)?;
-    let micros: i64 = micros.parse().map_err(|_| invalid())?;
-    let created_at = DateTime::from_timestamp_micros(micros).ok_or_else(invalid)?;
-    let id = Uuid::parse_str(id).map_err(|_| invalid())?;
-    Ok((created_at, id))
 }
 
 fn kind_filter(raw: i32) -> Result<Option<&'static str>, ValidationError> {
@@ -110,17 +89,50 @@ fn ranked_to_proto(memory: &RankedMemory) -> v1::RetrievedMemory {
             dense_score: memory.dense.as_ref().map_or(0.0, |hit| hit.score),
         }),
         details_shown: memory.details_shown,
+        messages_omitted: false,
     }
 }
 
 fn retrieve_response(retrieval: &Retrieval, profile: &str) -> v1::RetrieveMemoryResponse {
-    v1::RetrieveMemoryResponse {
+    let mut response = v1::RetrieveMemoryResponse {
         markdown: retrieval.markdown.clone(),
         semantic: retrieval.semantic.iter().map(ranked_to_proto).collect(),
         episodic: retrieval.episodic.iter().map(ranked_to_proto).collect(),
         served_by: Some(served_by_to_proto(&retrieval.served_by, profile)),
         tokens: retrieval.tokens as u32,
         truncated: retrieval.truncated,
+    };
+    keep_within_budget(&mut response, RESPONSE_BYTE_BUDGET);
+    response
+}
+
+/// The token budget bounds the Markdown, but the structured results also carry each episode's
+/// whole conversation excerpt: up to 100 episodes of them could pass what clients accept. Over
+/// the budget, excerpts are left out from the lowest-ranked episode up (each marked
+/// `messages_omitted`); should that not suffice, the lowest-ranked results go and the answer says
+/// it was truncated.
+fn keep_within_budget(response: &mut v1::RetrieveMemoryResponse, budget: usize) {
+    use prost::Message as _;
+    let mut size = response.encoded_len();
+    for index in (0..response.episodic.len()).rev() {
+        if size <= budget {
+            return;
+        }
+        let retrieved = &mut response.episodic[index];
+        if let Some(memory) = retrieved.memory.as_mut()
+            && !memory.messages.is_empty()
+        {
+            memory.messages.clear();
+            retrieved.messages_omitted = true;
+            size = response.encoded_len();
+        }
+    }
+    while size > budget && (!response.episodic.is_empty() || !response.semantic.is_empty()) {
+        if response.episodic.pop().is_none() {
+            response.semantic.pop();
+        }
+        response.truncated = true;
+        size = response.encoded_len();
     }
 }
 
@@ -159,9 +171,8 @@ fn export_stream(
             match page {
                 Ok(page) if page.is_empty() => None,
                 Ok(page) => {
-                    let last = page.last().map(|m| (m.record.created_at, m.record.id));
-                    let done = page.len() < page_size as usize;
-                    let memories = page
+                    let fetched = page.len();
+                    let mut memories: Vec<v1::ExportedMemory> = page
                         .iter()
                         .map(|exported| v1::ExportedMemory {
                             memory: Some(memory_to_proto(&exported.record)),
@@ -172,7 +183,18 @@ fn export_stream(
                                 .unwrap_or_default(),
                         })
                         .collect();
-                    let next = Cursor { after: last, done };
+                    // A message ends early when the next entry would take it past the budget;
+                    // the stream goes on from the last entry sent.
+                    memories.truncate(fitting_count(
+                        &memories,
+                        page_size as usize,
+                        RESPONSE_BYTE_BUDGET,
+                    ));
+                    let last = &page[memories.len() - 1].record;
+                    let next = Cursor {
+                        after: Some((last.created_at, last.id)),
+                        done: fetched < page_size as usize && memories.len() == fetched,
+                    };
                     Some((Ok(v1::ExportSpaceResponse { memories }), next))
                 }
                 Err(error) => {
@@ -249,29 +271,35 @@ impl RetrievalService for RetrievalApi {
             MAX_PAGE_SIZE,
         )
         .map_err(RetrievalError::from)?;
-        let after = if message.page_token.is_empty() {
-            None
-        } else {
-            Some(decode_page_token(&message.page_token).map_err(RetrievalError::from)?)
-        };
+        let after = EntryCursor::parse_optional("page_token", &message.page_token)
+            .map_err(RetrievalError::from)?;
         let filter = ListFilter {
             pinned: message.pinned,
             manually_saved: message.manually_saved,
             kind: kind_filter(message.kind).map_err(RetrievalError::from)?,
-            after,
+            after: after.map(|cursor| (cursor.created_at, cursor.id)),
             limit: i64::from(page_size) + 1,
         };
-        let mut records = memories::list(&self.pool, &scope, &filter)
+        let records = memories::list(&self.pool, &scope, &filter)
             .await
             .map_err(RetrievalError::from)?;
-        let has_more = records.len() > page_size as usize;
-        records.truncate(page_size as usize);
-        let next_page_token = match records.last() {
-            Some(last) if has_more => encode_page_token(last.created_at, last.id),
+        let mut entries: Vec<v1::Memory> = records.iter().map(memory_to_proto).collect();
+        entries.truncate(fitting_count(
+            &entries,
+            page_size as usize,
+            RESPONSE_BYTE_BUDGET,
+        ));
+        // More entries than the page holds: the next page starts after its last one.
+        let next_page_token = match entries.len().checked_sub(1) {
+            Some(last) if records.len() > entries.len() => EntryCursor {
+                created_at: records[last].created_at,
+                id: records[last].id,
+            }
+            .token(),
             _ => String::new(),
         };
         Ok(Response::new(v1::ListEntriesResponse {
-            entries: records.iter().map(memory_to_proto).collect(),
+            entries,
             next_page_token,
         }))
     }
@@ -375,15 +403,35 @@ impl RetrievalService for RetrievalApi {
 mod tests {
     use super::*;
 
+    fn episode(rank: u32, message_chars: usize) -> v1::RetrievedMemory {
+        v1::RetrievedMemory {
+            memory: Some(v1::Memory {
+                text: "summary".into(),
+                messages: vec![v1::Message {
+                    role: v1::SpeakerRole::User.into(),
+                    content: "x".repeat(message_chars),
+                }],
+                ..Default::default()
+            }),
+            rank,
+            ..Default::default()
+        }
+    }
+
     #[test]
-    fn page_tokens_round_trip_and_reject_garbage() {
-        let created_at = DateTime::from_timestamp_micros(1_763_000_000_123_456).unwrap();
-        let id = Uuid::from_u128(42);
-        assert_eq!(
-            decode_page_token(&encode_page_token(created_at, id)).unwrap(),
-            (created_at, id)
-        );
-        assert!(decode_page_token("nonsense").is_err());
-        assert!(decode_page_token("12.not-a-uuid").is_err());
+    fn excerpts_of_the_lowest_ranks_go_first_when_a_response_is_too_large() {
+        let mut response = v1::RetrieveMemoryResponse {
+            episodic: (1..=4).map(|rank| episode(rank, 1_000)).collect(),
+            ..Default::default()
+        };
+        keep_within_budget(&mut response, 2_500);
+        let omitted: Vec<bool> = response.episodic.iter().map(|e| e.messages_omitted).collect();
+        assert_eq!(omitted, [false, false, true, true]);
+        assert!(!response.truncated);
+        assert!(prost::Message::encoded_len(&response) <= 2_500);
+
+        keep_within_budget(&mut response, 40);
+        assert!(response.truncated, "results had to go");
+        assert!(prost::Message::encoded_len(&response) <= 40);
     }
 }

@@ -5,8 +5,7 @@ use engram_core::MemoryId;
 use engram_core::memory_state::{days_since, retrievability};
 use engram_proto::v1;
 use engram_proto::v1::review_service_server::ReviewService;
-use engram_server::AccessGrant;
-use engram_server::convert::scope_from_proto;
+use engram_server::authorized_scope;
 use engram_server::time::to_proto;
 use engram_store::memories;
 use sqlx::PgPool;
@@ -31,10 +30,8 @@ impl ReviewService for ReviewApi {
         &self,
         request: Request<v1::GetMemoryStateRequest>,
     ) -> Result<Response<v1::GetMemoryStateResponse>, Status> {
-        let grant = AccessGrant::of_request(&request)?;
+        let scope = authorized_scope(&request, request.get_ref().scope.clone())?;
         let message = request.into_inner();
-        let scope = scope_from_proto(message.scope).map_err(ReviewError::from)?;
-        grant.authorize(&scope)?;
         let memory_id =
             MemoryId::parse("memory_id", &message.memory_id).map_err(ReviewError::from)?;
 

@@ -81,6 +81,19 @@ impl AccessGrant {
     }
 }
 
+/// The scope a request names, validated (InvalidArgument naming the field) and checked against
+/// the request's grant (PermissionDenied): the first thing every scoped handler does.
+pub fn authorized_scope<T>(
+    request: &tonic::Request<T>,
+    scope: Option<engram_proto::v1::Scope>,
+) -> Result<Scope, Status> {
+    let grant = AccessGrant::of_request(request)?;
+    let scope = crate::convert::scope_from_proto(scope)
+        .map_err(|error| Status::invalid_argument(error.to_string()))?;
+    grant.authorize(&scope)?;
+    Ok(scope)
+}
+
 // Unknown keys are refused: a misspelled "users" or "spaces" would otherwise leave that limit out
 // and silently grant more than intended.
 #[derive(Debug, Deserialize)]

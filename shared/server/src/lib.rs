@@ -8,12 +8,13 @@ pub mod auth;
 pub mod convert;
 pub mod database;
 pub mod grpc;
+pub mod paging;
 pub mod settings;
 pub mod shutdown;
 pub mod status;
 pub mod time;
 
-pub use auth::{AccessGrant, AuthLayer, TokenRegistry};
+pub use auth::{AccessGrant, AuthLayer, TokenRegistry, authorized_scope};
 pub use grpc::GrpcServer;
 pub use settings::{AuthSettings, DatabaseSettings, GrpcSettings, load_settings};
 pub use shutdown::shutdown_signal;

@@ -18,6 +18,11 @@ pub fn to_proto_opt(timestamp: Option<DateTime<Utc>>) -> Option<prost_types::Tim
 const MIN_SECONDS: i64 = -62_135_596_800;
 const MAX_SECONDS: i64 = 253_402_300_799;
 
+/// Whether a time lies within the years 1 to 9999, the range requests and stored data hold.
+pub fn is_supported(timestamp: DateTime<Utc>) -> bool {
+    (MIN_SECONDS..=MAX_SECONDS).contains(&timestamp.timestamp())
+}
+
 /// A request's timestamp; out-of-range values are an InvalidArgument naming the field.
 pub fn from_proto(
     field: &str,

@@ -13,6 +13,7 @@ mod group_commit;
 mod helpers;
 mod isolation;
 mod read_services;
+mod response_size;
 mod retrieval;
 mod transfer;
 mod validation;
