@@ -86,6 +86,8 @@ pub struct SandboxOptions {
     pub soft_cap: Option<u32>,
     /// Requests one connection may have in flight; `None`: 64.
     pub max_concurrent_requests_per_connection: Option<usize>,
+    /// The services' own request deadline; `None`: 30 s.
+    pub request_timeout_secs: Option<u64>,
     /// Group-commit transactions of the ingest service in flight at once; `None` keeps the default.
     pub write_batch_concurrency: Option<usize>,
     /// The embedding backfill of the ingest service (off unless a test needs it).
@@ -167,7 +169,7 @@ fn grpc_settings(options: &SandboxOptions) -> engram_server::GrpcSettings {
         max_concurrent_requests_per_connection: options
             .max_concurrent_requests_per_connection
             .unwrap_or(64),
-        request_timeout_secs: 30,
+        request_timeout_secs: options.request_timeout_secs.unwrap_or(30),
     }
 }
 

@@ -10,6 +10,8 @@ use engram_store::spaces::{self, SettingsPatch, SpaceRecord};
 use engram_store::{conversations, tombstones};
 use serde_json::json;
 
+use engram_server::deadline::mark_write_started;
+
 use crate::error::IngestError;
 use crate::write_path::{MemoryWriter, text_digest};
 
@@ -72,6 +74,8 @@ impl MemoryWriter {
             json!({ "tombstone_expires_at": expires_at }),
         )
         .await?;
+        // From here the write may land even if the caller stops waiting.
+        mark_write_started();
         transaction.commit().await?;
         Ok(Forgotten {
             memory: deleted,
@@ -112,6 +116,8 @@ impl MemoryWriter {
             )
             .await?;
         }
+        // From here the write may land even if the caller stops waiting.
+        mark_write_started();
         transaction.commit().await?;
         Ok(change.record)
     }
@@ -158,6 +164,8 @@ impl MemoryWriter {
             )
             .await?;
         }
+        // From here the write may land even if the caller stops waiting.
+        mark_write_started();
         transaction.commit().await?;
         Ok(self.effective(after))
     }
@@ -196,6 +204,8 @@ impl MemoryWriter {
             )
             .await?;
         }
+        // From here the write may land even if the caller stops waiting.
+        mark_write_started();
         transaction.commit().await?;
         Ok(())
     }
@@ -225,6 +235,7 @@ impl MemoryWriter {
         } else {
             None
         };
+        mark_write_started();
         let queued =
             engram_store::embeddings::request_reembedding(&self.pool, scope, only_other_than)
                 .await?;

@@ -34,6 +34,7 @@ use engram_store::write_path::{
     self, AuditedInsert, AuditedMerge, CapacityTarget, ContextQuery, TrimOutcome,
 };
 use sqlx::{PgConnection, PgPool};
+use engram_server::deadline::WriteMark;
 use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument as _;
 use uuid::Uuid;
@@ -67,6 +68,9 @@ struct QueuedWrite {
     /// are published).
     trace_headers: HashMap<String, String>,
     answer: oneshot::Sender<Result<RememberResult, IngestError>>,
+    /// The caller's request, told when its write reaches a transaction (from then on it may land
+    /// whatever becomes of the caller).
+    write_mark: Option<WriteMark>,
     /// Counts the write in flight until the committer is done with it.
     _in_flight: InFlightWrite,
 }
@@ -138,6 +142,7 @@ impl WriteQueue {
                 analysis,
                 trace_headers,
                 answer,
+                write_mark: WriteMark::current(),
                 _in_flight: self.metrics.write_in_flight(),
             })
             .await
@@ -356,10 +361,16 @@ pub(crate) struct GroupCommitter {
 impl GroupCommitter {
     /// Writes the batch and answers its callers; returns how many it answered.
     async fn commit(&self, batch: Vec<QueuedWrite>) -> usize {
-        // A caller that went away (cancelled, past its deadline) gets nothing written.
+        // A caller that went away (cancelled, past its deadline) gets nothing written. The mark
+        // is set before the check, so a caller whose deadline passes in between hears UNKNOWN.
         let batch: Vec<QueuedWrite> = batch
             .into_iter()
-            .filter(|write| !write.answer.is_closed())
+            .filter(|write| {
+                if let Some(mark) = &write.write_mark {
+                    mark.set();
+                }
+                !write.answer.is_closed()
+            })
             .collect();
         let answered = batch.len();
         if batch.is_empty() {

@@ -21,6 +21,8 @@ use engram_store::conversations;
 use engram_store::transfer::{self, ImportRow};
 use uuid::Uuid;
 
+use engram_server::deadline::mark_write_started;
+
 use crate::error::IngestError;
 use crate::write_path::MemoryWriter;
 
@@ -516,6 +518,8 @@ impl MemoryWriter {
             .cloned()
             .collect();
         let outcome = transfer::import(&mut transaction, scope, &rows).await?;
+        // From here the write may land even if the caller stops waiting.
+        mark_write_started();
         transaction.commit().await?;
         let inserted: HashSet<Uuid> = outcome.inserted.into_iter().collect();
         let suppressed: HashSet<Uuid> = outcome.suppressed.into_iter().collect();

@@ -19,6 +19,7 @@ use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::{HealthReporter, HealthService};
 
 use crate::auth::{AuthLayer, TokenRegistry};
+use crate::deadline::DeadlineLayer;
 use crate::settings::GrpcSettings;
 
 /// Served by every Engram server beside its own services.
@@ -121,8 +122,10 @@ impl GrpcServer {
         let server = tonic::transport::Server::builder()
             .concurrency_limit_per_connection(self.max_concurrent_requests_per_connection)
             .load_shed(true)
-            .timeout(self.request_timeout)
             .trace_fn(engram_telemetry::grpc_request_span)
+            // Deadlines are Engram's own (DEADLINE_EXCEEDED, or UNKNOWN for a write that may
+            // have landed), not tonic's `timeout`, which answers CANCELLED.
+            .layer(DeadlineLayer::new(self.request_timeout))
             .layer(AuthLayer::new(tokens))
             .layer(tower::util::MapResponseLayer::new(
                 crate::status::oversized_request_as_resource_exhausted,

@@ -7,6 +7,7 @@
 pub mod auth;
 pub mod convert;
 pub mod database;
+pub mod deadline;
 pub mod grpc;
 pub mod paging;
 pub mod settings;

@@ -26,7 +26,8 @@ pub struct GrpcSettings {
     /// Requests one client connection may have in flight; beyond it requests are refused at once
     /// with ResourceExhausted instead of queueing without bound.
     pub max_concurrent_requests_per_connection: usize,
-    /// A request still running after this long is cancelled.
+    /// A request still running after this long (or after the caller's `grpc-timeout`, if sooner)
+    /// is answered DEADLINE_EXCEEDED, or UNKNOWN when its write may have landed.
     pub request_timeout_secs: u64,
 }
 

@@ -6,6 +6,7 @@ mod capacity;
 mod commands;
 mod concurrency;
 mod controls;
+mod deadlines;
 mod dense;
 mod embeddings;
 mod extremes;
