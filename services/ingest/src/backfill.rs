@@ -8,7 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use backon::{BackoffBuilder as _, ExponentialBuilder};
+use backon::BackoffBuilder as _;
+use engram_core::backoff::jittered_backoff;
 use chrono::Utc;
 use engram_embed::{EmbedError, Embedder};
 use engram_store::StoreError;
@@ -71,12 +72,7 @@ impl EmbeddingBackfill {
     /// first, so stopping never loses or duplicates work.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         let backoff = || {
-            ExponentialBuilder::default()
-                .with_min_delay(Duration::from_millis(200))
-                .with_max_delay(Duration::from_secs(30))
-                .without_max_times()
-                .with_jitter()
-                .build()
+            jittered_backoff(Duration::from_millis(200), Duration::from_secs(30)).build()
         };
         let mut delays = backoff();
         loop {

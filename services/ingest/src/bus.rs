@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use backon::{BackoffBuilder as _, ExponentialBuilder};
+use backon::BackoffBuilder as _;
+use engram_core::backoff::jittered_backoff;
 use engram_bus::{Bus, BusError, Delivery, OutgoingEvent, QueueSpec, Topology};
 use engram_proto::v1;
 use engram_store::{StoreError, embeddings, outbox};
@@ -33,12 +34,11 @@ pub fn embedding_queue(settings: &AmqpSettings) -> QueueSpec {
 }
 
 fn reconnect_backoff(settings: &AmqpSettings) -> impl Iterator<Item = Duration> {
-    ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(100))
-        .with_max_delay(Duration::from_millis(settings.reconnect_max_backoff_ms))
-        .without_max_times()
-        .with_jitter()
-        .build()
+    jittered_backoff(
+        Duration::from_millis(100),
+        Duration::from_millis(settings.reconnect_max_backoff_ms),
+    )
+    .build()
 }
 
 /// Waits `delay` unless asked to stop first; returns whether to stop.

@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use backon::{ExponentialBuilder, Retryable as _};
+use backon::Retryable as _;
+use engram_core::backoff::jittered_backoff;
 use secrecy::{ExposeSecret as _, SecretString};
 use serde::{Deserialize, Serialize};
 
@@ -138,11 +139,8 @@ impl OpenAiEmbedder {
     }
 
     async fn request_with_retries(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let backoff = ExponentialBuilder::default()
-            .with_min_delay(self.settings.min_backoff)
-            .with_max_delay(self.settings.max_backoff)
-            .with_max_times(self.settings.max_retries)
-            .with_jitter();
+        let backoff = jittered_backoff(self.settings.min_backoff, self.settings.max_backoff)
+            .with_max_times(self.settings.max_retries);
         (|| self.request_once(texts))
             .retry(backoff)
             .when(EmbedError::is_retryable)
