@@ -517,10 +517,17 @@ impl MemoryWriter {
             .filter(|row| !is_incognito(row))
             .cloned()
             .collect();
-        let outcome = transfer::import(&mut transaction, scope, &rows).await?;
-        // From here the write may land even if the caller stops waiting.
-        mark_write_started();
-        transaction.commit().await?;
+        // An import of nothing but incognito entries leaves no trace at all, not even its audit.
+        let outcome = if rows.is_empty() {
+            transaction.rollback().await?;
+            transfer::ImportOutcome::default()
+        } else {
+            let outcome = transfer::import(&mut transaction, scope, &rows).await?;
+            // From here the write may land even if the caller stops waiting.
+            mark_write_started();
+            transaction.commit().await?;
+            outcome
+        };
         let inserted: HashSet<Uuid> = outcome.inserted.into_iter().collect();
         let suppressed: HashSet<Uuid> = outcome.suppressed.into_iter().collect();
         if rows

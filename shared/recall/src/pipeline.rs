@@ -200,26 +200,9 @@ impl Recall {
             } else {
                 "memory_off"
             };
-            let retrieval = empty_retrieval(path);
-            if request.side_effects {
-                // Nothing durable is consulted, and an incognito query is not stored either.
-                let metrics = RetrievalMetrics {
-                    query: if context.incognito {
-                        String::new()
-                    } else {
-                        request.query.clone()
-                    },
-                    retrieval_path: path.to_owned(),
-                    ranking_profile: request.ranking.profile.as_str().to_owned(),
-                    estimated_tokens: retrieval.tokens as i32,
-                    latency_retrieval_ms: elapsed_ms(started),
-                    ..RetrievalMetrics::default()
-                };
-                *stage = "record";
-                self.record(request, &retrieval, metrics, Vec::new(), now)
-                    .await?;
-            }
-            return Ok(retrieval);
+            // Memory off or incognito leaves no trace: no metrics row, no pending review, no
+            // cached score in the database.
+            return Ok(empty_retrieval(path));
         }
 
         let kinds: &[&'static str] = if request.episodic_limit > 0 {

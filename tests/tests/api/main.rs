@@ -13,6 +13,7 @@ mod extremes;
 mod group_commit;
 mod helpers;
 mod isolation;
+mod privacy;
 mod read_services;
 mod response_size;
 mod retrieval;
