@@ -2,7 +2,7 @@
 //! with InvalidArgument messages that name the field.
 
 use engram_core::retrieval::markdown::Detail;
-use engram_core::{ConversationId, Scope, ValidationError};
+use engram_core::{ConversationId, MemoryText, Scope, ValidationError};
 use engram_proto::v1;
 use engram_recall::{RankingOverrides, Recall, RetrieveRequest};
 use engram_server::convert::category_from_proto;
@@ -13,24 +13,10 @@ pub const MAX_SEMANTIC_LIMIT: u32 = 100;
 pub const MIN_TOKEN_BUDGET: u32 = 50;
 pub const MAX_TOKEN_BUDGET: u32 = 32_000;
 
+/// The query, with the same rules as any text Engram takes in: something visible, at most
+/// [`MAX_QUERY_CHARS`], without escape sequences or bidi overrides.
 pub fn parse_query(raw: &str) -> Result<String, ValidationError> {
-    if raw.trim().is_empty() {
-        return Err(ValidationError::new("query", "must not be empty"));
-    }
-    let chars = raw.chars().count();
-    if chars > MAX_QUERY_CHARS {
-        return Err(ValidationError::new(
-            "query",
-            format!("is {chars} characters long; the limit is {MAX_QUERY_CHARS}"),
-        ));
-    }
-    if raw.contains('\0') {
-        return Err(ValidationError::new(
-            "query",
-            "must not contain NUL characters",
-        ));
-    }
-    Ok(raw.to_owned())
+    MemoryText::parse("query", raw, MAX_QUERY_CHARS).map(MemoryText::into_string)
 }
 
 pub fn parse_conversation(raw: &str) -> Result<Option<ConversationId>, ValidationError> {

@@ -14,6 +14,7 @@ pub mod memory_state;
 pub mod metadata;
 pub mod normalize;
 pub mod retrieval;
+pub mod sanitize;
 pub mod simhash;
 pub mod validate;
 

@@ -157,21 +157,17 @@ impl Scope {
     }
 }
 
-/// The text of a memory as the user gave it: not blank, and within the configured length.
+/// The text of a memory as the user gave it, less what only steers a display (escape sequences,
+/// controls, bidi overrides: [`crate::sanitize`]): something visible, within the configured
+/// length. Every free text of a request (memory text, titles, turns, queries, command messages)
+/// is parsed through it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryText(String);
 
 impl MemoryText {
     pub fn parse(field: &str, raw: &str, max_chars: usize) -> Result<Self, ValidationError> {
-        if is_blank(raw) {
+        if raw.is_empty() {
             return Err(ValidationError::new(field, "must not be empty"));
-        }
-        let chars = raw.chars().count();
-        if chars > max_chars {
-            return Err(ValidationError::new(
-                field,
-                format!("is {chars} characters long; the limit is {max_chars}"),
-            ));
         }
         if raw.contains('\0') {
             return Err(ValidationError::new(
@@ -179,7 +175,22 @@ impl MemoryText {
                 "must not contain NUL characters",
             ));
         }
-        Ok(Self(raw.to_owned()))
+        let cleaned = crate::sanitize::strip_steering(raw);
+        if is_blank(&cleaned) {
+            return Err(ValidationError::new(
+                field,
+                "must not be empty (it has no visible characters)",
+            ));
+        }
+        let raw = cleaned.as_ref();
+        let chars = raw.chars().count();
+        if chars > max_chars {
+            return Err(ValidationError::new(
+                field,
+                format!("is {chars} characters long; the limit is {max_chars}"),
+            ));
+        }
+        Ok(Self(cleaned.into_owned()))
     }
 
     pub fn as_str(&self) -> &str {
@@ -192,7 +203,8 @@ impl MemoryText {
 }
 
 /// A short label (a tag, a source id, a client's key or title): visible text within `max_chars`
-/// characters, without control characters.
+/// characters, without control characters or bidi controls (an identifier is refused rather
+/// than changed, so that a client's key stays what the client sent).
 pub fn check_label(field: &str, label: &str, max_chars: usize) -> Result<(), ValidationError> {
     if is_blank(label) {
         return Err(ValidationError::new(field, "must not be empty"));
@@ -203,7 +215,10 @@ pub fn check_label(field: &str, label: &str, max_chars: usize) -> Result<(), Val
             format!("must be at most {max_chars} characters"),
         ));
     }
-    if let Some(control) = label.chars().find(|c| c.is_control()) {
+    if let Some(control) = label
+        .chars()
+        .find(|c| c.is_control() || crate::sanitize::is_bidi_control(*c))
+    {
         return Err(ValidationError::new(
             field,
             format!("must not contain control characters, found {control:?}"),
@@ -287,8 +302,14 @@ mod tests {
 
     #[test]
     fn memory_text_rejects_blank_and_oversized() {
+        assert!(
+            MemoryText::parse("text", "  \n", 10)
+                .unwrap_err()
+                .reason
+                .starts_with("must not be empty")
+        );
         assert_eq!(
-            MemoryText::parse("text", "  \n", 10).unwrap_err().reason,
+            MemoryText::parse("text", "", 10).unwrap_err().reason,
             "must not be empty"
         );
         assert_eq!(
@@ -298,12 +319,20 @@ mod tests {
             "is 11 characters long; the limit is 10"
         );
         // Zero-width spaces, joiners and a BOM are as blank as spaces.
-        assert_eq!(
+        assert!(
             MemoryText::parse("text", "\u{200b}\u{200b} \u{feff}\u{2060}", 10)
                 .unwrap_err()
-                .reason,
-            "must not be empty"
+                .reason
+                .starts_with("must not be empty")
         );
+        // What only steers a display is removed; a text of nothing else is empty.
+        assert_eq!(
+            MemoryText::parse("text", "\u{1b}[31mred\u{1b}[0m", 10)
+                .unwrap()
+                .as_str(),
+            "red"
+        );
+        assert!(MemoryText::parse("text", "\u{1b}[2J\u{202e}", 10).is_err());
         // An emoji joined by zero-width joiners is text.
         assert!(MemoryText::parse("text", "\u{1f468}\u{200d}\u{1f469}", 10).is_ok());
         // The limit counts characters, not bytes.

@@ -373,3 +373,64 @@ async fn a_request_that_is_not_a_valid_message_is_invalid_argument() {
         .unwrap();
     assert_eq!(count, 0);
 }
+
+/// Terminal escapes and bidi overrides were stored and returned as given, so a memory could
+/// recolor or rewrite an operator's terminal, or reorder what an LLM reads; a query of only
+/// zero-width characters was searched for. Text is cleaned on the way in, identifiers are
+/// refused, invisible queries are invalid.
+#[tokio::test]
+async fn text_cannot_steer_a_terminal_or_reorder_what_a_model_reads() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("work");
+    let stored = sandbox
+        .ingest
+        .remember(remember(
+            &scope,
+            "\u{1b}[2J\u{1b}[31mMy door code\u{1b}[0m is \u{202e}4321\u{202c}\r\nreally",
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .memory
+        .unwrap();
+    assert_eq!(stored.text, "My door code is 4321\nreally");
+
+    let answer = sandbox
+        .retrieval
+        .retrieve_memory(v1::RetrieveMemoryRequest {
+            scope: Some(scope.clone()),
+            query: "door \u{1b}[1mcode".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(answer.markdown.contains("My door code is 4321 really"), "{}", answer.markdown);
+    assert!(!answer.markdown.contains('\u{1b}') && !answer.markdown.contains('\u{202e}'));
+
+    let status = sandbox
+        .retrieval
+        .retrieve_memory(v1::RetrieveMemoryRequest {
+            scope: Some(scope.clone()),
+            query: "\u{200b}\u{200d}\u{feff}".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_status(status, Code::InvalidArgument, "query: must not be empty");
+    let status = sandbox
+        .ingest
+        .remember(remember(&scope, "\u{1b}[2J\u{1b}[H"))
+        .await
+        .unwrap_err();
+    assert_status(status, Code::InvalidArgument, "text: must not be empty");
+    let status = sandbox
+        .ingest
+        .remember(v1::RememberRequest {
+            tags: vec!["admin\u{202e}txt".into()],
+            ..remember(&scope, "Tagged with an override")
+        })
+        .await
+        .unwrap_err();
+    assert_status(status, Code::InvalidArgument, "tags[0]: must not contain control characters");
+}

@@ -159,9 +159,13 @@ pub fn relative_time(then: DateTime<Utc>, now: DateTime<Utc>) -> String {
     }
 }
 
-/// Line breaks inside a value would break the list structure.
+/// Line breaks inside a value would break the list structure. Steering characters are removed
+/// again (entries stored before they were removed on the way in may hold them).
 fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+    crate::sanitize::strip_steering(text)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 #[cfg(test)]
