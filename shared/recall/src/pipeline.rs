@@ -592,18 +592,14 @@ fn turns_of(record: &MemoryRecord) -> Vec<Turn> {
         .unwrap_or_default()
 }
 
+/// What the fact line may truthfully say of an entry: the conversation it came from, the other
+/// references the client gave, whether the user saved or pinned it.
 fn provenance(record: &MemoryRecord) -> Provenance {
-    let mut conversations: Vec<&str> = record.source_ids.iter().map(String::as_str).collect();
-    let own = record.conversation_id.map(|id| id.to_string());
-    if let Some(own) = &own {
-        conversations.push(own);
-    }
-    conversations.sort_unstable();
-    conversations.dedup();
-    if conversations.is_empty() {
-        Provenance::SavedByUser
-    } else {
-        Provenance::Conversations(conversations.len())
+    Provenance {
+        conversations: usize::from(record.conversation_id.is_some()),
+        references: record.source_ids.len(),
+        saved_by_user: record.manually_saved,
+        pinned: record.pinned,
     }
 }
 

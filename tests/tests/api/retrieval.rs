@@ -14,7 +14,9 @@ use engram_server::time::to_proto;
 use tonic::Code;
 use uuid::Uuid;
 
-use crate::helpers::{Setting, assert_status, new_scope, start_incognito, update_setting};
+use crate::helpers::{
+    Setting, assert_status, new_scope, remember, start_incognito, update_setting,
+};
 
 pub(crate) fn fact(client_id: &str, text: &str, days_ago: f64) -> v1::ImportedMemory {
     v1::ImportedMemory {
@@ -148,6 +150,7 @@ async fn load_life(sandbox: &mut Sandbox, scope: &v1::Scope) -> Uuid {
         20.0,
     );
     standup.category = v1::Category::Fact.into();
+    standup.manually_saved = true;
     let mut coffee = fact("coffee", "I drink my coffee black, no sugar", 40.0);
     coffee.category = v1::Category::Preference.into();
     let mut review = episode(
@@ -206,7 +209,7 @@ async fn retrieval_answers_with_markdown_and_the_reasons_for_each_rank() {
         response.markdown
     );
     assert!(response.markdown.contains(
-        "[preference] I prefer the solarized dark theme in my editor (sources: 2 conversations)"
+        "[preference] I prefer the solarized dark theme in my editor (sources: 2 references)"
     ));
     assert!(response.markdown.contains("## Episodic Memories"));
     let top = &response.semantic[0];
@@ -723,4 +726,36 @@ async fn the_triscore_profile_ranks_by_relevance_recency_and_importance() {
     let expected = top.relevance + 5.0 * top.recency + top.importance;
     assert!((top.total - expected).abs() < 1e-9, "{top:?}");
     assert!(top.recency > 0.8, "{top:?}");
+}
+
+/// Facts the user never saved were labelled "(saved by the user)" in the Markdown; each label
+/// now says only what is true of the entry.
+#[tokio::test]
+async fn facts_are_labelled_with_what_is_true_of_them() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("labels");
+    let conversation = Uuid::new_v4().to_string();
+    for request in [
+        remember(&scope, "The boiler service is due in March"),
+        v1::RememberRequest {
+            manually_saved: true,
+            pin: true,
+            ..remember(&scope, "The boiler warranty number is W-5531")
+        },
+        v1::RememberRequest {
+            conversation_id: conversation.clone(),
+            source_ids: vec!["msg-17".into()],
+            ..remember(&scope, "The boiler engineer is called Dana")
+        },
+    ] {
+        sandbox.ingest.remember(request).await.unwrap();
+    }
+    let markdown = retrieve(&mut sandbox, query(&scope, "boiler")).await.markdown;
+    for line in [
+        "The boiler service is due in March\n",
+        "The boiler warranty number is W-5531 (saved by the user; pinned)\n",
+        "The boiler engineer is called Dana (sources: 1 conversation, 1 reference)\n",
+    ] {
+        assert!(markdown.contains(line), "{line:?} in\n{markdown}");
+    }
 }

@@ -39,26 +39,52 @@ impl Detail {
     }
 }
 
-/// Where a fact came from, as the list shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Provenance {
-    /// Derived from (or repeated in) this many conversations.
-    Conversations(usize),
-    /// Saved explicitly, outside any conversation.
-    SavedByUser,
+/// Where a fact came from and what the user did with it, as the list shows it: only what is true
+/// of the entry is said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Provenance {
+    /// Conversations it was written from, derived from or repeated in.
+    pub conversations: usize,
+    /// Provenance references of other kinds the client gave (message ids, URLs, documents).
+    pub references: usize,
+    /// The user explicitly asked to save it.
+    pub saved_by_user: bool,
+    pub pinned: bool,
 }
 
-/// `- [preference] User prefers dark mode (sources: 2 conversations)`
+fn counted(n: usize, one: &str, many: &str) -> String {
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {many}")
+    }
+}
+
+/// `- [preference] User prefers dark mode (sources: 2 conversations)`; a fact the user saved
+/// and pinned reads `(saved by the user; pinned)`, one with nothing to say has no parenthesis.
 pub fn fact_line(category: &str, text: &str, provenance: Provenance) -> String {
     let text = one_line(text);
-    match provenance {
-        Provenance::Conversations(1) => {
-            format!("- [{category}] {text} (sources: 1 conversation)\n")
-        }
-        Provenance::Conversations(n) => {
-            format!("- [{category}] {text} (sources: {n} conversations)\n")
-        }
-        Provenance::SavedByUser => format!("- [{category}] {text} (saved by the user)\n"),
+    let mut labels: Vec<String> = Vec::new();
+    if provenance.saved_by_user {
+        labels.push("saved by the user".to_owned());
+    }
+    if provenance.pinned {
+        labels.push("pinned".to_owned());
+    }
+    let mut sources = Vec::new();
+    if provenance.conversations > 0 {
+        sources.push(counted(provenance.conversations, "conversation", "conversations"));
+    }
+    if provenance.references > 0 {
+        sources.push(counted(provenance.references, "reference", "references"));
+    }
+    if !sources.is_empty() {
+        labels.push(format!("sources: {}", sources.join(", ")));
+    }
+    if labels.is_empty() {
+        format!("- [{category}] {text}\n")
+    } else {
+        format!("- [{category}] {text} ({})\n", labels.join("; "))
     }
 }
 
@@ -172,6 +198,35 @@ fn one_line(text: &str) -> String {
 mod tests {
     use super::*;
     use chrono::Duration;
+
+    #[test]
+    fn a_fact_is_labelled_with_what_is_true_of_it() {
+        let line = |provenance| fact_line("fact", "Text", provenance);
+        assert_eq!(line(Provenance::default()), "- [fact] Text\n");
+        assert_eq!(
+            line(Provenance {
+                conversations: 2,
+                ..Provenance::default()
+            }),
+            "- [fact] Text (sources: 2 conversations)\n"
+        );
+        assert_eq!(
+            line(Provenance {
+                conversations: 1,
+                references: 1,
+                saved_by_user: true,
+                pinned: true,
+            }),
+            "- [fact] Text (saved by the user; pinned; sources: 1 conversation, 1 reference)\n"
+        );
+        assert_eq!(
+            line(Provenance {
+                references: 3,
+                ..Provenance::default()
+            }),
+            "- [fact] Text (sources: 3 references)\n"
+        );
+    }
 
     #[test]
     fn detail_levels_follow_rank_and_surprise() {
