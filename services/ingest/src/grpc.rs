@@ -435,17 +435,36 @@ impl IngestService for IngestApi {
     ) -> Result<Response<v1::ReembedResponse>, Status> {
         let grant = AccessGrant::of_request(&request)?;
         let message = request.into_inner();
-        let scope = match message.scope {
-            Some(scope) => {
+        // Every space at once re-embeds every user's memory (minutes to hours of CPU): it is
+        // asked for explicitly and only by an admin, never by leaving the scope out.
+        let scope = match (message.scope, message.all_spaces) {
+            (Some(_), true) => {
+                return Err(IngestError::from(ValidationError::new(
+                    "all_spaces",
+                    "is set together with a scope; leave the scope out to re-embed every space",
+                ))
+                .into());
+            }
+            (Some(scope), false) => {
                 let scope = scope_from_proto(Some(scope)).map_err(IngestError::from)?;
                 grant.authorize(&scope)?;
                 Some(scope)
             }
-            None if grant == AccessGrant::Unrestricted => None,
-            None => {
-                return Err(Status::permission_denied(
-                    "re-embedding every space needs an unrestricted token",
-                ));
+            (None, true) => {
+                grant.require_admin("re-embedding every space")?;
+                tracing::warn!(
+                    only_other_models = message.only_other_models,
+                    "re-embedding every space of every user"
+                );
+                None
+            }
+            (None, false) => {
+                return Err(IngestError::from(ValidationError::new(
+                    "scope",
+                    "is required; to re-embed every space of every user set all_spaces (an admin \
+                     operation)",
+                ))
+                .into());
             }
         };
         let queued = self

@@ -5,7 +5,7 @@
 //! else, and attaches the token's [`AccessGrant`] to the request. Handlers then check the grant
 //! against the user and space the request names (the layer cannot: they live in the protobuf
 //! body), answering PermissionDenied outside it. With no tokens configured, every request gets an
-//! unrestricted grant.
+//! admin grant: every caller is trusted, which the server logs loudly at start.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -29,7 +29,10 @@ const OPEN_PATH_PREFIXES: [&str; 3] = [
 /// What a request may touch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AccessGrant {
-    /// Any user and space: open access (no tokens configured) or a token without limits.
+    /// Any user and space, and the admin operations that reach across all of them (re-embedding
+    /// every space): a token marked `"admin": true`, or every caller when no tokens are configured.
+    Admin,
+    /// Any user and space: a token without limits.
     Unrestricted,
     /// Only these users and/or spaces; `None` means any.
     Limited {
@@ -43,7 +46,7 @@ impl AccessGrant {
     /// Checks a request's scope against the grant.
     pub fn authorize(&self, scope: &Scope) -> Result<(), Status> {
         match self {
-            AccessGrant::Unrestricted => Ok(()),
+            AccessGrant::Admin | AccessGrant::Unrestricted => Ok(()),
             AccessGrant::Limited {
                 token_name,
                 users,
@@ -66,6 +69,18 @@ impl AccessGrant {
                     )));
                 }
                 Ok(())
+            }
+        }
+    }
+
+    /// Admin operations (reaching every user's data at once) need an admin grant.
+    pub fn require_admin(&self, operation: &str) -> Result<(), Status> {
+        match self {
+            AccessGrant::Admin => Ok(()),
+            AccessGrant::Unrestricted | AccessGrant::Limited { .. } => {
+                Err(Status::permission_denied(format!(
+                    "{operation} needs an admin token (\"admin\": true in the tokens file)"
+                )))
             }
         }
     }
@@ -111,6 +126,9 @@ struct TokenEntry {
     users: Option<Vec<Uuid>>,
     /// Absent: any space. Present: only these (never empty).
     spaces: Option<Vec<String>>,
+    /// May run admin operations across every user (re-embed all spaces); never with limits.
+    #[serde(default)]
+    admin: bool,
 }
 
 /// The configured tokens. Empty means open access.
@@ -187,7 +205,17 @@ impl TokenRegistry {
                     )));
                 }
             }
-            let grant = if entry.users.is_none() && entry.spaces.is_none() {
+            let unlimited = entry.users.is_none() && entry.spaces.is_none();
+            if entry.admin && !unlimited {
+                return Err(invalid(format!(
+                    "token {:?} is an admin token with users or spaces limits; an admin reaches \
+                     every user, so give it no limits or take admin away",
+                    entry.name
+                )));
+            }
+            let grant = if entry.admin {
+                AccessGrant::Admin
+            } else if unlimited {
                 AccessGrant::Unrestricted
             } else {
                 AccessGrant::Limited {
@@ -210,7 +238,9 @@ impl TokenRegistry {
 
     fn grant_for(&self, authorization: Option<&http::HeaderValue>) -> Result<AccessGrant, Status> {
         if self.is_open() {
-            return Ok(AccessGrant::Unrestricted);
+            // Without tokens every caller is trusted, admin operations included (the server
+            // says so loudly at start).
+            return Ok(AccessGrant::Admin);
         }
         let header = authorization
             .ok_or_else(|| Status::unauthenticated("missing authorization: Bearer <token>"))?;
@@ -341,6 +371,18 @@ mod tests {
             registry.grant_for(Some(&header)).unwrap(),
             AccessGrant::Unrestricted
         );
+        assert!(
+            registry
+                .grant_for(Some(&header))
+                .unwrap()
+                .require_admin("x")
+                .is_err()
+        );
+        assert_eq!(
+            TokenRegistry::open().grant_for(None).unwrap(),
+            AccessGrant::Admin,
+            "open access trusts every caller"
+        );
         let crm = http::HeaderValue::from_static("Bearer fedcba9876543210");
         assert!(matches!(
             registry.grant_for(Some(&crm)).unwrap(),
@@ -387,6 +429,10 @@ mod tests {
                 "empty spaces list",
             ),
             (r#"{"tokens":[],"extra":true}"#, "unknown field `extra`"),
+            (
+                r#"{"tokens":[{"name":"ops","token":"0123456789abcdef","admin":true,"spaces":["crm"]}]}"#,
+                "admin token with users or spaces limits",
+            ),
         ] {
             std::fs::write(&path, file).unwrap();
             let error = TokenRegistry::from_file(&path).unwrap_err().to_string();

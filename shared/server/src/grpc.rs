@@ -111,7 +111,12 @@ impl GrpcServer {
             .add_service(reflection_v1alpha);
 
         if tokens.is_open() {
-            tracing::warn!(addr = %self.local_addr, "no access tokens configured: every client may read and write any user's memory");
+            tracing::warn!(
+                addr = %self.local_addr,
+                "NO ACCESS TOKENS CONFIGURED: every caller is trusted. Any client that reaches \
+                 this port may read, write and delete any user's memory and run admin operations \
+                 (re-embedding every space). Set ENGRAM_AUTH__TOKENS_FILE outside local runs."
+            );
         }
 
         // TCP_NODELAY: without it small gRPC responses wait on delayed ACKs (~40 ms each).

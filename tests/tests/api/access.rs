@@ -11,6 +11,7 @@ use crate::helpers::{assert_status, new_scope, remember};
 
 const ADMIN_TOKEN: &str = "admin-token-0123456789";
 const CRM_TOKEN: &str = "crm-token-0123456789ab";
+const PLATFORM_TOKEN: &str = "platform-token-0123456789";
 
 /// The sandbox's services, in the order of `Sandbox::services`.
 const SERVICES: [&str; 3] = [
@@ -35,7 +36,8 @@ async fn tokens_are_required_and_limited_to_their_grant() {
     std::fs::write(
         &tokens_file,
         serde_json::json!({ "tokens": [
-            { "name": "admin", "token": ADMIN_TOKEN },
+            { "name": "admin", "token": ADMIN_TOKEN, "admin": true },
+            { "name": "platform", "token": PLATFORM_TOKEN },
             { "name": "crm", "token": CRM_TOKEN, "users": [crm_user], "spaces": ["crm"] },
         ]})
         .to_string(),
@@ -136,25 +138,38 @@ async fn tokens_are_required_and_limited_to_their_grant() {
         .into_inner();
     assert_eq!(listed.entries.len(), 1);
 
-    // Re-embedding every space needs an unrestricted token; the limited one may re-embed its own.
-    let denied = sandbox
+    // Re-embedding every space needs an admin token, and saying so; any token may re-embed a
+    // space it reaches.
+    let every_space = v1::ReembedRequest {
+        scope: None,
+        only_other_models: false,
+        all_spaces: true,
+    };
+    for token in [CRM_TOKEN, PLATFORM_TOKEN] {
+        let denied = sandbox
+            .ingest
+            .reembed(authorized(every_space.clone(), token))
+            .await
+            .unwrap_err();
+        assert_status(denied, Code::PermissionDenied, "needs an admin token");
+    }
+    sandbox
         .ingest
-        .reembed(authorized(
-            v1::ReembedRequest {
-                scope: None,
-                only_other_models: false,
-            },
-            CRM_TOKEN,
-        ))
+        .reembed(authorized(every_space, ADMIN_TOKEN))
+        .await
+        .unwrap();
+    let no_scope = sandbox
+        .ingest
+        .reembed(authorized(v1::ReembedRequest::default(), ADMIN_TOKEN))
         .await
         .unwrap_err();
-    assert_status(denied, Code::PermissionDenied, "unrestricted token");
+    assert_status(no_scope, Code::InvalidArgument, "scope: is required");
     sandbox
         .ingest
         .reembed(authorized(
             v1::ReembedRequest {
                 scope: Some(crm_scope.clone()),
-                only_other_models: false,
+                ..Default::default()
             },
             CRM_TOKEN,
         ))

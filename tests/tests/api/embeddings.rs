@@ -237,6 +237,7 @@ async fn reembed_replaces_embeddings_of_other_models_without_removing_them_first
         .reembed(engram_proto::v1::ReembedRequest {
             scope: Some(scope.clone()),
             only_other_models: true,
+            all_spaces: false,
         })
         .await
         .unwrap()
@@ -257,12 +258,27 @@ async fn reembed_replaces_embeddings_of_other_models_without_removing_them_first
             .unwrap();
     assert_eq!(old, 0);
 
-    // Every space at once is for unrestricted callers only; with open access that is everyone.
+    // An empty request re-flagged the whole store (every tenant); it names nothing, so it is
+    // refused and queues nothing.
+    let empty = sandbox
+        .ingest
+        .reembed(engram_proto::v1::ReembedRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(empty.code(), tonic::Code::InvalidArgument, "{empty:?}");
+    let flagged: i64 = sqlx::query_scalar("SELECT count(*) FROM memories WHERE needs_embedding")
+        .fetch_one(&sandbox.pool)
+        .await
+        .unwrap();
+    assert_eq!(flagged, 0);
+    // Every space at once is an admin operation, asked for explicitly; with open access every
+    // caller is trusted.
     let all = sandbox
         .ingest
         .reembed(engram_proto::v1::ReembedRequest {
             scope: None,
             only_other_models: false,
+            all_spaces: true,
         })
         .await
         .unwrap()
