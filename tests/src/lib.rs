@@ -86,6 +86,8 @@ pub struct SandboxOptions {
     pub soft_cap: Option<u32>,
     /// Requests one connection may have in flight; `None`: 64.
     pub max_concurrent_requests_per_connection: Option<usize>,
+    /// The services reach Postgres through a TCP proxy the test can cut (`Sandbox::database_proxy`).
+    pub database_proxy: bool,
     /// The services' own request deadline; `None`: 30 s.
     pub request_timeout_secs: Option<u64>,
     /// Group-commit transactions of the ingest service in flight at once; `None` keeps the default.
@@ -94,6 +96,29 @@ pub struct SandboxOptions {
     pub embedder: TestEmbedder,
     /// The RabbitMQ bus (off unless a test needs it), under a topology prefix of its own.
     pub bus: Option<TestBus>,
+}
+
+/// A proxy in front of the test database's server, and the database's URL through it.
+async fn proxied_database_url(url: &str) -> (engram_testkit::TcpProxy, String) {
+    let parsed = url::Url::parse(url).expect("a database URL");
+    let host = parsed.host_str().expect("a database host");
+    let port = parsed.port().unwrap_or(5432);
+    let upstream = tokio::net::lookup_host((host, port))
+        .await
+        .expect("the database host resolves")
+        .next()
+        .expect("an address");
+    let proxy = engram_testkit::TcpProxy::start(upstream)
+        .await
+        .expect("a database proxy");
+    let mut through = parsed.clone();
+    through
+        .set_host(Some(&proxy.address().ip().to_string()))
+        .expect("an IP host");
+    through
+        .set_port(Some(proxy.address().port()))
+        .expect("a port");
+    (proxy, through.to_string())
 }
 
 /// The bus of a sandbox.
@@ -148,6 +173,10 @@ pub struct Sandbox {
     pub pool: PgPool,
     pub services: Vec<RunningService>,
     pub options: SandboxOptions,
+    /// The proxy between the services and Postgres, with `SandboxOptions::database_proxy`.
+    pub database_proxy: Option<engram_testkit::TcpProxy>,
+    /// The database URL the services use (through the proxy, if there is one).
+    services_database_url: String,
     // Last: dropped after the services stopped using it.
     pub database: TestDatabase,
 }
@@ -170,6 +199,7 @@ fn grpc_settings(options: &SandboxOptions) -> engram_server::GrpcSettings {
             .max_concurrent_requests_per_connection
             .unwrap_or(64),
         request_timeout_secs: options.request_timeout_secs.unwrap_or(30),
+        readiness_interval_ms: 100,
     }
 }
 
@@ -255,8 +285,15 @@ impl Sandbox {
         let auth = engram_server::AuthSettings {
             tokens_file: options.tokens_file.clone(),
         };
+        let (database_proxy, services_database_url) = if options.database_proxy {
+            let (proxy, url) = proxied_database_url(database.url()).await;
+            (Some(proxy), url)
+        } else {
+            (None, database.url().to_owned())
+        };
+        let services_url = services_database_url.as_str();
 
-        let ingest_settings = ingest_settings(database.url(), &options);
+        let ingest_settings = ingest_settings(services_url, &options);
         let ingest_app = engram_ingest::App::build(ingest_settings)
             .await
             .expect("ingest starts");
@@ -270,7 +307,7 @@ impl Sandbox {
                 .await
         });
 
-        let retrieval_settings = retrieval_settings(database.url(), &options);
+        let retrieval_settings = retrieval_settings(services_url, &options);
         let retrieval_app = engram_retrieval::App::build(retrieval_settings)
             .await
             .expect("retrieval starts");
@@ -284,7 +321,7 @@ impl Sandbox {
 
         let review_settings = ReviewSettings {
             grpc: grpc_settings(&options),
-            database: database_settings(database.url(), false),
+            database: database_settings(services_url, false),
             auth,
         };
         let review_app = engram_review::App::build(review_settings)
@@ -306,6 +343,8 @@ impl Sandbox {
             pool,
             services: vec![ingest, retrieval, review],
             options,
+            database_proxy,
+            services_database_url,
             database,
         }
     }
@@ -313,7 +352,7 @@ impl Sandbox {
     /// Starts one more ingest service over the same database and bus (a second replica, or a
     /// replacement after the first stopped).
     pub async fn start_another_ingest(&self) -> (RunningService, Arc<IngestMetrics>) {
-        let app = engram_ingest::App::build(ingest_settings(self.database.url(), &self.options))
+        let app = engram_ingest::App::build(ingest_settings(&self.services_database_url, &self.options))
             .await
             .expect("ingest starts");
         let metrics = app.metrics();

@@ -66,7 +66,9 @@ impl App {
                 BackfillHooks::default(),
             )
             .with_recall(recall);
-            let server = GrpcServer::bind(&settings.grpc).await?;
+            let server = GrpcServer::bind(&settings.grpc)
+            .await?
+            .watching_database(pool.clone());
             return Ok(Self {
                 server,
                 pool,
@@ -131,7 +133,9 @@ impl App {
         };
         let writer = MemoryWriter::new(pool.clone(), settings.memory.clone(), metrics, hooks)
             .with_recall(recall);
-        let server = GrpcServer::bind(&settings.grpc).await?;
+        let server = GrpcServer::bind(&settings.grpc)
+            .await?
+            .watching_database(pool.clone());
         Ok(Self {
             server,
             pool,

@@ -45,7 +45,9 @@ impl App {
             settings.embed.query_embedder(),
             settings.recall.clone(),
         )?;
-        let server = GrpcServer::bind(&settings.grpc).await?;
+        let server = GrpcServer::bind(&settings.grpc)
+            .await?
+            .watching_database(pool.clone());
         Ok(Self {
             server,
             pool,

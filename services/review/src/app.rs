@@ -27,7 +27,9 @@ impl App {
             None => TokenRegistry::open(),
         };
         let pool = engram_server::database::connect(&settings.database).await?;
-        let server = GrpcServer::bind(&settings.grpc).await?;
+        let server = GrpcServer::bind(&settings.grpc)
+            .await?
+            .watching_database(pool.clone());
         Ok(Self {
             server,
             pool,

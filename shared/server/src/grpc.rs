@@ -3,14 +3,22 @@
 //! work without proto files.
 //!
 //! Health: the overall status (`""`) is SERVING while the process serves, so liveness probes do
-//! not restart a pod that is only waiting for a dependency; each named service turns SERVING when
-//! the service says it is ready, and NOT_SERVING as soon as shutdown starts.
+//! not restart a pod that is only waiting for a dependency. Each named service (readiness) turns
+//! SERVING when serving starts, NOT_SERVING while its database does not answer (two probes in a
+//! row fail; SERVING again at the first that passes), and NOT_SERVING as soon as shutdown starts.
+//!
+//! Why readiness follows the database: a service whose database does not answer can do no work
+//! (every RPC would answer UNAVAILABLE), so Kubernetes should send its traffic to replicas that
+//! can. When the database is down for every replica, all of them leave the Service's endpoints and
+//! clients get UNAVAILABLE from the connection instead of from the handler: the same code, and
+//! nothing restarts (liveness stays SERVING), so the pods are back the moment the database is.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tonic::service::Routes;
 use tonic::transport::server::TcpIncoming;
@@ -38,6 +46,9 @@ pub struct GrpcServer {
     request_timeout: Duration,
     health: HealthReporter,
     health_service: HealthServer<HealthService>,
+    /// The database readiness follows, and how often it is probed.
+    readiness_database: Option<PgPool>,
+    readiness_interval: Duration,
 }
 
 impl GrpcServer {
@@ -58,7 +69,15 @@ impl GrpcServer {
             request_timeout: Duration::from_secs(settings.request_timeout_secs),
             health,
             health_service,
+            readiness_database: None,
+            readiness_interval: Duration::from_millis(settings.readiness_interval_ms.max(10)),
         })
+    }
+
+    /// Readiness follows this database: NOT_SERVING while it does not answer.
+    pub fn watching_database(mut self, pool: PgPool) -> Self {
+        self.readiness_database = Some(pool);
+        self
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -148,10 +167,25 @@ impl GrpcServer {
         }
         tracing::info!(addr = %self.local_addr, services = ?service_names, "serving grpc");
 
+        let readiness = self.readiness_database.clone().map(|pool| {
+            tokio::spawn(follow_database(
+                pool,
+                self.health.clone(),
+                service_names.iter().map(|name| (*name).to_owned()).collect(),
+                self.readiness_interval,
+            ))
+        });
+
         tokio::pin!(shutdown);
-        tokio::select! {
-            result = &mut server => return result.context("grpc server failed"),
-            () = &mut shutdown => {}
+        let stopped = tokio::select! {
+            result = &mut server => Some(result),
+            () = &mut shutdown => None,
+        };
+        if let Some(readiness) = readiness {
+            readiness.abort();
+        }
+        if let Some(result) = stopped {
+            return result.context("grpc server failed");
         }
 
         for name in service_names {
@@ -169,5 +203,49 @@ impl GrpcServer {
         }
         tracing::info!("grpc server stopped");
         Ok(())
+    }
+}
+
+/// Consecutive failed probes after which a service reports NOT_SERVING (one slow probe is no
+/// outage).
+const FAILED_PROBES_BEFORE_NOT_SERVING: u32 = 2;
+
+/// Probes the database every `interval` and reports the named services NOT_SERVING while it
+/// does not answer, SERVING again at its first answer.
+async fn follow_database(
+    pool: PgPool,
+    health: HealthReporter,
+    service_names: Vec<String>,
+    interval: Duration,
+) {
+    let mut failures = 0u32;
+    let mut ready = true;
+    loop {
+        tokio::time::sleep(interval).await;
+        let probe = tokio::time::timeout(interval.max(Duration::from_secs(1)), async {
+            sqlx::query("SELECT 1").execute(&pool).await
+        })
+        .await;
+        let answered = matches!(probe, Ok(Ok(_)));
+        if answered {
+            failures = 0;
+        } else {
+            failures += 1;
+        }
+        let now_ready = answered || (ready && failures < FAILED_PROBES_BEFORE_NOT_SERVING);
+        if now_ready == ready {
+            continue;
+        }
+        ready = now_ready;
+        let status = if ready {
+            tracing::info!("the database answers again: ready for traffic");
+            ServingStatus::Serving
+        } else {
+            tracing::warn!(failures, "the database does not answer: NOT_SERVING until it does");
+            ServingStatus::NotServing
+        };
+        for name in &service_names {
+            health.set_service_status(name, status).await;
+        }
     }
 }

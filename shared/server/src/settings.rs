@@ -29,6 +29,8 @@ pub struct GrpcSettings {
     /// A request still running after this long (or after the caller's `grpc-timeout`, if sooner)
     /// is answered DEADLINE_EXCEEDED, or UNKNOWN when its write may have landed.
     pub request_timeout_secs: u64,
+    /// How often readiness probes the database (NOT_SERVING after two failed probes in a row).
+    pub readiness_interval_ms: u64,
 }
 
 impl GrpcSettings {
@@ -68,6 +70,7 @@ pub fn common_defaults(default_port: u16) -> Vec<(&'static str, config::Value)> 
         ("grpc.shutdown_grace_secs", 20i64.into()),
         ("grpc.max_concurrent_requests_per_connection", 256i64.into()),
         ("grpc.request_timeout_secs", 30i64.into()),
+        ("grpc.readiness_interval_ms", 2_000i64.into()),
         (
             "database.url",
             "postgres://postgres@127.0.0.1:55432/engram".into(),

@@ -15,6 +15,7 @@ mod helpers;
 mod isolation;
 mod privacy;
 mod read_services;
+mod readiness;
 mod response_size;
 mod retrieval;
 mod transfer;
