@@ -352,9 +352,10 @@ impl Sandbox {
     /// Starts one more ingest service over the same database and bus (a second replica, or a
     /// replacement after the first stopped).
     pub async fn start_another_ingest(&self) -> (RunningService, Arc<IngestMetrics>) {
-        let app = engram_ingest::App::build(ingest_settings(&self.services_database_url, &self.options))
-            .await
-            .expect("ingest starts");
+        let app =
+            engram_ingest::App::build(ingest_settings(&self.services_database_url, &self.options))
+                .await
+                .expect("ingest starts");
         let metrics = app.metrics();
         let service = RunningService::spawn(app.local_addr(), |signal| async move {
             app.run_until(async {

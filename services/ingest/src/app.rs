@@ -67,8 +67,8 @@ impl App {
             )
             .with_recall(recall);
             let server = GrpcServer::bind(&settings.grpc)
-            .await?
-            .watching_database(pool.clone());
+                .await?
+                .watching_database(pool.clone());
             return Ok(Self {
                 server,
                 pool,

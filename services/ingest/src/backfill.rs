@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backon::BackoffBuilder as _;
-use engram_core::backoff::jittered_backoff;
 use chrono::Utc;
+use engram_core::backoff::jittered_backoff;
 use engram_embed::{EmbedError, Embedder};
 use engram_store::StoreError;
 use engram_store::embeddings::{self, PendingEmbedding};
@@ -71,9 +71,8 @@ impl EmbeddingBackfill {
     /// Runs until `stop` turns true; a batch in progress is finished (embedded and committed)
     /// first, so stopping never loses or duplicates work.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
-        let backoff = || {
-            jittered_backoff(Duration::from_millis(200), Duration::from_secs(30)).build()
-        };
+        let backoff =
+            || jittered_backoff(Duration::from_millis(200), Duration::from_secs(30)).build();
         let mut delays = backoff();
         loop {
             if *stop.borrow() {

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backon::BackoffBuilder as _;
-use engram_core::backoff::jittered_backoff;
 use engram_bus::{Bus, BusError, Delivery, OutgoingEvent, QueueSpec, Topology};
+use engram_core::backoff::jittered_backoff;
 use engram_proto::v1;
 use engram_store::{StoreError, embeddings, outbox};
 use prost::Message as _;

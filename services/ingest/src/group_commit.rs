@@ -28,13 +28,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
+use engram_server::deadline::WriteMark;
 use engram_store::audit::{self, AuditAction};
 use engram_store::outbox::NewOutboxEvent;
 use engram_store::write_path::{
     self, AuditedInsert, AuditedMerge, CapacityTarget, ContextQuery, TrimOutcome,
 };
 use sqlx::{PgConnection, PgPool};
-use engram_server::deadline::WriteMark;
 use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument as _;
 use uuid::Uuid;

@@ -5,12 +5,12 @@ use engram_core::validate::{parse_labels, parse_page_size};
 use engram_core::{ConversationId, MemoryId, MemoryText, ValidationError};
 use engram_proto::v1;
 use engram_proto::v1::ingest_service_server::IngestService;
-use engram_server::paging::{RESPONSE_BYTE_BUDGET, fitting_count, parse_audit_token};
-use engram_server::{AccessGrant, authorized_scope};
 use engram_server::convert::{
     category_from_proto, memory_to_proto, role_from_proto, scope_from_proto,
 };
+use engram_server::paging::{RESPONSE_BYTE_BUDGET, fitting_count, parse_audit_token};
 use engram_server::time::to_proto;
+use engram_server::{AccessGrant, authorized_scope};
 use engram_store::audit::AuditAction;
 use engram_store::spaces::SettingsPatch;
 use tonic::{Request, Response, Status};

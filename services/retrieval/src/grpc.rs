@@ -10,8 +10,8 @@ use engram_proto::v1;
 use engram_proto::v1::retrieval_service_server::RetrievalService;
 use engram_recall::{RankedMemory, Recall, Retrieval, ServedBy};
 use engram_server::authorized_scope;
-use engram_server::paging::{EntryCursor, RESPONSE_BYTE_BUDGET, fitting_count};
 use engram_server::convert::{category_to_proto, memory_to_proto};
+use engram_server::paging::{EntryCursor, RESPONSE_BYTE_BUDGET, fitting_count};
 use engram_server::time::to_proto_opt;
 use engram_store::memories::{self, ListFilter};
 use engram_store::retrieval::context;
@@ -425,7 +425,11 @@ mod tests {
             ..Default::default()
         };
         keep_within_budget(&mut response, 2_500);
-        let omitted: Vec<bool> = response.episodic.iter().map(|e| e.messages_omitted).collect();
+        let omitted: Vec<bool> = response
+            .episodic
+            .iter()
+            .map(|e| e.messages_omitted)
+            .collect();
         assert_eq!(omitted, [false, false, true, true]);
         assert!(!response.truncated);
         assert!(prost::Message::encoded_len(&response) <= 2_500);

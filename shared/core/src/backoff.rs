@@ -31,12 +31,18 @@ mod tests {
         let max = Duration::from_secs(10);
         for _ in 0..200 {
             let delays: Vec<Duration> = jittered_backoff(min, max).build().take(30).collect();
-            assert!(delays.iter().all(|d| *d <= max && *d >= min / 2), "{delays:?}");
+            assert!(
+                delays.iter().all(|d| *d <= max && *d >= min / 2),
+                "{delays:?}"
+            );
             assert!(delays[0] <= min);
             assert!(delays[29] >= max / 2, "reaches the top of the range");
         }
         // A maximum below the minimum is read as the minimum.
-        let flat: Vec<Duration> = jittered_backoff(min, Duration::ZERO).build().take(5).collect();
+        let flat: Vec<Duration> = jittered_backoff(min, Duration::ZERO)
+            .build()
+            .take(5)
+            .collect();
         assert!(flat.iter().all(|d| *d <= min), "{flat:?}");
     }
 }

@@ -108,7 +108,10 @@ mod tests {
             ("\u{1b}[2J\u{1b}[Hcleared", "cleared"),
             ("\u{1b}[38;5;196mcolour", "colour"),
             ("title\u{1b}]0;pwned\u{07} here", "title here"),
-            ("link \u{1b}]8;;http://x\u{1b}\\text\u{1b}]8;;\u{1b}\\", "link text"),
+            (
+                "link \u{1b}]8;;http://x\u{1b}\\text\u{1b}]8;;\u{1b}\\",
+                "link text",
+            ),
             ("\u{9b}1mbold", "bold"),
             ("keypad\u{1b}=on", "keypadon"),
             ("charset\u{1b}(Bset", "charsetset"),
@@ -121,9 +124,15 @@ mod tests {
     #[test]
     fn controls_and_bidi_overrides_go_line_breaks_stay() {
         assert_eq!(strip_steering("a\tb\nc"), "a\tb\nc");
-        assert!(matches!(strip_steering("plain text, 中文"), Cow::Borrowed(_)));
+        assert!(matches!(
+            strip_steering("plain text, 中文"),
+            Cow::Borrowed(_)
+        ));
         assert_eq!(strip_steering("one\r\ntwo\rthree"), "one\ntwo\nthree");
-        assert_eq!(strip_steering("pass\u{8}\u{8}\u{8}\u{8}word\u{7f}"), "password");
+        assert_eq!(
+            strip_steering("pass\u{8}\u{8}\u{8}\u{8}word\u{7f}"),
+            "password"
+        );
         // "Trojan Source": an override makes a reader see something else than what is there.
         assert_eq!(
             strip_steering("access = \"user\u{202E} \u{2066}// admin\u{2069} \u{2066}\""),

@@ -174,7 +174,10 @@ mod tests {
         assert_eq!(parse_grpc_timeout("2M"), Some(Duration::from_secs(120)));
         assert_eq!(parse_grpc_timeout("30S"), Some(Duration::from_secs(30)));
         assert_eq!(parse_grpc_timeout("250m"), Some(Duration::from_millis(250)));
-        assert_eq!(parse_grpc_timeout("99999999u"), Some(Duration::from_micros(99_999_999)));
+        assert_eq!(
+            parse_grpc_timeout("99999999u"),
+            Some(Duration::from_micros(99_999_999))
+        );
         assert_eq!(parse_grpc_timeout("5n"), Some(Duration::from_nanos(5)));
         for bad in ["", "S", "10", "10s", "123456789S", "-1S", "1.5S", "10 S"] {
             assert_eq!(parse_grpc_timeout(bad), None, "{bad:?}");

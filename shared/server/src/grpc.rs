@@ -171,7 +171,10 @@ impl GrpcServer {
             tokio::spawn(follow_database(
                 pool,
                 self.health.clone(),
-                service_names.iter().map(|name| (*name).to_owned()).collect(),
+                service_names
+                    .iter()
+                    .map(|name| (*name).to_owned())
+                    .collect(),
                 self.readiness_interval,
             ))
         });
@@ -241,7 +244,10 @@ async fn follow_database(
             tracing::info!("the database answers again: ready for traffic");
             ServingStatus::Serving
         } else {
-            tracing::warn!(failures, "the database does not answer: NOT_SERVING until it does");
+            tracing::warn!(
+                failures,
+                "the database does not answer: NOT_SERVING until it does"
+            );
             ServingStatus::NotServing
         };
         for name in &service_names {

@@ -19,7 +19,11 @@ pub const RESPONSE_BYTE_BUDGET: usize = 3 * 1024 * 1024 + 512 * 1024;
 
 /// How many of `items`, in order, one page takes: at most `max_items`, and no more than fit in
 /// `byte_budget` once encoded as a repeated field, but always at least one when there is one.
-pub fn fitting_count<T: prost::Message>(items: &[T], max_items: usize, byte_budget: usize) -> usize {
+pub fn fitting_count<T: prost::Message>(
+    items: &[T],
+    max_items: usize,
+    byte_budget: usize,
+) -> usize {
     let mut used = 0usize;
     let mut taken = 0usize;
     for item in items.iter().take(max_items) {
@@ -110,7 +114,11 @@ mod tests {
         // Each item encodes as 1 (tag) + 2 (length) + 100 bytes, plus 1 + 1 in the page.
         let page = items(&[100, 100, 100, 100]);
         assert_eq!(fitting_count(&page, 10, 10_000), 4);
-        assert_eq!(fitting_count(&page, 3, 10_000), 3, "the count still bounds it");
+        assert_eq!(
+            fitting_count(&page, 3, 10_000),
+            3,
+            "the count still bounds it"
+        );
         assert_eq!(fitting_count(&page, 10, 210), 2);
         assert_eq!(fitting_count(&page, 10, 1), 1, "one item always goes");
         assert_eq!(fitting_count(&items(&[]), 10, 1), 0);

@@ -13,7 +13,10 @@ use crate::helpers::{assert_status, entries, new_scope, remember, remember_memor
 
 /// A transaction of the test's own holding a table lock, so that the services' statements on it
 /// wait until the test lets go.
-async fn hold_lock(sandbox: &Sandbox, statement: &str) -> sqlx::Transaction<'static, sqlx::Postgres> {
+async fn hold_lock(
+    sandbox: &Sandbox,
+    statement: &str,
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
     let mut transaction = sandbox.pool.begin().await.unwrap();
     sqlx::query(sqlx::AssertSqlSafe(statement.to_owned()))
         .execute(&mut *transaction)
@@ -40,16 +43,26 @@ async fn a_write_past_the_servers_deadline_that_may_have_landed_is_unknown() {
         .await
         .unwrap_err();
     assert_status(status, Code::Unknown, "may or may not have been applied");
-    assert!(started.elapsed() < Duration::from_secs(5), "answered at the server's 1 s limit");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "answered at the server's 1 s limit"
+    );
     lock.commit().await.unwrap();
     // It did land: the caller was right to read it back rather than assume either way.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let texts: Vec<String> = entries(&mut sandbox, &scope).await.into_iter().map(|m| m.text).collect();
+        let texts: Vec<String> = entries(&mut sandbox, &scope)
+            .await
+            .into_iter()
+            .map(|m| m.text)
+            .collect();
         if texts.iter().any(|t| t.contains("lift")) {
             break;
         }
-        assert!(Instant::now() < deadline, "the write never landed: {texts:?}");
+        assert!(
+            Instant::now() < deadline,
+            "the write never landed: {texts:?}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -67,8 +80,15 @@ async fn the_callers_deadline_is_honoured_and_an_unwritten_write_is_deadline_exc
     forget.set_timeout(Duration::from_millis(300));
     let started = Instant::now();
     let status = sandbox.ingest.forget(forget).await.unwrap_err();
-    assert_status(status, Code::DeadlineExceeded, "nothing it asked to write was written");
-    assert!(started.elapsed() < Duration::from_secs(5), "the server's 30 s did not apply");
+    assert_status(
+        status,
+        Code::DeadlineExceeded,
+        "nothing it asked to write was written",
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the server's 30 s did not apply"
+    );
     lock.commit().await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     let kept = entries(&mut sandbox, &scope).await;
@@ -88,7 +108,11 @@ async fn a_read_past_the_callers_deadline_is_deadline_exceeded() {
         ..Default::default()
     });
     retrieve.set_timeout(Duration::from_millis(300));
-    let status = sandbox.retrieval.retrieve_memory(retrieve).await.unwrap_err();
+    let status = sandbox
+        .retrieval
+        .retrieve_memory(retrieve)
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
     lock.rollback().await.unwrap();
 }

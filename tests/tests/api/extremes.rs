@@ -137,7 +137,11 @@ async fn reads_answer_for_entries_from_year_one_to_the_far_future() {
         .unwrap()
         .into_inner();
     assert_eq!(next.entries.len(), 3);
-    for entry in next.entries.iter().filter(|m| m.kind() == v1::MemoryKind::Episodic) {
+    for entry in next
+        .entries
+        .iter()
+        .filter(|m| m.kind() == v1::MemoryKind::Episodic)
+    {
         let state = sandbox
             .review
             .get_memory_state(v1::GetMemoryStateRequest {

@@ -43,13 +43,20 @@ async fn row_counts(pool: &sqlx::PgPool) -> BTreeMap<String, i64> {
 fn changes(before: &BTreeMap<String, i64>, after: &BTreeMap<String, i64>) -> BTreeMap<String, i64> {
     after
         .iter()
-        .map(|(table, count)| (table.clone(), count - before.get(table).copied().unwrap_or(0)))
+        .map(|(table, count)| {
+            (
+                table.clone(),
+                count - before.get(table).copied().unwrap_or(0),
+            )
+        })
         .filter(|(_, delta)| *delta != 0)
         .collect()
 }
 
 fn expected(rows: &[(&str, i64)]) -> BTreeMap<String, i64> {
-    rows.iter().map(|(table, delta)| ((*table).to_owned(), *delta)).collect()
+    rows.iter()
+        .map(|(table, delta)| ((*table).to_owned(), *delta))
+        .collect()
 }
 
 /// The calls, each paired with what it may leave: a name for the failure message, the call,
@@ -111,7 +118,9 @@ async fn content_calls_leave_nothing(
             })
             .await
             .unwrap();
-        probe.leaves(&format!("{mode}: ApplyCommand {message:?}"), &[]).await;
+        probe
+            .leaves(&format!("{mode}: ApplyCommand {message:?}"), &[])
+            .await;
     }
 
     let retrieved = probe
@@ -126,7 +135,10 @@ async fn content_calls_leave_nothing(
         .await
         .unwrap()
         .into_inner();
-    assert!(retrieved.semantic.is_empty() && retrieved.episodic.is_empty(), "{mode}");
+    assert!(
+        retrieved.semantic.is_empty() && retrieved.episodic.is_empty(),
+        "{mode}"
+    );
     probe.leaves(&format!("{mode}: RetrieveMemory"), &[]).await;
 
     probe
@@ -140,7 +152,9 @@ async fn content_calls_leave_nothing(
         })
         .await
         .unwrap();
-    probe.leaves(&format!("{mode}: ContextPreRetrieve"), &[]).await;
+    probe
+        .leaves(&format!("{mode}: ContextPreRetrieve"), &[])
+        .await;
 
     // Memory off refuses an import outright; incognito skips its entries without a trace.
     let imported = probe
@@ -165,7 +179,12 @@ async fn content_calls_leave_nothing(
 }
 
 /// The RPCs that read or manage what is stored: they behave as always in either mode.
-async fn reads_and_controls(probe: &mut Probe<'_>, scope: &v1::Scope, stored: &v1::Memory, mode: &str) {
+async fn reads_and_controls(
+    probe: &mut Probe<'_>,
+    scope: &v1::Scope,
+    stored: &v1::Memory,
+    mode: &str,
+) {
     let sandbox = &mut *probe.sandbox;
     sandbox
         .ingest
@@ -215,9 +234,16 @@ async fn reads_and_controls(probe: &mut Probe<'_>, scope: &v1::Scope, stored: &v
             memory_id: stored.id.clone(),
         })
         .await;
-    assert_eq!(state.unwrap_err().code(), tonic::Code::FailedPrecondition, "a fact has no FSRS state");
+    assert_eq!(
+        state.unwrap_err().code(),
+        tonic::Code::FailedPrecondition,
+        "a fact has no FSRS state"
+    );
     probe
-        .leaves(&format!("{mode}: ListEntries, GetSummary, ExportSpace, ListAudit, GetMemoryState"), &[])
+        .leaves(
+            &format!("{mode}: ListEntries, GetSummary, ExportSpace, ListAudit, GetMemoryState"),
+            &[],
+        )
         .await;
 
     probe
@@ -241,7 +267,9 @@ async fn reads_and_controls(probe: &mut Probe<'_>, scope: &v1::Scope, stored: &v
         })
         .await
         .unwrap();
-    probe.leaves(&format!("{mode}: Pin"), &[("audit_events", 1)]).await;
+    probe
+        .leaves(&format!("{mode}: Pin"), &[("audit_events", 1)])
+        .await;
     probe
         .sandbox
         .ingest
@@ -251,7 +279,9 @@ async fn reads_and_controls(probe: &mut Probe<'_>, scope: &v1::Scope, stored: &v
         })
         .await
         .unwrap();
-    probe.leaves(&format!("{mode}: Unpin"), &[("audit_events", 1)]).await;
+    probe
+        .leaves(&format!("{mode}: Unpin"), &[("audit_events", 1)])
+        .await;
     probe
         .sandbox
         .ingest
@@ -284,7 +314,10 @@ async fn an_incognito_conversation_leaves_nothing_but_the_users_own_switches() {
 
     start_incognito(probe.sandbox, &scope, &conversation).await;
     probe
-        .leaves("StartIncognito", &[("audit_events", 1), ("conversations", 1)])
+        .leaves(
+            "StartIncognito",
+            &[("audit_events", 1), ("conversations", 1)],
+        )
         .await;
     content_calls_leave_nothing(&mut probe, &scope, &conversation, "incognito").await;
     reads_and_controls(&mut probe, &scope, &stored, "incognito").await;
@@ -298,7 +331,9 @@ async fn an_incognito_conversation_leaves_nothing_but_the_users_own_switches() {
         })
         .await
         .unwrap();
-    probe.leaves("incognito: UpdateSettings", &[("audit_events", 1)]).await;
+    probe
+        .leaves("incognito: UpdateSettings", &[("audit_events", 1)])
+        .await;
     end_incognito(probe.sandbox, &scope, &conversation).await;
     probe.leaves("EndIncognito", &[("audit_events", 1)]).await;
 }
@@ -312,16 +347,23 @@ async fn a_space_with_memory_off_leaves_nothing_but_the_users_own_actions() {
     let mut probe = Probe::new(&mut sandbox).await;
 
     update_setting(probe.sandbox, &scope, Setting::MemoryEnabled(false)).await;
-    probe.leaves("UpdateSettings memory off", &[("audit_events", 1)]).await;
+    probe
+        .leaves("UpdateSettings memory off", &[("audit_events", 1)])
+        .await;
     content_calls_leave_nothing(&mut probe, &scope, &conversation, "memory off").await;
     reads_and_controls(&mut probe, &scope, &stored, "memory off").await;
     // Incognito switches are the user's own, and recorded as such.
     start_incognito(probe.sandbox, &scope, &conversation).await;
     probe
-        .leaves("memory off: StartIncognito", &[("audit_events", 1), ("conversations", 1)])
+        .leaves(
+            "memory off: StartIncognito",
+            &[("audit_events", 1), ("conversations", 1)],
+        )
         .await;
     end_incognito(probe.sandbox, &scope, &conversation).await;
-    probe.leaves("memory off: EndIncognito", &[("audit_events", 1)]).await;
+    probe
+        .leaves("memory off: EndIncognito", &[("audit_events", 1)])
+        .await;
     // Remember once more, now in a conversation that is no longer incognito: memory is still off.
     let answer = probe
         .sandbox

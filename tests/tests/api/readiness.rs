@@ -5,9 +5,9 @@
 use std::time::{Duration, Instant};
 
 use engram_e2e::{Sandbox, SandboxOptions};
+use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::HealthCheckRequest;
 
 const SERVICES: [&str; 3] = [
     "engram.v1.IngestService",
@@ -56,7 +56,11 @@ async fn readiness_follows_the_database_and_liveness_does_not() {
     proxy.cut();
     wait_for(&sandbox, ServingStatus::NotServing).await;
     for index in 0..SERVICES.len() {
-        assert_eq!(status_of(&sandbox, index, "").await, ServingStatus::Serving, "liveness");
+        assert_eq!(
+            status_of(&sandbox, index, "").await,
+            ServingStatus::Serving,
+            "liveness"
+        );
     }
 
     proxy.restore().await.unwrap();

@@ -135,11 +135,22 @@ async fn retrieval_leaves_excerpts_out_before_passing_the_limit() {
         .await
         .expect("an answer a default client can read")
         .into_inner();
-    assert_eq!(answer.episodic.len(), 60, "{}", answer.served_by.unwrap().path);
+    assert_eq!(
+        answer.episodic.len(),
+        60,
+        "{}",
+        answer.served_by.unwrap().path
+    );
     let omitted: Vec<bool> = answer.episodic.iter().map(|e| e.messages_omitted).collect();
-    let first_omitted = omitted.iter().position(|o| *o).expect("some excerpts left out");
+    let first_omitted = omitted
+        .iter()
+        .position(|o| *o)
+        .expect("some excerpts left out");
     assert!(first_omitted > 0, "the best-ranked keep their excerpts");
-    assert!(omitted[first_omitted..].iter().all(|o| *o), "lowest ranks first");
+    assert!(
+        omitted[first_omitted..].iter().all(|o| *o),
+        "lowest ranks first"
+    );
     for kept in &answer.episodic[..first_omitted] {
         assert_eq!(kept.memory.as_ref().unwrap().messages.len(), 8);
     }
@@ -169,7 +180,11 @@ async fn an_episode_excerpt_over_its_limit_is_refused() {
         })
         .await
         .unwrap_err();
-    assert_status(status, Code::InvalidArgument, "memories[0].messages: hold 72000 characters");
+    assert_status(
+        status,
+        Code::InvalidArgument,
+        "memories[0].messages: hold 72000 characters",
+    );
 }
 
 /// A page token whose time no stored entry can have was answered INTERNAL (Postgres: timestamp

@@ -750,7 +750,9 @@ async fn facts_are_labelled_with_what_is_true_of_them() {
     ] {
         sandbox.ingest.remember(request).await.unwrap();
     }
-    let markdown = retrieve(&mut sandbox, query(&scope, "boiler")).await.markdown;
+    let markdown = retrieve(&mut sandbox, query(&scope, "boiler"))
+        .await
+        .markdown;
     for line in [
         "The boiler service is due in March\n",
         "The boiler warranty number is W-5531 (saved by the user; pinned)\n",

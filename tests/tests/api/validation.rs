@@ -405,7 +405,11 @@ async fn text_cannot_steer_a_terminal_or_reorder_what_a_model_reads() {
         .await
         .unwrap()
         .into_inner();
-    assert!(answer.markdown.contains("My door code is 4321 really"), "{}", answer.markdown);
+    assert!(
+        answer.markdown.contains("My door code is 4321 really"),
+        "{}",
+        answer.markdown
+    );
     assert!(!answer.markdown.contains('\u{1b}') && !answer.markdown.contains('\u{202e}'));
 
     let status = sandbox
@@ -432,5 +436,9 @@ async fn text_cannot_steer_a_terminal_or_reorder_what_a_model_reads() {
         })
         .await
         .unwrap_err();
-    assert_status(status, Code::InvalidArgument, "tags[0]: must not contain control characters");
+    assert_status(
+        status,
+        Code::InvalidArgument,
+        "tags[0]: must not contain control characters",
+    );
 }

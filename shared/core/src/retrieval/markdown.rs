@@ -73,7 +73,11 @@ pub fn fact_line(category: &str, text: &str, provenance: Provenance) -> String {
     }
     let mut sources = Vec::new();
     if provenance.conversations > 0 {
-        sources.push(counted(provenance.conversations, "conversation", "conversations"));
+        sources.push(counted(
+            provenance.conversations,
+            "conversation",
+            "conversations",
+        ));
     }
     if provenance.references > 0 {
         sources.push(counted(provenance.references, "reference", "references"));

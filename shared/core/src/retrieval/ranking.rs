@@ -147,7 +147,9 @@ pub fn score(
     };
     let relevance = match (facts.query_cosine, candidate.sparse) {
         (Some(cosine), _) => unit_interval(cosine),
-        (None, Some(hit)) if best_sparse_score > 0.0 => unit_interval(hit.score / best_sparse_score),
+        (None, Some(hit)) if best_sparse_score > 0.0 => {
+            unit_interval(hit.score / best_sparse_score)
+        }
         _ => 0.0,
     };
     let recency = recency(facts.created_at, now, params.recency_tau_days);
