@@ -4,8 +4,8 @@ use engram_e2e::{Sandbox, SandboxOptions};
 use engram_proto::v1;
 
 use crate::helpers::{
-    Setting, audit, audit_actions, entries, new_scope, outcome, remember, remember_response,
-    space_settings, update_setting,
+    Setting, audit, audit_actions, entries, import, imported_fact, new_scope, outcome, remember,
+    remember_response, space_settings, update_setting,
 };
 
 #[tokio::test]
@@ -335,25 +335,16 @@ async fn a_space_with_decades_old_entries_keeps_accepting_writes_at_its_cap() {
     let mut sandbox = Sandbox::start().await;
     let scope = new_scope("history");
     update_setting(&mut sandbox, &scope, Setting::SoftCap(1)).await;
-    let imported = |client_id: &str, text: &str, seconds: i64| v1::ImportedMemory {
-        client_id: client_id.to_owned(),
-        kind: v1::MemoryKind::Semantic.into(),
-        text: text.to_owned(),
-        created_at: Some(prost_types::Timestamp { seconds, nanos: 0 }),
-        ..Default::default()
-    };
-    sandbox
-        .ingest
-        .import_memories(v1::ImportMemoriesRequest {
-            scope: Some(scope.clone()),
-            memories: vec![
-                // 2011-01-01 and 0001-01-01: both far beyond exp's range at τ = 7 days.
-                imported("old", "I used to live in Leeds", 1_293_840_000),
-                imported("ancient", "The first note ever kept", -62_135_596_800),
-            ],
-        })
-        .await
-        .unwrap();
+    // 2011-01-01 and 0001-01-01: both far beyond exp's range at τ = 7 days.
+    import(
+        &mut sandbox,
+        &scope,
+        vec![
+            imported_fact("old", "I used to live in Leeds", 1_293_840_000),
+            imported_fact("ancient", "The first note ever kept", -62_135_596_800),
+        ],
+    )
+    .await;
     let first = remember_response(&mut sandbox, remember(&scope, "My new flat is in Porto")).await;
     assert_eq!(outcome(&first), v1::RememberOutcome::Created);
     assert_eq!(first.trimmed_ids.len(), 2, "both old entries trimmed");

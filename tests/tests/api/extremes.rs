@@ -5,7 +5,7 @@
 use engram_e2e::Sandbox;
 use engram_proto::v1;
 
-use crate::helpers::{new_scope, remember_memory};
+use crate::helpers::{export_all, import, imported_fact, new_scope, remember_memory};
 
 const YEAR_ONE: i64 = -62_135_596_800;
 const YEAR_2011: i64 = 1_293_840_000;
@@ -33,13 +33,6 @@ fn assert_scores_in_range(memories: &[v1::RetrievedMemory]) {
 async fn reads_answer_for_entries_from_year_one_to_the_far_future() {
     let mut sandbox = Sandbox::start().await;
     let scope = new_scope("edges");
-    let fact = |client_id: &str, text: &str, created: i64| v1::ImportedMemory {
-        client_id: client_id.to_owned(),
-        kind: v1::MemoryKind::Semantic.into(),
-        text: text.to_owned(),
-        created_at: at(created),
-        ..Default::default()
-    };
     let episode = |client_id: &str, stability: f64, reviewed: i64| v1::ImportedMemory {
         client_id: client_id.to_owned(),
         kind: v1::MemoryKind::Episodic.into(),
@@ -60,19 +53,17 @@ async fn reads_answer_for_entries_from_year_one_to_the_far_future() {
         }],
         ..Default::default()
     };
-    sandbox
-        .ingest
-        .import_memories(v1::ImportMemoriesRequest {
-            scope: Some(scope.clone()),
-            memories: vec![
-                fact("year-one", "The harbour boats are painted blue", YEAR_ONE),
-                fact("2011", "The harbour master is called Ines", YEAR_2011),
-                episode("short", 0.001, YEAR_ONE),
-                episode("long", 36_500.0, YEAR_ONE),
-            ],
-        })
-        .await
-        .unwrap();
+    import(
+        &mut sandbox,
+        &scope,
+        vec![
+            imported_fact("year-one", "The harbour boats are painted blue", YEAR_ONE),
+            imported_fact("2011", "The harbour master is called Ines", YEAR_2011),
+            episode("short", 0.001, YEAR_ONE),
+            episode("long", 36_500.0, YEAR_ONE),
+        ],
+    )
+    .await;
     // A clock far ahead: the entry says it was made in year 9999.
     let future = remember_memory(&mut sandbox, &scope, "The harbour ferry leaves at noon").await;
     sqlx::query("UPDATE memories SET created_at = '9999-12-31 23:59:59+00' WHERE id = $1::uuid")
@@ -158,18 +149,5 @@ async fn reads_answer_for_entries_from_year_one_to_the_far_future() {
             state.retrievability
         );
     }
-    let mut export = sandbox
-        .retrieval
-        .export_space(v1::ExportSpaceRequest {
-            scope: Some(scope.clone()),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut exported = 0;
-    while let Some(page) = export.message().await.unwrap() {
-        exported += page.memories.len();
-    }
-    assert_eq!(exported, 5);
+    assert_eq!(export_all(&mut sandbox, &scope).await.len(), 5);
 }

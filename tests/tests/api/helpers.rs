@@ -201,3 +201,59 @@ pub(crate) async fn assert_retention_in_step(pool: &sqlx::PgPool) {
         "memory_retention out of step with memories: {disagreements:?}"
     );
 }
+
+/// Imports entries into the space and returns the answer.
+pub(crate) async fn import(
+    sandbox: &mut Sandbox,
+    scope: &v1::Scope,
+    memories: Vec<v1::ImportedMemory>,
+) -> v1::ImportMemoriesResponse {
+    sandbox
+        .ingest
+        .import_memories(v1::ImportMemoriesRequest {
+            scope: Some(scope.clone()),
+            memories,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// A fact to import, made at `created_seconds` (Unix time).
+pub(crate) fn imported_fact(
+    client_id: &str,
+    text: &str,
+    created_seconds: i64,
+) -> v1::ImportedMemory {
+    v1::ImportedMemory {
+        client_id: client_id.to_owned(),
+        kind: v1::MemoryKind::Semantic.into(),
+        text: text.to_owned(),
+        created_at: Some(prost_types::Timestamp {
+            seconds: created_seconds,
+            nanos: 0,
+        }),
+        ..Default::default()
+    }
+}
+
+/// Every memory ExportSpace streams for the space, in order.
+pub(crate) async fn export_all(
+    sandbox: &mut Sandbox,
+    scope: &v1::Scope,
+) -> Vec<v1::ExportedMemory> {
+    let mut stream = sandbox
+        .retrieval
+        .export_space(v1::ExportSpaceRequest {
+            scope: Some(scope.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut exported = Vec::new();
+    while let Some(page) = stream.message().await.expect("a message a client can read") {
+        exported.extend(page.memories);
+    }
+    exported
+}

@@ -12,7 +12,8 @@ use engram_proto::v1;
 use uuid::Uuid;
 
 use crate::helpers::{
-    Setting, end_incognito, new_scope, remember, remember_memory, start_incognito, update_setting,
+    Setting, end_incognito, export_all, new_scope, remember, remember_memory, start_incognito,
+    update_setting,
 };
 
 /// Rows per table of the public schema (every table the migrations made, found at run time so
@@ -208,15 +209,7 @@ async fn reads_and_controls(
         })
         .await
         .unwrap();
-    let mut export = reads
-        .export_space(v1::ExportSpaceRequest {
-            scope: Some(scope.clone()),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    while export.message().await.unwrap().is_some() {}
+    export_all(probe.sandbox, scope).await;
     probe
         .sandbox
         .ingest

@@ -7,7 +7,7 @@ use engram_proto::v1;
 use rand::{Rng as _, SeedableRng as _};
 use tonic::Code;
 
-use crate::helpers::{assert_status, new_scope};
+use crate::helpers::{assert_status, export_all, import, new_scope};
 
 /// `chars` random CJK ideographs (3 bytes each in UTF-8); random so that nothing merges.
 fn cjk_text(rng: &mut rand::rngs::StdRng, chars: usize) -> String {
@@ -16,16 +16,8 @@ fn cjk_text(rng: &mut rand::rngs::StdRng, chars: usize) -> String {
         .collect()
 }
 
-async fn import(sandbox: &mut Sandbox, scope: &v1::Scope, memories: Vec<v1::ImportedMemory>) {
-    let response = sandbox
-        .ingest
-        .import_memories(v1::ImportMemoriesRequest {
-            scope: Some(scope.clone()),
-            memories,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+async fn import_all(sandbox: &mut Sandbox, scope: &v1::Scope, memories: Vec<v1::ImportedMemory>) {
+    let response = import(sandbox, scope, memories).await;
     assert_eq!(response.skipped_incognito + response.suppressed, 0);
 }
 
@@ -44,7 +36,7 @@ async fn pages_of_large_entries_end_early_and_hand_a_token() {
                 ..Default::default()
             })
             .collect();
-        import(&mut sandbox, &scope, memories).await;
+        import_all(&mut sandbox, &scope, memories).await;
     }
 
     let mut listed = 0;
@@ -73,20 +65,9 @@ async fn pages_of_large_entries_end_early_and_hand_a_token() {
     assert_eq!(listed, 200);
     assert!(pages >= 2, "the first page ended early");
 
-    let mut export = sandbox
-        .retrieval
-        .export_space(v1::ExportSpaceRequest {
-            scope: Some(scope.clone()),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
     let mut exported = std::collections::HashSet::new();
-    while let Some(page) = export.message().await.expect("a message a client can read") {
-        for memory in page.memories {
-            assert!(exported.insert(memory.memory.unwrap().id), "exported twice");
-        }
+    for memory in export_all(&mut sandbox, &scope).await {
+        assert!(exported.insert(memory.memory.unwrap().id), "exported twice");
     }
     assert_eq!(exported.len(), 200);
 }
@@ -115,7 +96,7 @@ async fn retrieval_leaves_excerpts_out_before_passing_the_limit() {
                 ..Default::default()
             })
             .collect();
-        import(&mut sandbox, &scope, memories).await;
+        import_all(&mut sandbox, &scope, memories).await;
     }
     let answer = sandbox
         .retrieval
