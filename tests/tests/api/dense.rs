@@ -11,8 +11,9 @@ use engram_store::retrieval::{DenseMethod, SearchFilter, dense_search};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::helpers::import;
 use crate::helpers::{new_scope, wait_until_embedded};
-use crate::retrieval::{fact, import, query, retrieve};
+use crate::retrieval::{fact, query, retrieve};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_vector_leg_finds_paraphrases_that_share_no_word() {

@@ -7,8 +7,9 @@ use engram_proto::v1;
 use futures::StreamExt;
 use uuid::Uuid;
 
+use crate::helpers::import;
 use crate::helpers::new_scope;
-use crate::retrieval::{episode, fact, import, query, retrieve};
+use crate::retrieval::{episode, fact, query, retrieve};
 
 fn ids(results: &[v1::RetrievedMemory]) -> Vec<String> {
     results

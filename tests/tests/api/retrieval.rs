@@ -15,7 +15,7 @@ use tonic::Code;
 use uuid::Uuid;
 
 use crate::helpers::{
-    Setting, assert_status, new_scope, remember, start_incognito, update_setting,
+    Setting, assert_status, import, new_scope, remember, start_incognito, update_setting,
 };
 
 pub(crate) fn fact(client_id: &str, text: &str, days_ago: f64) -> v1::ImportedMemory {
@@ -64,22 +64,6 @@ pub(crate) fn episode(
 
 fn ago(days: f64) -> chrono::DateTime<Utc> {
     Utc::now() - Duration::milliseconds((days * 86_400_000.0) as i64)
-}
-
-pub(crate) async fn import(
-    sandbox: &mut Sandbox,
-    scope: &v1::Scope,
-    memories: Vec<v1::ImportedMemory>,
-) -> v1::ImportMemoriesResponse {
-    sandbox
-        .ingest
-        .import_memories(v1::ImportMemoriesRequest {
-            scope: Some(scope.clone()),
-            memories,
-        })
-        .await
-        .expect("import succeeds")
-        .into_inner()
 }
 
 pub(crate) fn query(scope: &v1::Scope, text: &str) -> v1::RetrieveMemoryRequest {

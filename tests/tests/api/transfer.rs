@@ -8,8 +8,9 @@ use futures::StreamExt;
 use tonic::Code;
 use uuid::Uuid;
 
+use crate::helpers::import;
 use crate::helpers::{Setting, assert_status, new_scope, start_incognito, update_setting};
-use crate::retrieval::{episode, fact, import};
+use crate::retrieval::{episode, fact};
 
 async fn export(
     sandbox: &mut Sandbox,
