@@ -2,7 +2,6 @@
 //! and the embedding consumer embeds the entries those events name. Both reconnect on their own
 //! with jittered backoff, so the broker can come and go; nothing the write path does waits for it.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,10 +18,7 @@ use uuid::Uuid;
 
 use crate::backfill::EmbeddingBackfill;
 use crate::config::AmqpSettings;
-
-/// Routing key and protobuf type of an embedding request.
-pub const EMBEDDING_REQUESTED_KEY: &str = "memory.embedding.requested";
-pub const EMBEDDING_REQUESTED_TYPE: &str = "engram.v1.EmbeddingRequested";
+use crate::write_path::{EMBEDDING_REQUESTED_KEY, EMBEDDING_REQUESTED_TYPE};
 
 /// The ingest service's consumer queue.
 pub fn embedding_queue(settings: &AmqpSettings) -> QueueSpec {
@@ -57,31 +53,6 @@ async fn connect(settings: &AmqpSettings, url: &SecretString) -> Result<Bus, Bus
     .await?;
     bus.declare(&[embedding_queue(settings)]).await?;
     Ok(bus)
-}
-
-/// The EmbeddingRequested event for a new entry, ready for the outbox. `trace_headers` carry the
-/// trace of the request that wrote the entry (see [`engram_bus::current_trace_headers`]).
-pub fn embedding_requested(
-    memory_id: Uuid,
-    scope: &engram_core::Scope,
-    trace_headers: HashMap<String, String>,
-) -> outbox::NewOutboxEvent {
-    let event = v1::EmbeddingRequested {
-        memory_id: memory_id.to_string(),
-        scope: Some(v1::Scope {
-            user_id: scope.user_id.to_string(),
-            space: scope.space.to_string(),
-        }),
-        kind: v1::MemoryKind::Semantic.into(),
-        requested_at: Some(engram_server::time::to_proto(chrono::Utc::now())),
-    };
-    outbox::NewOutboxEvent {
-        message_id: Uuid::now_v7(),
-        routing_key: EMBEDDING_REQUESTED_KEY.into(),
-        type_name: EMBEDDING_REQUESTED_TYPE.into(),
-        payload: event.encode_to_vec(),
-        trace_headers,
-    }
 }
 
 /// Publishes outbox events with publisher confirms and marks them published.

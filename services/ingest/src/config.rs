@@ -104,8 +104,8 @@ impl MemorySettings {
     }
 
     /// At least one write a batch and one slot, whatever the configuration says.
-    pub fn group_commit(&self) -> crate::group_commit::GroupCommitSettings {
-        crate::group_commit::GroupCommitSettings {
+    pub fn group_commit(&self) -> GroupCommitSettings {
+        GroupCommitSettings {
             max_batch: self.write_batch_max.max(1),
             concurrency: self.write_batch_concurrency.max(1),
             linger: std::time::Duration::from_micros(self.write_batch_linger_us),
@@ -176,4 +176,16 @@ pub struct AmqpSettings {
     pub retry_delay_ms: u64,
     /// Longest wait between reconnection attempts when the broker is away.
     pub reconnect_max_backoff_ms: u64,
+}
+
+/// How writes are grouped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupCommitSettings {
+    /// Most writes in one transaction.
+    pub max_batch: usize,
+    /// Transactions in flight at once (each holds a database connection).
+    pub concurrency: usize,
+    /// The longest a batch waits for the writes it expects, from when it starts waiting (see
+    /// `group_commit::WavePlanner`). Zero: never waits.
+    pub linger: std::time::Duration,
 }

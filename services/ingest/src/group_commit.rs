@@ -1,4 +1,4 @@
-//! Group commit of Remembers: concurrent writes share one transaction and one set of statements.
+//! Group commit: concurrent writes share one transaction and one set of statements.
 //!
 //! A write costs Postgres far more in per-statement and per-transaction work (round trips,
 //! executor start-up, locks on the table and its indexes, the commit's WAL flush) than in the rows
@@ -7,67 +7,44 @@
 //! service is idle a write goes alone at once, adding no latency; under load, writes that arrive
 //! while the slots are busy leave together, and the batch grows with the load.
 //!
-//! A batch locks all its spaces (in key order, so batches never deadlock), then runs in rounds:
-//! each round holds at most one write per space (the first round the first write of each space,
-//! and so on), and runs the whole write path for all of them at once — the context query, the
-//! merges, the inserts, the soft caps. A later round sees what earlier rounds wrote, exactly as
-//! if the writes had been made one after another in queue order.
-//!
-//! If the database refuses a statement of a batch, the batch is rolled back and its writes are
-//! retried one at a time, in queue order, so one write the database refuses cannot fail the
-//! others. A batch that cannot reach the database (connection lost, pool exhausted) fails as a
-//! whole, and a batch whose commit could not be confirmed is never retried: it may have landed.
+//! This module is only the queue and the batching: what a batch does with its writes is the
+//! [`BatchCommitter`]'s (for Remembers, `write_path::batch`).
 //!
 //! A write leaves with its batch once the batch starts: a caller who goes away after that (a
 //! cancelled request, a passed deadline) may still find the write made, as with any database
-//! write whose client disconnects while it commits. Callers already gone when a batch starts, or
-//! when a failed batch is retried, are skipped.
+//! write whose client disconnects while it commits, and its request's [`WriteMark`] says so.
+//! Callers already gone when a batch starts are skipped ([`take_callers_still_waiting`]).
 
-use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use chrono::Utc;
 use engram_server::deadline::WriteMark;
-use engram_store::audit::{self, AuditAction};
-use engram_store::outbox::NewOutboxEvent;
-use engram_store::write_path::{
-    self, AuditedInsert, AuditedMerge, CapacityTarget, ContextQuery, TrimOutcome,
-};
-use sqlx::{PgConnection, PgPool};
 use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument as _;
-use uuid::Uuid;
 
-use crate::config::MemorySettings;
+use crate::config::GroupCommitSettings;
 use crate::error::IngestError;
 use crate::metrics::{InFlightWrite, IngestMetrics};
-use crate::write_path::{
-    Analysis, BackfillHooks, Decision, RememberCommand, RememberResult, Skipped,
-    create_audit_detail, decide, merge_audit_detail, merge_update, new_memory,
-    overage_after_insert, suppress_audit_detail,
-};
 
-/// How writes are grouped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GroupCommitSettings {
-    /// Most writes in one transaction.
-    pub max_batch: usize,
-    /// Transactions in flight at once (each holds a database connection).
-    pub concurrency: usize,
-    /// The longest a batch waits for the writes it expects, from when it starts waiting (see
-    /// [`WavePlanner`]). Zero: never waits.
-    pub linger: Duration,
+/// Carries out one batch: writes it and answers each caller.
+pub(crate) trait BatchCommitter: Send + Sync + 'static {
+    /// What a caller queues.
+    type Write: Send + 'static;
+    /// What a caller gets back when its write went well.
+    type Output: Send + 'static;
+
+    /// Writes the batch and answers its callers; returns how many callers it answered.
+    fn commit(
+        &self,
+        batch: Vec<Queued<Self::Write, Self::Output>>,
+    ) -> impl Future<Output = usize> + Send;
 }
 
 /// A write waiting for its group commit, with where to send its answer.
-struct QueuedWrite {
-    command: RememberCommand,
-    analysis: Analysis,
-    /// The caller's trace context, for the event announcing a new entry (empty when no events
-    /// are published).
-    trace_headers: HashMap<String, String>,
-    answer: oneshot::Sender<Result<RememberResult, IngestError>>,
+pub(crate) struct Queued<W, O> {
+    pub(crate) write: W,
+    answer: oneshot::Sender<Result<O, IngestError>>,
     /// The caller's request, told when its write reaches a transaction (from then on it may land
     /// whatever becomes of the caller).
     write_mark: Option<WriteMark>,
@@ -75,72 +52,80 @@ struct QueuedWrite {
     _in_flight: InFlightWrite,
 }
 
-/// Why a batch did not commit.
-#[derive(Debug)]
-enum BatchFailure {
-    /// The database refused a statement; nothing was written.
-    Refused(IngestError),
-    /// The batch could not reach the database (or failed otherwise before its commit); nothing
-    /// was written.
-    NotWritten(IngestError),
-    /// The commit was sent but not confirmed: the writes may or may not be stored.
-    CommitUnconfirmed(IngestError),
-}
-
-impl BatchFailure {
-    /// Before the commit: a statement refused by the database, or a failure of the batch itself.
-    fn before_commit(error: IngestError) -> Self {
-        match &error {
-            IngestError::Store(engram_store::StoreError::Database(sqlx::Error::Database(_))) => {
-                BatchFailure::Refused(error)
-            }
-            _ => BatchFailure::NotWritten(error),
-        }
+impl<W, O> Queued<W, O> {
+    /// Sends the caller its outcome (a caller that left is not told).
+    pub(crate) fn answer(self, outcome: Result<O, IngestError>) {
+        let _ = self.answer.send(outcome);
     }
 
-    fn error(self) -> IngestError {
-        match self {
-            BatchFailure::Refused(error) | BatchFailure::NotWritten(error) => error,
-            BatchFailure::CommitUnconfirmed(error) => {
-                tracing::error!(%error, "a group commit was sent but not confirmed");
-                IngestError::CommitUnconfirmed
-            }
-        }
+    /// The caller stopped waiting (cancelled, past its deadline).
+    pub(crate) fn caller_left(&self) -> bool {
+        self.answer.is_closed()
     }
 }
 
-/// Where Remembers wait for their group commit; cheap to clone. The dispatcher stops when the
-/// last clone is dropped (after the writes already queued are done).
-#[derive(Debug, Clone)]
-pub(crate) struct WriteQueue {
-    sender: mpsc::Sender<QueuedWrite>,
+/// The writes of a batch whose callers still wait, each marked as reaching its transaction: a
+/// caller that went away gets nothing written. The mark is set before the check, so a caller
+/// whose deadline passes in between hears UNKNOWN rather than a wrong DEADLINE_EXCEEDED.
+pub(crate) fn take_callers_still_waiting<W, O>(batch: Vec<Queued<W, O>>) -> Vec<Queued<W, O>> {
+    batch
+        .into_iter()
+        .filter(|queued| {
+            if let Some(mark) = &queued.write_mark {
+                mark.set();
+            }
+            !queued.caller_left()
+        })
+        .collect()
+}
+
+/// Where writes wait for their group commit; cheap to clone. The dispatcher stops when the last
+/// clone is dropped (after the writes already queued are done).
+pub(crate) struct WriteQueue<C: BatchCommitter> {
+    sender: mpsc::Sender<Queued<C::Write, C::Output>>,
     metrics: Arc<IngestMetrics>,
 }
 
-impl WriteQueue {
+impl<C: BatchCommitter> Clone for WriteQueue<C> {
+    fn clone(&self) -> Self {
+        Self {
+            sender: self.sender.clone(),
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+impl<C: BatchCommitter> std::fmt::Debug for WriteQueue<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteQueue")
+            .field(
+                "queued",
+                &(self.sender.max_capacity() - self.sender.capacity()),
+            )
+            .finish()
+    }
+}
+
+impl<C: BatchCommitter> WriteQueue<C> {
     /// Starts the dispatcher on the current Tokio runtime.
-    pub(crate) fn start(committer: GroupCommitter, settings: GroupCommitSettings) -> Self {
+    pub(crate) fn start(
+        committer: C,
+        settings: GroupCommitSettings,
+        metrics: Arc<IngestMetrics>,
+    ) -> Self {
         // Room for a few full batches per slot; beyond that, callers wait to enqueue (their
         // request deadline still applies).
         let (sender, receiver) = mpsc::channel(settings.max_batch * settings.concurrency * 4);
-        let metrics = committer.metrics.clone();
         tokio::spawn(dispatch(receiver, Arc::new(committer), settings));
         Self { sender, metrics }
     }
 
     /// Queues a write and waits for its outcome.
-    pub(crate) async fn write(
-        &self,
-        command: RememberCommand,
-        analysis: Analysis,
-        trace_headers: HashMap<String, String>,
-    ) -> Result<RememberResult, IngestError> {
+    pub(crate) async fn write(&self, write: C::Write) -> Result<C::Output, IngestError> {
         let (answer, outcome) = oneshot::channel();
         self.sender
-            .send(QueuedWrite {
-                command,
-                analysis,
-                trace_headers,
+            .send(Queued {
+                write,
                 answer,
                 write_mark: WriteMark::current(),
                 _in_flight: self.metrics.write_in_flight(),
@@ -162,9 +147,9 @@ struct FreedSlot {
 }
 
 /// Hands what is waiting to the next free commit slot, until every sender is gone.
-async fn dispatch(
-    mut queue: mpsc::Receiver<QueuedWrite>,
-    committer: Arc<GroupCommitter>,
+async fn dispatch<C: BatchCommitter>(
+    mut queue: mpsc::Receiver<Queued<C::Write, C::Output>>,
+    committer: Arc<C>,
     settings: GroupCommitSettings,
 ) {
     let (slot_freed, mut freed_slots) = mpsc::channel::<FreedSlot>(settings.concurrency);
@@ -349,343 +334,11 @@ impl WavePlanner {
     }
 }
 
-/// Carries out batches of writes.
-#[derive(Debug)]
-pub(crate) struct GroupCommitter {
-    pub(crate) pool: PgPool,
-    pub(crate) settings: Arc<MemorySettings>,
-    pub(crate) metrics: Arc<IngestMetrics>,
-    pub(crate) hooks: Arc<BackfillHooks>,
-}
-
-impl GroupCommitter {
-    /// Writes the batch and answers its callers; returns how many it answered.
-    async fn commit(&self, batch: Vec<QueuedWrite>) -> usize {
-        // A caller that went away (cancelled, past its deadline) gets nothing written. The mark
-        // is set before the check, so a caller whose deadline passes in between hears UNKNOWN.
-        let batch: Vec<QueuedWrite> = batch
-            .into_iter()
-            .filter(|write| {
-                if let Some(mark) = &write.write_mark {
-                    mark.set();
-                }
-                !write.answer.is_closed()
-            })
-            .collect();
-        let answered = batch.len();
-        if batch.is_empty() {
-            return 0;
-        }
-        self.metrics.record_write_batch(batch.len());
-        let started = Instant::now();
-        let writes: Vec<&QueuedWrite> = batch.iter().collect();
-        let written = self.write_in_one_transaction(&writes).await;
-        tracing::debug!(
-            writes = batch.len(),
-            elapsed_us = started.elapsed().as_micros() as u64,
-            ok = written.is_ok(),
-            "group commit"
-        );
-        match written {
-            Ok(results) => {
-                for (write, result) in batch.into_iter().zip(results) {
-                    let _ = write.answer.send(Ok(result));
-                }
-            }
-            Err(BatchFailure::Refused(error)) if batch.len() > 1 => {
-                tracing::warn!(%error, writes = batch.len(), "the database refused a group commit; writing each alone");
-                for write in batch {
-                    if write.answer.is_closed() {
-                        continue;
-                    }
-                    let result = self
-                        .write_in_one_transaction(&[&write])
-                        .await
-                        .map(|mut results| results.remove(0))
-                        .map_err(BatchFailure::error);
-                    let _ = write.answer.send(result);
-                }
-            }
-            Err(failure) => {
-                // One failure for everyone: each caller gets its own copy of it.
-                let shared = Arc::new(failure.error());
-                for write in batch {
-                    let _ = write.answer.send(Err(IngestError::Shared(shared.clone())));
-                }
-            }
-        }
-        answered
-    }
-
-    /// The whole batch in one transaction; one result per write, in order.
-    async fn write_in_one_transaction(
-        &self,
-        writes: &[&QueuedWrite],
-    ) -> Result<Vec<RememberResult>, BatchFailure> {
-        let (transaction, results) = self
-            .write_uncommitted(writes)
-            .await
-            .map_err(BatchFailure::before_commit)?;
-        transaction
-            .commit()
-            .await
-            .map_err(|error| BatchFailure::CommitUnconfirmed(error.into()))?;
-        self.after_commit(&results);
-        Ok(results)
-    }
-
-    /// Every statement of the batch, up to (not including) its commit.
-    async fn write_uncommitted(
-        &self,
-        writes: &[&QueuedWrite],
-    ) -> Result<
-        (
-            sqlx::Transaction<'static, sqlx::Postgres>,
-            Vec<RememberResult>,
-        ),
-        IngestError,
-    > {
-        let mut transaction = engram_store::begin_with_spaces_locked(
-            &self.pool,
-            writes.iter().map(|w| &w.command.scope),
-        )
-        .await?;
-        let mut results: Vec<Option<RememberResult>> = vec![None; writes.len()];
-        for round in rounds(writes) {
-            self.write_round(&mut transaction, writes, &round, &mut results)
-                .await?;
-        }
-        let results = results
-            .into_iter()
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| {
-                IngestError::Store(engram_store::StoreError::Corrupt(
-                    "a write of the batch was left without an outcome".into(),
-                ))
-            })?;
-        Ok((transaction, results))
-    }
-
-    /// The write path for one write per space (`round` indexes `writes`).
-    async fn write_round(
-        &self,
-        connection: &mut PgConnection,
-        writes: &[&QueuedWrite],
-        round: &[usize],
-        results: &mut [Option<RememberResult>],
-    ) -> Result<(), IngestError> {
-        let queries: Vec<ContextQuery<'_>> = round
-            .iter()
-            .map(|&at| ContextQuery {
-                scope: &writes[at].command.scope,
-                conversation: writes[at].command.conversation,
-                simhash: writes[at].analysis.simhash,
-                text_digest: &writes[at].analysis.digest,
-            })
-            .collect();
-        let contexts = write_path::write_contexts(connection, &queries).await?;
-
-        let mut creates = Vec::new();
-        let mut merging = Vec::new();
-        for (&at, context) in round.iter().zip(&contexts) {
-            match decide(&writes[at].command, context) {
-                Decision::Skip(skipped) => {
-                    if let Skipped::Tombstone { expires_at } = skipped {
-                        // Audited, though nothing is written: the user acted, and "forget that"
-                        // in the same conversation must know that "that" was not saved.
-                        let write = writes[at];
-                        audit::append(
-                            connection,
-                            &write.command.scope,
-                            AuditAction::Suppress,
-                            None,
-                            write.command.conversation,
-                            suppress_audit_detail(expires_at),
-                        )
-                        .await?;
-                    }
-                    results[at] = Some(skipped.into());
-                }
-                Decision::Merge(existing) => merging.push((at, existing)),
-                Decision::Create => creates.push((at, context)),
-            }
-        }
-
-        // Merges, into the near-duplicates the context query read under the spaces' locks.
-        let retention = self.settings.retention();
-        let now = Utc::now();
-        let updates: Vec<_> = merging
-            .iter()
-            .map(|(at, existing)| {
-                let write = writes[*at];
-                merge_update(&write.command, &write.analysis, existing, &retention, now)
-            })
-            .collect();
-        let audited_merges: Vec<AuditedMerge<'_>> = merging
-            .iter()
-            .zip(&updates)
-            .map(|((at, existing), update)| AuditedMerge {
-                scope: &writes[*at].command.scope,
-                id: existing.id,
-                update,
-                conversation: writes[*at].command.conversation,
-                audit_detail: merge_audit_detail(update),
-                pins: update.pinned && !existing.pinned,
-            })
-            .collect();
-
-        // New entries (written in the same statement as the merges), then the soft cap of every
-        // space they took over it.
-        let new_memories: Vec<_> = creates
-            .iter()
-            .map(|(at, _)| new_memory(&writes[*at].command, &writes[*at].analysis, &retention, now))
-            .collect();
-        let events: Vec<Option<NewOutboxEvent>> = creates
-            .iter()
-            .zip(&new_memories)
-            .map(|((at, _), memory)| {
-                self.hooks.publish_events.then(|| {
-                    crate::bus::embedding_requested(
-                        memory.id,
-                        &writes[*at].command.scope,
-                        writes[*at].trace_headers.clone(),
-                    )
-                })
-            })
-            .collect();
-        let inserts: Vec<AuditedInsert<'_>> = creates
-            .iter()
-            .zip(&new_memories)
-            .zip(&events)
-            .map(|(((at, _), memory), event)| AuditedInsert {
-                scope: &writes[*at].command.scope,
-                memory,
-                audit_detail: create_audit_detail(&writes[*at].analysis),
-                event: event.as_ref(),
-            })
-            .collect();
-        let written = write_path::write_entries(connection, &audited_merges, &inserts).await?;
-        for ((at, _), memory) in merging.iter().zip(written.merged) {
-            results[*at] = Some(RememberResult::Merged { memory });
-        }
-
-        let over_cap: Vec<(usize, CapacityTarget<'_>)> = creates
-            .iter()
-            .enumerate()
-            .filter_map(|(index, (at, context))| {
-                let overage = overage_after_insert(context, self.settings.soft_cap);
-                (overage > 0).then(|| {
-                    (
-                        index,
-                        CapacityTarget {
-                            scope: &writes[*at].command.scope,
-                            overage,
-                        },
-                    )
-                })
-            })
-            .collect();
-        let targets: Vec<CapacityTarget<'_>> = over_cap.iter().map(|(_, target)| *target).collect();
-        let outcomes = write_path::enforce_soft_caps(connection, &targets, &retention).await?;
-        let mut trimmed_by_create: HashMap<usize, Vec<Uuid>> = HashMap::new();
-        for ((index, target), outcome) in over_cap.iter().zip(outcomes) {
-            self.report_trim(target, outcome.clone());
-            trimmed_by_create.insert(*index, outcome.trimmed);
-        }
-        for (index, ((at, _), memory)) in creates.iter().zip(written.created).enumerate() {
-            let trimmed = trimmed_by_create.remove(&index).unwrap_or_default();
-            results[*at] = Some(if trimmed.contains(&memory.id) {
-                RememberResult::TrimmedAtCapacity { trimmed }
-            } else {
-                RememberResult::Created { memory, trimmed }
-            });
-        }
-        Ok(())
-    }
-
-    /// Alerts when a protected entry would have been a victim of the soft cap, and notes a space
-    /// that stays over it.
-    fn report_trim(&self, target: &CapacityTarget<'_>, outcome: TrimOutcome) {
-        let scope = target.scope;
-        if !outcome.protected_would_be_victims.is_empty() {
-            tracing::warn!(
-                user_id = %scope.user_id,
-                space = %scope.space,
-                protected = ?outcome.protected_would_be_victims,
-                "capacity alert: pinned or saved entries have the lowest scores and would have been trimmed"
-            );
-            self.metrics
-                .record_pinned_trim_alerts(outcome.protected_would_be_victims.len() as u64);
-        }
-        let shortfall = target.overage - outcome.trimmed.len() as i64;
-        if shortfall > 0 {
-            tracing::info!(
-                user_id = %scope.user_id,
-                space = %scope.space,
-                over_by = shortfall,
-                "space stays over its soft cap: the remaining entries are pinned or saved"
-            );
-        }
-    }
-
-    fn after_commit(&self, results: &[RememberResult]) {
-        let mut created = 0;
-        for result in results {
-            match result {
-                RememberResult::Created { trimmed, .. }
-                | RememberResult::TrimmedAtCapacity { trimmed } => {
-                    created += 1;
-                    self.metrics.record_created();
-                    if !trimmed.is_empty() {
-                        self.metrics.record_trimmed(trimmed.len() as u64);
-                    }
-                }
-                RememberResult::Merged { .. } => self.metrics.record_merged(),
-                RememberResult::SuppressedByTombstone { .. }
-                | RememberResult::SkippedMemoryDisabled
-                | RememberResult::SkippedIncognito => {}
-            }
-        }
-        if created > 0
-            && let Some(wake) = &self.hooks.new_entry_wake
-        {
-            wake.notify_one();
-        }
-    }
-}
-
-/// Splits a batch into rounds of at most one write per space, keeping queue order within a space:
-/// round k holds the k-th write of every space that has one.
-fn rounds(writes: &[&QueuedWrite]) -> Vec<Vec<usize>> {
-    rounds_by_key(writes.iter().map(|write| &write.command.scope))
-}
-
-fn rounds_by_key<K: std::hash::Hash + Eq>(keys: impl Iterator<Item = K>) -> Vec<Vec<usize>> {
-    let mut seen: HashMap<K, usize> = HashMap::new();
-    let mut rounds: Vec<Vec<usize>> = Vec::new();
-    for (at, key) in keys.enumerate() {
-        let round = seen.entry(key).or_insert(0);
-        if *round == rounds.len() {
-            rounds.push(Vec::new());
-        }
-        rounds[*round].push(at);
-        *round += 1;
-    }
-    rounds
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::time::Duration;
 
-    #[test]
-    fn rounds_hold_one_write_per_space_in_queue_order() {
-        let keys = ["a", "b", "a", "c", "a", "b"];
-        assert_eq!(
-            rounds_by_key(keys.iter()),
-            vec![vec![0, 1, 3], vec![2, 5], vec![4]]
-        );
-    }
+    use super::*;
 
     fn settings(concurrency: usize) -> GroupCommitSettings {
         GroupCommitSettings {
@@ -825,11 +478,5 @@ mod tests {
         assert!(outcome.is_err());
         let slot = freed.try_recv().expect("the slot came back");
         assert_eq!((slot.taken, slot.answered), (3, 0));
-    }
-
-    #[test]
-    fn distinct_spaces_make_one_round() {
-        assert_eq!(rounds_by_key(["a", "b", "c"].iter()), vec![vec![0, 1, 2]]);
-        assert!(rounds_by_key(std::iter::empty::<&str>()).is_empty());
     }
 }

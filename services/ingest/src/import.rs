@@ -11,11 +11,11 @@ use engram_core::memory_state::{STABILITY_RANGE, initial_state};
 use engram_core::normalize::normalize_for_fingerprint;
 use engram_core::validate::{check_label, parse_labels};
 use engram_core::{
-    Category, ConversationId, MemoryText, Scope, SimHash, SpeakerRole, ValidationError, importance,
-    metadata,
+    Category, ConversationId, MemoryKind, MemoryText, Scope, SimHash, SpeakerRole, ValidationError,
+    importance, metadata,
 };
 use engram_proto::v1;
-use engram_server::convert::{category_from_proto, role_from_proto};
+use engram_server::convert::{category_from_proto, kind_from_proto, role_from_proto};
 use engram_server::time::{from_proto, from_proto_opt};
 use engram_store::conversations;
 use engram_store::transfer::{self, ImportRow};
@@ -299,22 +299,9 @@ pub fn parse_entry(
     limits: &ImportLimits<'_>,
 ) -> Result<ParsedImport, ValidationError> {
     let client_id = parse_client_id(format!("{field}.client_id"), &raw.client_id)?;
-    let kind = match v1::MemoryKind::try_from(raw.kind) {
-        Ok(v1::MemoryKind::Semantic) => "semantic",
-        Ok(v1::MemoryKind::Episodic) => "episodic",
-        Ok(v1::MemoryKind::Unspecified) => {
-            return Err(ValidationError::new(
-                format!("{field}.kind"),
-                "is required: SEMANTIC or EPISODIC",
-            ));
-        }
-        Err(_) => {
-            return Err(ValidationError::new(
-                format!("{field}.kind"),
-                format!("{} is not a known memory kind", raw.kind),
-            ));
-        }
-    };
+    let kind = kind_from_proto(&format!("{field}.kind"), raw.kind)?.ok_or_else(|| {
+        ValidationError::new(format!("{field}.kind"), "is required: SEMANTIC or EPISODIC")
+    })?;
     let text = MemoryText::parse(&format!("{field}.text"), &raw.text, limits.max_text_chars)?;
     let role: SpeakerRole = role_from_proto(&format!("{field}.role"), raw.role)?;
     let tags = parse_labels(&format!("{field}.tags"), &raw.tags, MAX_TAGS, MAX_TAG_CHARS)?;
@@ -374,7 +361,7 @@ pub fn parse_entry(
 
     let mut row = ImportRow {
         id: import_id(scope, &client_id),
-        kind,
+        kind: kind.as_str(),
         conversation_id,
         text: text.as_str().to_owned(),
         role: role.as_str(),
@@ -402,7 +389,7 @@ pub fn parse_entry(
         embedding_model: embedding.as_ref().map(|(_, model)| model.clone()),
         embedding: embedding.map(|(vector, _)| vector),
     };
-    if kind == "semantic" {
+    if kind == MemoryKind::Semantic {
         reject_episode_fields(field, raw)?;
         let category = category_from_proto(&format!("{field}.category"), raw.category)?
             .unwrap_or_else(|| importance::infer_category(text.as_str()));
@@ -606,7 +593,7 @@ mod tests {
             &limits(),
         )
         .unwrap();
-        assert_eq!(parsed.row.kind, "semantic");
+        assert_eq!(parsed.row.kind, MemoryKind::Semantic.as_str());
         assert_eq!(parsed.row.category, Some("preference"));
         assert!(parsed.row.valid_at.is_some());
         assert!(parsed.row.importance > 0.5, "{}", parsed.row.importance);

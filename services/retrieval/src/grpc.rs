@@ -5,12 +5,12 @@ use std::pin::Pin;
 use chrono::{DateTime, Utc};
 use engram_core::retrieval::summary::{self, SpaceOverview, SummaryEpisode, SummaryFact};
 use engram_core::validate::parse_page_size;
-use engram_core::{Category, Scope, ValidationError};
+use engram_core::{Category, Scope};
 use engram_proto::v1;
 use engram_proto::v1::retrieval_service_server::RetrievalService;
 use engram_recall::{RankedMemory, Recall, Retrieval, ServedBy};
 use engram_server::authorized_scope;
-use engram_server::convert::{category_to_proto, memory_to_proto};
+use engram_server::convert::{category_to_proto, kind_from_proto, memory_to_proto};
 use engram_server::paging::{EntryCursor, RESPONSE_BYTE_BUDGET, fitting_count};
 use engram_server::time::to_proto_opt;
 use engram_store::memories::{self, ListFilter};
@@ -42,18 +42,6 @@ pub struct RetrievalApi {
 impl RetrievalApi {
     pub fn new(pool: PgPool, recall: Recall) -> Self {
         Self { pool, recall }
-    }
-}
-
-fn kind_filter(raw: i32) -> Result<Option<&'static str>, ValidationError> {
-    match v1::MemoryKind::try_from(raw) {
-        Ok(v1::MemoryKind::Unspecified) => Ok(None),
-        Ok(v1::MemoryKind::Semantic) => Ok(Some("semantic")),
-        Ok(v1::MemoryKind::Episodic) => Ok(Some("episodic")),
-        Err(_) => Err(ValidationError::new(
-            "kind",
-            format!("{raw} is not a known memory kind"),
-        )),
     }
 }
 
@@ -276,7 +264,7 @@ impl RetrievalService for RetrievalApi {
         let filter = ListFilter {
             pinned: message.pinned,
             manually_saved: message.manually_saved,
-            kind: kind_filter(message.kind).map_err(RetrievalError::from)?,
+            kind: kind_from_proto("kind", message.kind).map_err(RetrievalError::from)?,
             after: after.map(|cursor| (cursor.created_at, cursor.id)),
             limit: i64::from(page_size) + 1,
         };

@@ -1,6 +1,40 @@
-//! Categories of semantic memories and speaker roles, with their stored (text) forms.
+//! The two memory models, categories of semantic memories and speaker roles, with their stored
+//! (text) forms.
 
 use std::fmt;
+
+/// Which of the two memory models an entry belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MemoryKind {
+    /// A fact: what an explicit Remember creates, or what consolidation derives.
+    Semantic,
+    /// A segment of conversation with a title, a summary and FSRS state.
+    Episodic,
+}
+
+impl MemoryKind {
+    /// The form stored in Postgres (`memories.kind`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemoryKind::Semantic => "semantic",
+            MemoryKind::Episodic => "episodic",
+        }
+    }
+
+    pub fn from_stored(stored: &str) -> Option<Self> {
+        match stored {
+            "semantic" => Some(MemoryKind::Semantic),
+            "episodic" => Some(MemoryKind::Episodic),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for MemoryKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// What kind of fact a semantic memory states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

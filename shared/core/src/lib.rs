@@ -19,7 +19,7 @@ pub mod simhash;
 pub mod validate;
 
 pub use capacity::{RetentionPolicy, Scores, TrimCandidate, TrimPlan};
-pub use category::{Category, SpeakerRole};
+pub use category::{Category, MemoryKind, SpeakerRole};
 pub use simhash::SimHash;
 pub use validate::{
     ConversationId, MemoryId, MemoryText, Scope, SpaceName, UserId, ValidationError,

@@ -10,7 +10,7 @@ use engram_core::retrieval::mmr::{self, MmrItem};
 use engram_core::retrieval::query::{SearchScope, initial_scope, should_widen};
 use engram_core::retrieval::ranking::{CandidateFacts, score};
 use engram_core::retrieval::{Fused, LegHit, RankingParams, ScoreParts, fuse};
-use engram_core::{Category, ConversationId, Scope};
+use engram_core::{Category, ConversationId, MemoryKind, Scope};
 use engram_store::memories::MemoryRecord;
 use engram_store::retrieval::{
     self as store, Bm25, DenseMethod, Hit, LoadedCandidate, RetrievalMetrics, RetrievalRecord,
@@ -92,9 +92,6 @@ pub struct Recall {
     /// The configured ranking, checked once at construction.
     default_ranking: RankingParams,
 }
-
-const SEMANTIC: &str = "semantic";
-const EPISODIC: &str = "episodic";
 
 /// Candidates of one kind from both legs.
 #[derive(Debug, Default)]
@@ -205,10 +202,10 @@ impl Recall {
             return Ok(empty_retrieval(path));
         }
 
-        let kinds: &[&'static str] = if request.episodic_limit > 0 {
-            &[SEMANTIC, EPISODIC]
+        let kinds: &[MemoryKind] = if request.episodic_limit > 0 {
+            &[MemoryKind::Semantic, MemoryKind::Episodic]
         } else {
-            &[SEMANTIC]
+            &[MemoryKind::Semantic]
         };
         let category = request.category.map(Category::as_str);
         // Each leg brings at least as many candidates as a section may return.
@@ -235,11 +232,15 @@ impl Recall {
                 .iter()
                 .map(|kind| SearchFilter {
                     scope: &request.scope,
-                    kind,
+                    kind: *kind,
                     conversation: (scope == SearchScope::Conversation)
                         .then_some(conversation)
                         .flatten(),
-                    category: if *kind == SEMANTIC { category } else { None },
+                    category: if *kind == MemoryKind::Semantic {
+                        category
+                    } else {
+                        None
+                    },
                 })
                 .collect()
         };
@@ -404,7 +405,7 @@ impl Recall {
 
         let mut sections: Vec<Vec<RankedMemory>> = Vec::with_capacity(kinds.len());
         for (index, fused) in fused.into_iter().enumerate() {
-            let section_limit = if kinds[index] == SEMANTIC {
+            let section_limit = if kinds[index] == MemoryKind::Semantic {
                 request.semantic_limit
             } else {
                 request.episodic_limit
@@ -522,7 +523,9 @@ fn rank_section(
             let candidate = loaded.remove(&f.id)?;
             let record = &candidate.record;
             let fsrs = match (record.stability, record.difficulty, record.last_reviewed_at) {
-                (Some(s), Some(d), Some(at)) if record.kind == EPISODIC => Some((s, d, at)),
+                (Some(s), Some(d), Some(at)) if record.memory_kind() == MemoryKind::Episodic => {
+                    Some((s, d, at))
+                }
                 _ => None,
             };
             let facts = CandidateFacts {

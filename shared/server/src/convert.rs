@@ -1,6 +1,6 @@
 //! Conversions at the gRPC edge: request scopes in, stored memories out.
 
-use engram_core::{Category, Scope, SpeakerRole, ValidationError};
+use engram_core::{Category, MemoryKind, Scope, SpeakerRole, ValidationError};
 use engram_proto::v1;
 use engram_store::memories::MemoryRecord;
 
@@ -59,12 +59,29 @@ fn role_to_proto(role: SpeakerRole) -> v1::SpeakerRole {
     }
 }
 
+pub fn kind_to_proto(kind: MemoryKind) -> v1::MemoryKind {
+    match kind {
+        MemoryKind::Semantic => v1::MemoryKind::Semantic,
+        MemoryKind::Episodic => v1::MemoryKind::Episodic,
+    }
+}
+
+/// The proto enum of a memory kind; `None` for UNSPECIFIED. Unknown numbers are an error.
+pub fn kind_from_proto(field: &str, raw: i32) -> Result<Option<MemoryKind>, ValidationError> {
+    match v1::MemoryKind::try_from(raw) {
+        Ok(v1::MemoryKind::Unspecified) => Ok(None),
+        Ok(v1::MemoryKind::Semantic) => Ok(Some(MemoryKind::Semantic)),
+        Ok(v1::MemoryKind::Episodic) => Ok(Some(MemoryKind::Episodic)),
+        Err(_) => Err(ValidationError::new(
+            field,
+            format!("{raw} is not a known memory kind"),
+        )),
+    }
+}
+
 /// A stored memory as clients see it (never with its embedding).
 pub fn memory_to_proto(record: &MemoryRecord) -> v1::Memory {
-    let kind = match record.kind.as_str() {
-        "episodic" => v1::MemoryKind::Episodic,
-        _ => v1::MemoryKind::Semantic,
-    };
+    let kind = kind_to_proto(record.memory_kind());
     let category = record
         .category
         .as_deref()

@@ -1,7 +1,7 @@
 //! The `memories` table: semantic facts and episodic memories in one model.
 
 use chrono::{DateTime, Utc};
-use engram_core::{Scope, Scores, SimHash, TrimCandidate};
+use engram_core::{MemoryKind, Scope, Scores, SimHash, TrimCandidate};
 use sqlx::{FromRow, PgConnection, PgPool, Row};
 use uuid::Uuid;
 
@@ -54,6 +54,13 @@ pub struct MemoryRecord {
     pub pinned: bool,
     pub manually_saved: bool,
     pub last_scores: Option<serde_json::Value>,
+}
+
+impl MemoryRecord {
+    /// The entry's memory model (the table's CHECK allows only the two).
+    pub fn memory_kind(&self) -> MemoryKind {
+        MemoryKind::from_stored(&self.kind).unwrap_or(MemoryKind::Semantic)
+    }
 }
 
 impl MemoryRecord {
@@ -285,7 +292,7 @@ pub struct ListFilter {
     pub pinned: Option<bool>,
     pub manually_saved: Option<bool>,
     /// `semantic`, `episodic`, or both when `None`.
-    pub kind: Option<&'static str>,
+    pub kind: Option<MemoryKind>,
     /// Continue after this (created_at, id), exclusive; newest first.
     pub after: Option<(DateTime<Utc>, Uuid)>,
     pub limit: i64,
@@ -317,7 +324,7 @@ pub async fn list(
         .bind(scope.space.as_str())
         .bind(filter.pinned)
         .bind(filter.manually_saved)
-        .bind(filter.kind)
+        .bind(filter.kind.map(MemoryKind::as_str))
         .bind(after_created)
         .bind(after_id)
         .bind(filter.limit)

@@ -3,7 +3,7 @@
 //! side effects of a retrieval in one statement. Every statement is bound to one (user, space).
 
 use chrono::{DateTime, Utc};
-use engram_core::{ConversationId, Scope};
+use engram_core::{ConversationId, MemoryKind, Scope};
 use pgvector::Vector;
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -17,7 +17,7 @@ use crate::memories::MemoryRecord;
 pub struct SearchFilter<'a> {
     pub scope: &'a Scope,
     /// `semantic` or `episodic`.
-    pub kind: &'static str,
+    pub kind: MemoryKind,
     pub conversation: Option<Uuid>,
     pub category: Option<&'a str>,
 }
@@ -83,7 +83,7 @@ pub async fn sparse_search(
     .bind(filter.scope.user_id.as_uuid())
     .bind(filter.scope.space.as_str())
     .bind(query)
-    .bind(filter.kind)
+    .bind(filter.kind.as_str())
     .bind(filter.conversation)
     .bind(filter.category)
     .bind(bm25.k1)
@@ -127,7 +127,7 @@ pub async fn trigram_search(
     .bind(filter.scope.user_id.as_uuid())
     .bind(filter.scope.space.as_str())
     .bind(query)
-    .bind(filter.kind)
+    .bind(filter.kind.as_str())
     .bind(filter.conversation)
     .bind(filter.category)
     .bind(limit)
@@ -152,7 +152,7 @@ pub async fn most_recent(
     )
     .bind(filter.scope.user_id.as_uuid())
     .bind(filter.scope.space.as_str())
-    .bind(filter.kind)
+    .bind(filter.kind.as_str())
     .bind(filter.conversation)
     .bind(filter.category)
     .bind(limit)
@@ -193,7 +193,7 @@ pub async fn dense_search(
             .bind(filter.scope.user_id.as_uuid())
             .bind(filter.scope.space.as_str())
             .bind(&query)
-            .bind(filter.kind)
+            .bind(filter.kind.as_str())
             .bind(filter.conversation)
             .bind(filter.category)
             .bind(limit)
@@ -226,7 +226,7 @@ pub async fn dense_search(
             .bind(filter.scope.user_id.as_uuid())
             .bind(filter.scope.space.as_str())
             .bind(&query)
-            .bind(filter.kind)
+            .bind(filter.kind.as_str())
             .bind(filter.conversation)
             .bind(filter.category)
             .bind(limit)

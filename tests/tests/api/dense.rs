@@ -150,7 +150,7 @@ async fn hnsw_search_agrees_with_exact_search_within_a_space() {
     let scope = Scope::parse("scope", &target.user_id, &target.space).unwrap();
     let filter = SearchFilter {
         scope: &scope,
-        kind: "semantic",
+        kind: engram_core::MemoryKind::Semantic,
         conversation: None,
         category: None,
     };

@@ -2,8 +2,9 @@
 //!
 //! A Remember is analysed where it arrives (fingerprint, metadata, importance: no I/O), then
 //! handed to the group commit ([`crate::group_commit`]), which writes it in a transaction shared
-//! with the other writes waiting at that moment. What each write does to the store is decided
-//! here, one write at a time, from what the store holds for its space.
+//! with the other writes waiting at that moment ([`batch`]: the rounds, the statements, the
+//! event each new entry stores in the outbox). What each write does to the store is decided here,
+//! one write at a time, from what the store holds for its space.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,8 +23,13 @@ use uuid::Uuid;
 
 use crate::config::MemorySettings;
 use crate::error::IngestError;
-use crate::group_commit::{GroupCommitter, WriteQueue};
+use crate::group_commit::WriteQueue;
+
+mod batch;
+
 use crate::metrics::IngestMetrics;
+pub use batch::{EMBEDDING_REQUESTED_KEY, EMBEDDING_REQUESTED_TYPE, embedding_requested};
+use batch::{QueuedRemember, RememberBatches};
 
 /// Most tags and source ids an entry keeps (merges included).
 pub const MAX_TAGS_PER_ENTRY: usize = 32;
@@ -39,7 +45,7 @@ pub struct MemoryWriter {
     pub(crate) metrics: Arc<IngestMetrics>,
     pub(crate) hooks: Arc<BackfillHooks>,
     /// Remembers wait here for their group commit.
-    queue: WriteQueue,
+    queue: WriteQueue<RememberBatches>,
     /// The retrieval pipeline, for "what do you remember about X".
     pub(crate) recall: Option<engram_recall::Recall>,
 }
@@ -163,13 +169,14 @@ impl MemoryWriter {
         // instead of going round the whole pool, and never wait behind the rest of the service.
         let commit_pool = engram_store::pool_beside(&pool, group_commit.concurrency as u32);
         let queue = WriteQueue::start(
-            GroupCommitter {
+            RememberBatches {
                 pool: commit_pool.clone(),
                 settings: settings.clone(),
                 metrics: metrics.clone(),
                 hooks: hooks.clone(),
             },
             group_commit,
+            metrics.clone(),
         );
         Self {
             pool,
@@ -209,7 +216,13 @@ impl MemoryWriter {
         } else {
             HashMap::new()
         };
-        self.queue.write(command, analysis, trace_headers).await
+        self.queue
+            .write(QueuedRemember {
+                command,
+                analysis,
+                trace_headers,
+            })
+            .await
     }
 }
 

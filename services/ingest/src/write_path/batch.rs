@@ -1,0 +1,448 @@
+//! One batch of Remembers, written in one transaction by the group commit.
+//!
+//! A batch locks all its spaces (in key order, so batches never deadlock), then runs in rounds:
+//! each round holds at most one write per space (the first round the first write of each space,
+//! and so on), and runs the whole write path for all of them at once — the context query, the
+//! merges, the inserts, the soft caps. A later round sees what earlier rounds wrote, exactly as
+//! if the writes had been made one after another in queue order.
+//!
+//! If the database refuses a statement of a batch, the batch is rolled back and its writes are
+//! retried one at a time, in queue order, so one write the database refuses cannot fail the
+//! others. A batch that cannot reach the database (connection lost, pool exhausted) fails as a
+//! whole, and a batch whose commit could not be confirmed is never retried: it may have landed.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use chrono::Utc;
+use engram_proto::v1;
+use engram_store::audit::{self, AuditAction};
+use engram_store::outbox::NewOutboxEvent;
+use engram_store::write_path::{
+    self, AuditedInsert, AuditedMerge, CapacityTarget, ContextQuery, TrimOutcome,
+};
+use prost::Message as _;
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use super::{
+    Analysis, BackfillHooks, Decision, RememberCommand, RememberResult, Skipped,
+    create_audit_detail, decide, merge_audit_detail, merge_update, new_memory,
+    overage_after_insert, suppress_audit_detail,
+};
+use crate::config::MemorySettings;
+use crate::error::IngestError;
+use crate::group_commit::{BatchCommitter, Queued, take_callers_still_waiting};
+use crate::metrics::IngestMetrics;
+
+/// A Remember waiting for its batch: the command, what the pure analysis found, and the caller's
+/// trace context for the event announcing a new entry (empty when no events are published).
+pub(crate) struct QueuedRemember {
+    pub(crate) command: RememberCommand,
+    pub(crate) analysis: Analysis,
+    pub(crate) trace_headers: HashMap<String, String>,
+}
+
+/// Routing key and protobuf type of an embedding request.
+pub const EMBEDDING_REQUESTED_KEY: &str = "memory.embedding.requested";
+pub const EMBEDDING_REQUESTED_TYPE: &str = "engram.v1.EmbeddingRequested";
+
+/// The EmbeddingRequested event for a new entry, stored in the outbox by the transaction that
+/// writes the entry. `trace_headers` carry the trace of the request that wrote it (see
+/// [`engram_bus::current_trace_headers`]).
+pub fn embedding_requested(
+    memory_id: Uuid,
+    scope: &engram_core::Scope,
+    trace_headers: HashMap<String, String>,
+) -> NewOutboxEvent {
+    let event = v1::EmbeddingRequested {
+        memory_id: memory_id.to_string(),
+        scope: Some(v1::Scope {
+            user_id: scope.user_id.to_string(),
+            space: scope.space.to_string(),
+        }),
+        kind: v1::MemoryKind::Semantic.into(),
+        requested_at: Some(engram_server::time::to_proto(chrono::Utc::now())),
+    };
+    NewOutboxEvent {
+        message_id: Uuid::now_v7(),
+        routing_key: EMBEDDING_REQUESTED_KEY.into(),
+        type_name: EMBEDDING_REQUESTED_TYPE.into(),
+        payload: event.encode_to_vec(),
+        trace_headers,
+    }
+}
+
+/// Why a batch did not commit.
+#[derive(Debug)]
+enum BatchFailure {
+    /// The database refused a statement; nothing was written.
+    Refused(IngestError),
+    /// The batch could not reach the database (or failed otherwise before its commit); nothing
+    /// was written.
+    NotWritten(IngestError),
+    /// The commit was sent but not confirmed: the writes may or may not be stored.
+    CommitUnconfirmed(IngestError),
+}
+
+impl BatchFailure {
+    /// Before the commit: a statement refused by the database, or a failure of the batch itself.
+    fn before_commit(error: IngestError) -> Self {
+        match &error {
+            IngestError::Store(engram_store::StoreError::Database(sqlx::Error::Database(_))) => {
+                BatchFailure::Refused(error)
+            }
+            _ => BatchFailure::NotWritten(error),
+        }
+    }
+
+    fn error(self) -> IngestError {
+        match self {
+            BatchFailure::Refused(error) | BatchFailure::NotWritten(error) => error,
+            BatchFailure::CommitUnconfirmed(error) => {
+                tracing::error!(%error, "a group commit was sent but not confirmed");
+                IngestError::CommitUnconfirmed
+            }
+        }
+    }
+}
+
+/// Carries out batches of Remembers.
+#[derive(Debug)]
+pub(crate) struct RememberBatches {
+    pub(crate) pool: PgPool,
+    pub(crate) settings: Arc<MemorySettings>,
+    pub(crate) metrics: Arc<IngestMetrics>,
+    pub(crate) hooks: Arc<BackfillHooks>,
+}
+
+impl BatchCommitter for RememberBatches {
+    type Write = QueuedRemember;
+    type Output = RememberResult;
+
+    async fn commit(&self, batch: Vec<Queued<QueuedRemember, RememberResult>>) -> usize {
+        let batch = take_callers_still_waiting(batch);
+        let answered = batch.len();
+        if batch.is_empty() {
+            return 0;
+        }
+        self.metrics.record_write_batch(batch.len());
+        let started = Instant::now();
+        let writes: Vec<&QueuedRemember> = batch.iter().map(|queued| &queued.write).collect();
+        let written = self.write_in_one_transaction(&writes).await;
+        tracing::debug!(
+            writes = batch.len(),
+            elapsed_us = started.elapsed().as_micros() as u64,
+            ok = written.is_ok(),
+            "group commit"
+        );
+        match written {
+            Ok(results) => {
+                for (queued, result) in batch.into_iter().zip(results) {
+                    queued.answer(Ok(result));
+                }
+            }
+            Err(BatchFailure::Refused(error)) if batch.len() > 1 => {
+                tracing::warn!(%error, writes = batch.len(), "the database refused a group commit; writing each alone");
+                for queued in batch {
+                    if queued.caller_left() {
+                        continue;
+                    }
+                    let result = self
+                        .write_in_one_transaction(&[&queued.write])
+                        .await
+                        .map(|mut results| results.remove(0))
+                        .map_err(BatchFailure::error);
+                    queued.answer(result);
+                }
+            }
+            Err(failure) => {
+                // One failure for everyone: each caller gets its own copy of it.
+                let shared = Arc::new(failure.error());
+                for queued in batch {
+                    queued.answer(Err(IngestError::Shared(shared.clone())));
+                }
+            }
+        }
+        answered
+    }
+}
+
+impl RememberBatches {
+    /// The whole batch in one transaction; one result per write, in order.
+    async fn write_in_one_transaction(
+        &self,
+        writes: &[&QueuedRemember],
+    ) -> Result<Vec<RememberResult>, BatchFailure> {
+        let (transaction, results) = self
+            .write_uncommitted(writes)
+            .await
+            .map_err(BatchFailure::before_commit)?;
+        transaction
+            .commit()
+            .await
+            .map_err(|error| BatchFailure::CommitUnconfirmed(error.into()))?;
+        self.after_commit(&results);
+        Ok(results)
+    }
+
+    /// Every statement of the batch, up to (not including) its commit.
+    async fn write_uncommitted(
+        &self,
+        writes: &[&QueuedRemember],
+    ) -> Result<
+        (
+            sqlx::Transaction<'static, sqlx::Postgres>,
+            Vec<RememberResult>,
+        ),
+        IngestError,
+    > {
+        let mut transaction = engram_store::begin_with_spaces_locked(
+            &self.pool,
+            writes.iter().map(|w| &w.command.scope),
+        )
+        .await?;
+        let mut results: Vec<Option<RememberResult>> = vec![None; writes.len()];
+        for round in rounds(writes) {
+            self.write_round(&mut transaction, writes, &round, &mut results)
+                .await?;
+        }
+        let results = results
+            .into_iter()
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| {
+                IngestError::Store(engram_store::StoreError::Corrupt(
+                    "a write of the batch was left without an outcome".into(),
+                ))
+            })?;
+        Ok((transaction, results))
+    }
+
+    /// The write path for one write per space (`round` indexes `writes`).
+    async fn write_round(
+        &self,
+        connection: &mut PgConnection,
+        writes: &[&QueuedRemember],
+        round: &[usize],
+        results: &mut [Option<RememberResult>],
+    ) -> Result<(), IngestError> {
+        let queries: Vec<ContextQuery<'_>> = round
+            .iter()
+            .map(|&at| ContextQuery {
+                scope: &writes[at].command.scope,
+                conversation: writes[at].command.conversation,
+                simhash: writes[at].analysis.simhash,
+                text_digest: &writes[at].analysis.digest,
+            })
+            .collect();
+        let contexts = write_path::write_contexts(connection, &queries).await?;
+
+        let mut creates = Vec::new();
+        let mut merging = Vec::new();
+        for (&at, context) in round.iter().zip(&contexts) {
+            match decide(&writes[at].command, context) {
+                Decision::Skip(skipped) => {
+                    if let Skipped::Tombstone { expires_at } = skipped {
+                        // Audited, though nothing is written: the user acted, and "forget that"
+                        // in the same conversation must know that "that" was not saved.
+                        let write = writes[at];
+                        audit::append(
+                            connection,
+                            &write.command.scope,
+                            AuditAction::Suppress,
+                            None,
+                            write.command.conversation,
+                            suppress_audit_detail(expires_at),
+                        )
+                        .await?;
+                    }
+                    results[at] = Some(skipped.into());
+                }
+                Decision::Merge(existing) => merging.push((at, existing)),
+                Decision::Create => creates.push((at, context)),
+            }
+        }
+
+        // Merges, into the near-duplicates the context query read under the spaces' locks.
+        let retention = self.settings.retention();
+        let now = Utc::now();
+        let updates: Vec<_> = merging
+            .iter()
+            .map(|(at, existing)| {
+                let write = writes[*at];
+                merge_update(&write.command, &write.analysis, existing, &retention, now)
+            })
+            .collect();
+        let audited_merges: Vec<AuditedMerge<'_>> = merging
+            .iter()
+            .zip(&updates)
+            .map(|((at, existing), update)| AuditedMerge {
+                scope: &writes[*at].command.scope,
+                id: existing.id,
+                update,
+                conversation: writes[*at].command.conversation,
+                audit_detail: merge_audit_detail(update),
+                pins: update.pinned && !existing.pinned,
+            })
+            .collect();
+
+        // New entries (written in the same statement as the merges), then the soft cap of every
+        // space they took over it.
+        let new_memories: Vec<_> = creates
+            .iter()
+            .map(|(at, _)| new_memory(&writes[*at].command, &writes[*at].analysis, &retention, now))
+            .collect();
+        let events: Vec<Option<NewOutboxEvent>> = creates
+            .iter()
+            .zip(&new_memories)
+            .map(|((at, _), memory)| {
+                self.hooks.publish_events.then(|| {
+                    embedding_requested(
+                        memory.id,
+                        &writes[*at].command.scope,
+                        writes[*at].trace_headers.clone(),
+                    )
+                })
+            })
+            .collect();
+        let inserts: Vec<AuditedInsert<'_>> = creates
+            .iter()
+            .zip(&new_memories)
+            .zip(&events)
+            .map(|(((at, _), memory), event)| AuditedInsert {
+                scope: &writes[*at].command.scope,
+                memory,
+                audit_detail: create_audit_detail(&writes[*at].analysis),
+                event: event.as_ref(),
+            })
+            .collect();
+        let written = write_path::write_entries(connection, &audited_merges, &inserts).await?;
+        for ((at, _), memory) in merging.iter().zip(written.merged) {
+            results[*at] = Some(RememberResult::Merged { memory });
+        }
+
+        let over_cap: Vec<(usize, CapacityTarget<'_>)> = creates
+            .iter()
+            .enumerate()
+            .filter_map(|(index, (at, context))| {
+                let overage = overage_after_insert(context, self.settings.soft_cap);
+                (overage > 0).then(|| {
+                    (
+                        index,
+                        CapacityTarget {
+                            scope: &writes[*at].command.scope,
+                            overage,
+                        },
+                    )
+                })
+            })
+            .collect();
+        let targets: Vec<CapacityTarget<'_>> = over_cap.iter().map(|(_, target)| *target).collect();
+        let outcomes = write_path::enforce_soft_caps(connection, &targets, &retention).await?;
+        let mut trimmed_by_create: HashMap<usize, Vec<Uuid>> = HashMap::new();
+        for ((index, target), outcome) in over_cap.iter().zip(outcomes) {
+            self.report_trim(target, outcome.clone());
+            trimmed_by_create.insert(*index, outcome.trimmed);
+        }
+        for (index, ((at, _), memory)) in creates.iter().zip(written.created).enumerate() {
+            let trimmed = trimmed_by_create.remove(&index).unwrap_or_default();
+            results[*at] = Some(if trimmed.contains(&memory.id) {
+                RememberResult::TrimmedAtCapacity { trimmed }
+            } else {
+                RememberResult::Created { memory, trimmed }
+            });
+        }
+        Ok(())
+    }
+
+    /// Alerts when a protected entry would have been a victim of the soft cap, and notes a space
+    /// that stays over it.
+    fn report_trim(&self, target: &CapacityTarget<'_>, outcome: TrimOutcome) {
+        let scope = target.scope;
+        if !outcome.protected_would_be_victims.is_empty() {
+            tracing::warn!(
+                user_id = %scope.user_id,
+                space = %scope.space,
+                protected = ?outcome.protected_would_be_victims,
+                "capacity alert: pinned or saved entries have the lowest scores and would have been trimmed"
+            );
+            self.metrics
+                .record_pinned_trim_alerts(outcome.protected_would_be_victims.len() as u64);
+        }
+        let shortfall = target.overage - outcome.trimmed.len() as i64;
+        if shortfall > 0 {
+            tracing::info!(
+                user_id = %scope.user_id,
+                space = %scope.space,
+                over_by = shortfall,
+                "space stays over its soft cap: the remaining entries are pinned or saved"
+            );
+        }
+    }
+
+    fn after_commit(&self, results: &[RememberResult]) {
+        let mut created = 0;
+        for result in results {
+            match result {
+                RememberResult::Created { trimmed, .. }
+                | RememberResult::TrimmedAtCapacity { trimmed } => {
+                    created += 1;
+                    self.metrics.record_created();
+                    if !trimmed.is_empty() {
+                        self.metrics.record_trimmed(trimmed.len() as u64);
+                    }
+                }
+                RememberResult::Merged { .. } => self.metrics.record_merged(),
+                RememberResult::SuppressedByTombstone { .. }
+                | RememberResult::SkippedMemoryDisabled
+                | RememberResult::SkippedIncognito => {}
+            }
+        }
+        if created > 0
+            && let Some(wake) = &self.hooks.new_entry_wake
+        {
+            wake.notify_one();
+        }
+    }
+}
+
+/// Splits a batch into rounds of at most one write per space, keeping queue order within a space:
+/// round k holds the k-th write of every space that has one.
+fn rounds(writes: &[&QueuedRemember]) -> Vec<Vec<usize>> {
+    rounds_by_key(writes.iter().map(|write| &write.command.scope))
+}
+
+fn rounds_by_key<K: std::hash::Hash + Eq>(keys: impl Iterator<Item = K>) -> Vec<Vec<usize>> {
+    let mut seen: HashMap<K, usize> = HashMap::new();
+    let mut rounds: Vec<Vec<usize>> = Vec::new();
+    for (at, key) in keys.enumerate() {
+        let round = seen.entry(key).or_insert(0);
+        if *round == rounds.len() {
+            rounds.push(Vec::new());
+        }
+        rounds[*round].push(at);
+        *round += 1;
+    }
+    rounds
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_hold_one_write_per_space_in_queue_order() {
+        let keys = ["a", "b", "a", "c", "a", "b"];
+        assert_eq!(
+            rounds_by_key(keys.iter()),
+            vec![vec![0, 1, 3], vec![2, 5], vec![4]]
+        );
+    }
+
+    #[test]
+    fn distinct_spaces_make_one_round() {
+        assert_eq!(rounds_by_key(["a", "b", "c"].iter()), vec![vec![0, 1, 2]]);
+        assert!(rounds_by_key(std::iter::empty::<&str>()).is_empty());
+    }
+}
