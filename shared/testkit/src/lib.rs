@@ -4,12 +4,17 @@
 //!
 //! `ENGRAM_TEST_DATABASE_URL` names the server's admin database (default: the local Postgres of
 //! `make up`, `postgres://postgres@127.0.0.1:55432/postgres`).
+//!
+//! Also a TCP proxy a test can cut ([`TcpProxy`]) and a fake OpenAI-compatible chat-completions
+//! endpoint with scripted answers ([`FakeLlm`]).
 
 #![forbid(unsafe_code)]
 
+mod fake_llm;
 mod proxy;
 
 use anyhow::Context as _;
+pub use fake_llm::{FAKE_COMPLETION_TOKENS, FAKE_PROMPT_TOKENS, FakeAnswer, FakeLlm};
 pub use proxy::TcpProxy;
 use sqlx::{Connection as _, Executor as _, PgConnection};
 

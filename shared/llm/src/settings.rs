@@ -1,0 +1,170 @@
+//! The `llm.*` settings: whether a language model is used, and how to reach it.
+
+use secrecy::SecretString;
+use serde::Deserialize;
+
+/// Which language model backs the structured answers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LlmProvider {
+    /// None (the default): features that need a model are off.
+    #[default]
+    Disabled,
+    /// An OpenAI-compatible `/v1/chat/completions` endpoint (OpenAI, vLLM, Ollama, llama.cpp).
+    Openai,
+}
+
+/// How to reach the chat-completions endpoint. Services embed it in their settings under `llm`
+/// and add [`LlmSettings::defaults`] to their defaults; a missing field also falls back to
+/// [`LlmSettings::default`].
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct LlmSettings {
+    pub provider: LlmProvider,
+    /// Base URL, e.g. `http://127.0.0.1:8080` or `https://api.openai.com`
+    /// (`/v1/chat/completions` is appended).
+    pub base_url: String,
+    pub model: String,
+    /// Sent as a bearer token when set.
+    pub api_key: Option<SecretString>,
+    /// Per-request timeout, connection to last byte.
+    pub timeout_secs: u64,
+    /// Retries after the first attempt for transport errors, 5xx and 429.
+    pub max_retries: usize,
+    /// Fresh attempts after an answer that is malformed, truncated, refused or does not match
+    /// the schema.
+    pub invalid_answer_retries: usize,
+    /// Completion token cap, sent as `max_tokens`.
+    pub max_tokens: u32,
+    pub temperature: f32,
+}
+
+impl Default for LlmSettings {
+    fn default() -> Self {
+        Self {
+            provider: LlmProvider::Disabled,
+            base_url: "http://127.0.0.1:11434".into(),
+            model: "llama3.1".into(),
+            api_key: None,
+            timeout_secs: 60,
+            max_retries: 3,
+            invalid_answer_retries: 1,
+            max_tokens: 1024,
+            temperature: 0.0,
+        }
+    }
+}
+
+impl LlmSettings {
+    /// Defaults of the `llm.*` keys, for a service's configuration defaults (the same values as
+    /// [`LlmSettings::default`]).
+    pub fn defaults() -> Vec<(&'static str, config::Value)> {
+        let defaults = Self::default();
+        let provider = match defaults.provider {
+            LlmProvider::Disabled => "disabled",
+            LlmProvider::Openai => "openai",
+        };
+        vec![
+            ("llm.provider", provider.into()),
+            ("llm.base_url", defaults.base_url.into()),
+            ("llm.model", defaults.model.into()),
+            ("llm.timeout_secs", (defaults.timeout_secs as i64).into()),
+            ("llm.max_retries", (defaults.max_retries as i64).into()),
+            (
+                "llm.invalid_answer_retries",
+                (defaults.invalid_answer_retries as i64).into(),
+            ),
+            ("llm.max_tokens", i64::from(defaults.max_tokens).into()),
+            ("llm.temperature", f64::from(defaults.temperature).into()),
+        ]
+    }
+
+    /// Checks what the endpoint would otherwise reject on every request.
+    pub(crate) fn validate(&self) -> Result<(), String> {
+        let base_url = self.base_url.trim();
+        if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
+            return Err(format!(
+                "llm.base_url must start with http:// or https://, got {:?}",
+                self.base_url
+            ));
+        }
+        if self.model.trim().is_empty() {
+            return Err("llm.model must not be empty".into());
+        }
+        if self.timeout_secs == 0 {
+            return Err("llm.timeout_secs must be at least 1".into());
+        }
+        if self.max_tokens == 0 {
+            return Err("llm.max_tokens must be at least 1".into());
+        }
+        if !(0.0..=2.0).contains(&self.temperature) {
+            return Err(format!(
+                "llm.temperature must be within 0 and 2, got {}",
+                self.temperature
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn from_config(overrides: &[(&str, config::Value)]) -> LlmSettings {
+        let mut builder = config::Config::builder();
+        for (key, value) in LlmSettings::defaults() {
+            builder = builder.set_default(key, value).unwrap();
+        }
+        for (key, value) in overrides {
+            builder = builder.set_override(*key, value.clone()).unwrap();
+        }
+        builder.build().unwrap().get("llm").unwrap()
+    }
+
+    #[test]
+    fn the_defaults_deserialize_to_a_disabled_local_endpoint() {
+        let settings = from_config(&[]);
+        let expected = LlmSettings::default();
+        assert_eq!(settings.provider, LlmProvider::Disabled);
+        assert_eq!(settings.base_url, expected.base_url);
+        assert_eq!(settings.model, "llama3.1");
+        assert!(settings.api_key.is_none());
+        assert_eq!(settings.timeout_secs, 60);
+        assert_eq!(settings.max_retries, 3);
+        assert_eq!(settings.invalid_answer_retries, 1);
+        assert_eq!(settings.max_tokens, 1024);
+        assert_eq!(settings.temperature, 0.0);
+        assert_eq!(settings.validate(), Ok(()));
+    }
+
+    #[test]
+    fn provider_and_key_come_from_configuration() {
+        let settings = from_config(&[
+            ("llm.provider", "openai".into()),
+            ("llm.api_key", "sk-test".into()),
+            ("llm.temperature", 0.2.into()),
+        ]);
+        assert_eq!(settings.provider, LlmProvider::Openai);
+        assert_eq!(
+            secrecy::ExposeSecret::expose_secret(settings.api_key.as_ref().unwrap()),
+            "sk-test"
+        );
+        assert!((settings.temperature - 0.2).abs() < 1e-6);
+    }
+
+    #[test]
+    fn validation_names_the_wrong_setting() {
+        let check = |change: fn(&mut LlmSettings)| {
+            let mut settings = LlmSettings::default();
+            change(&mut settings);
+            settings.validate().unwrap_err()
+        };
+        assert!(check(|s| s.base_url = "127.0.0.1:8080".into()).contains("llm.base_url"));
+        assert!(check(|s| s.model = " ".into()).contains("llm.model"));
+        assert!(check(|s| s.timeout_secs = 0).contains("llm.timeout_secs"));
+        assert!(check(|s| s.max_tokens = 0).contains("llm.max_tokens"));
+        assert!(check(|s| s.temperature = f32::NAN).contains("llm.temperature"));
+        assert!(check(|s| s.temperature = -0.1).contains("llm.temperature"));
+    }
+}
