@@ -86,6 +86,11 @@ pub struct SandboxOptions {
     pub soft_cap: Option<u32>,
     /// Requests one connection may have in flight; `None`: 64.
     pub max_concurrent_requests_per_connection: Option<usize>,
+    /// Segmentation settings of the ingest service; `None`: the defaults, with a 100 ms sweep.
+    pub segmentation: Option<engram_ingest::config::SegmentationSettings>,
+    /// An OpenAI-compatible chat endpoint (a fake server of the test) for the LLM steps; `None`:
+    /// the local rules.
+    pub llm_base_url: Option<String>,
     /// The services reach Postgres through a TCP proxy the test can cut (`Sandbox::database_proxy`).
     pub database_proxy: bool,
     /// The services' own request deadline; `None`: 30 s.
@@ -203,6 +208,16 @@ fn grpc_settings(options: &SandboxOptions) -> engram_server::GrpcSettings {
     }
 }
 
+/// The segmentation settings a test starts from: the defaults, with a fast sweep.
+pub fn segmentation_settings() -> engram_ingest::config::SegmentationSettings {
+    let mut settings =
+        engram_server::settings::load_defaults_only::<IngestSettings>(IngestSettings::defaults())
+            .expect("ingest defaults")
+            .segmentation;
+    settings.sweep_interval_ms = 100;
+    settings
+}
+
 /// The ingest settings a sandbox runs with.
 fn ingest_settings(database_url: &str, options: &SandboxOptions) -> IngestSettings {
     let mut ingest_settings: IngestSettings =
@@ -228,6 +243,17 @@ fn ingest_settings(database_url: &str, options: &SandboxOptions) -> IngestSettin
         ingest_settings.amqp.relay_poll_ms = 100;
         ingest_settings.amqp.retry_delay_ms = 200;
         ingest_settings.amqp.reconnect_max_backoff_ms = 500;
+    }
+    match &options.segmentation {
+        Some(segmentation) => ingest_settings.segmentation = segmentation.clone(),
+        None => ingest_settings.segmentation.sweep_interval_ms = 100,
+    }
+    if let Some(base_url) = &options.llm_base_url {
+        ingest_settings.llm.provider = engram_llm::LlmProvider::Openai;
+        ingest_settings.llm.base_url = base_url.clone();
+        ingest_settings.llm.model = "fake-model".into();
+        ingest_settings.llm.timeout_secs = 5;
+        ingest_settings.llm.max_retries = 1;
     }
     ingest_settings.embed.model_dir = local_model_dir();
     ingest_settings.embed.provider = match &options.embedder {

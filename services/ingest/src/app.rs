@@ -14,8 +14,9 @@ use tokio::sync::{Notify, watch};
 use tonic::service::Routes;
 
 use crate::backfill::{BackfillSettings, EmbeddingBackfill};
-use crate::bus::{EmbeddingConsumer, OutboxRelay};
+use crate::bus::{EmbeddingConsumer, OutboxRelay, SegmentationConsumer};
 use crate::config::IngestSettings;
+use crate::conversations::segmentation::Segmenter;
 use crate::grpc::IngestApi;
 use crate::metrics::IngestMetrics;
 use crate::write_path::{BackfillHooks, MemoryWriter};
@@ -32,7 +33,15 @@ pub struct App {
     writer: MemoryWriter,
     tokens: TokenRegistry,
     backfill: Option<EmbeddingBackfill>,
-    bus: Option<(OutboxRelay, EmbeddingConsumer)>,
+    segmenter: Option<(Segmenter, Arc<Notify>)>,
+    bus: Option<BusWorkers>,
+}
+
+/// What runs on the bus: the outbox relay, and the consumers of what this service handles.
+struct BusWorkers {
+    relay: OutboxRelay,
+    embedding: Option<EmbeddingConsumer>,
+    segmentation: Option<SegmentationConsumer>,
 }
 
 impl App {
@@ -55,84 +64,94 @@ impl App {
             settings.embed.query_embedder(),
             settings.recall.clone(),
         )?;
-        let Some(embedder) = embedder else {
-            tracing::warn!(
-                "embedding backfill disabled: entries keep needs_embedding until an embedder runs"
-            );
-            let writer = MemoryWriter::new(
-                pool.clone(),
-                settings.memory.clone(),
-                metrics,
-                BackfillHooks::default(),
-            )
-            .with_recall(recall);
-            let server = GrpcServer::bind(&settings.grpc)
-                .await?
-                .watching_database(pool.clone());
-            return Ok(Self {
-                server,
-                pool,
-                writer,
-                tokens,
-                backfill: None,
-                bus: None,
-            });
-        };
-        let model = embedder.model_id().to_owned();
-        tracing::info!(model = %model, bus = settings.amqp.enabled, "embedding backfill enabled");
+        let llm = engram_llm::ChatClient::from_settings(&settings.llm)?;
+        match &llm {
+            Some(client) => tracing::info!(
+                model = client.model(),
+                "segments are described by an LLM (local rules when it fails)"
+            ),
+            None => tracing::info!(
+                "no LLM configured: segments are described by the local extractive rules"
+            ),
+        }
 
         // With the bus, new entries are announced through the outbox and embedded by the consumer;
         // the sweep only takes what is older than `sweep_min_age_ms` (lost messages, broker down).
         // Without it, the write path wakes the sweep directly.
         let bus_enabled = settings.amqp.enabled;
-        let min_age = if bus_enabled {
-            Duration::from_millis(settings.embed.sweep_min_age_ms)
-        } else {
-            Duration::ZERO
-        };
         let sweep_wake = Arc::new(Notify::new());
-        let backfill = EmbeddingBackfill::new(
-            pool.clone(),
-            embedder,
-            BackfillSettings {
-                batch_size: settings.embed.batch_size.max(1),
-                poll_interval: Duration::from_millis(settings.embed.poll_interval_ms),
-                max_failures: settings.embed.max_failures,
-                min_age,
+        let relay_wake = Arc::new(Notify::new());
+        let segmentation_wake = Arc::new(Notify::new());
+        let backfill = match &embedder {
+            Some(embedder) => {
+                tracing::info!(model = %embedder.model_id(), bus = bus_enabled, "embedding backfill enabled");
+                let min_age = if bus_enabled {
+                    Duration::from_millis(settings.embed.sweep_min_age_ms)
+                } else {
+                    Duration::ZERO
+                };
+                Some(EmbeddingBackfill::new(
+                    pool.clone(),
+                    embedder.clone(),
+                    BackfillSettings {
+                        batch_size: settings.embed.batch_size.max(1),
+                        poll_interval: Duration::from_millis(settings.embed.poll_interval_ms),
+                        max_failures: settings.embed.max_failures,
+                        min_age,
+                    },
+                    sweep_wake.clone(),
+                    metrics.clone(),
+                ))
+            }
+            None => {
+                tracing::warn!(
+                    "embedding backfill disabled: entries keep needs_embedding until an embedder runs"
+                );
+                None
+            }
+        };
+        let hooks = BackfillHooks {
+            new_entry_wake: if bus_enabled {
+                Some(relay_wake.clone())
+            } else {
+                backfill.as_ref().map(|_| sweep_wake.clone())
             },
-            sweep_wake.clone(),
+            sweep_wake: backfill.as_ref().map(|_| sweep_wake.clone()),
+            embedding_model: embedder.as_ref().map(|e| e.model_id().to_owned()),
+            publish_events: bus_enabled,
+            segmentation_wake: (!bus_enabled).then(|| segmentation_wake.clone()),
+        };
+        let writer = MemoryWriter::new(
+            pool.clone(),
+            settings.memory.clone(),
             metrics.clone(),
-        );
-        let (hooks, bus) = if bus_enabled {
-            let relay_wake = Arc::new(Notify::new());
-            let hooks = BackfillHooks {
-                new_entry_wake: Some(relay_wake.clone()),
-                sweep_wake: Some(sweep_wake.clone()),
-                embedding_model: Some(model),
-                publish_events: true,
-            };
-            let relay = OutboxRelay {
+            hooks,
+        )
+        .with_recall(recall);
+        let segmenter = settings.segmentation.enabled.then(|| Segmenter {
+            pool: pool.clone(),
+            writer: writer.clone(),
+            embedder: embedder.clone(),
+            llm,
+            settings: Arc::new(settings.segmentation.clone()),
+            metrics: metrics.clone(),
+        });
+        let bus = bus_enabled.then(|| BusWorkers {
+            relay: OutboxRelay {
                 pool: pool.clone(),
                 settings: settings.amqp.clone(),
                 wake: relay_wake,
-            };
-            let consumer = EmbeddingConsumer {
-                backfill: backfill.clone(),
+            },
+            embedding: backfill.clone().map(|backfill| EmbeddingConsumer {
+                backfill,
                 settings: settings.amqp.clone(),
                 batch_size: settings.embed.batch_size.max(1),
-            };
-            (hooks, Some((relay, consumer)))
-        } else {
-            let hooks = BackfillHooks {
-                new_entry_wake: Some(sweep_wake.clone()),
-                sweep_wake: Some(sweep_wake),
-                embedding_model: Some(model),
-                publish_events: false,
-            };
-            (hooks, None)
-        };
-        let writer = MemoryWriter::new(pool.clone(), settings.memory.clone(), metrics, hooks)
-            .with_recall(recall);
+            }),
+            segmentation: segmenter.clone().map(|segmenter| SegmentationConsumer {
+                segmenter,
+                settings: settings.amqp.clone(),
+            }),
+        });
         let server = GrpcServer::bind(&settings.grpc)
             .await?
             .watching_database(pool.clone());
@@ -141,7 +160,8 @@ impl App {
             pool,
             writer,
             tokens,
-            backfill: Some(backfill),
+            backfill,
+            segmenter: segmenter.map(|segmenter| (segmenter, segmentation_wake)),
             bus,
         })
     }
@@ -168,9 +188,17 @@ impl App {
         if let Some(backfill) = self.backfill {
             background.push(tokio::spawn(backfill.run(background_stop.clone())));
         }
-        if let Some((relay, consumer)) = self.bus {
-            background.push(tokio::spawn(relay.run(background_stop.clone())));
-            background.push(tokio::spawn(consumer.run(background_stop.clone())));
+        if let Some((segmenter, wake)) = self.segmenter {
+            background.push(tokio::spawn(segmenter.run(wake, background_stop.clone())));
+        }
+        if let Some(bus) = self.bus {
+            background.push(tokio::spawn(bus.relay.run(background_stop.clone())));
+            if let Some(consumer) = bus.embedding {
+                background.push(tokio::spawn(consumer.run(background_stop.clone())));
+            }
+            if let Some(consumer) = bus.segmentation {
+                background.push(tokio::spawn(consumer.run(background_stop.clone())));
+            }
         }
 
         let commit_pool = self.writer.commit_pool().clone();

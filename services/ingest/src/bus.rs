@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backon::BackoffBuilder as _;
-use engram_bus::{Bus, BusError, Delivery, OutgoingEvent, QueueSpec, Topology};
+use engram_bus::{Bus, BusError, Delivery, OutgoingEvent, Topology};
 use engram_core::backoff::jittered_backoff;
 use engram_proto::v1;
 use engram_store::{StoreError, embeddings, outbox};
@@ -16,17 +16,15 @@ use sqlx::PgPool;
 use tokio::sync::{Notify, watch};
 use uuid::Uuid;
 
+use engram_core::{ConversationId, Scope};
+
 use crate::backfill::EmbeddingBackfill;
 use crate::config::AmqpSettings;
-use crate::write_path::{EMBEDDING_REQUESTED_KEY, EMBEDDING_REQUESTED_TYPE};
+use crate::conversations::segmentation::Segmenter;
+use engram_bus::queues::{self, routes};
 
-/// The ingest service's consumer queue.
-pub fn embedding_queue(settings: &AmqpSettings) -> QueueSpec {
-    QueueSpec {
-        name: "ingest.embedding-requested",
-        bindings: vec![EMBEDDING_REQUESTED_KEY],
-        retry_delay: Duration::from_millis(settings.retry_delay_ms),
-    }
+fn retry_delay(settings: &AmqpSettings) -> Duration {
+    Duration::from_millis(settings.retry_delay_ms)
 }
 
 fn reconnect_backoff(settings: &AmqpSettings) -> impl Iterator<Item = Duration> {
@@ -51,7 +49,8 @@ async fn connect(settings: &AmqpSettings, url: &SecretString) -> Result<Bus, Bus
         Topology::new(settings.topology_prefix.clone()),
     )
     .await?;
-    bus.declare(&[embedding_queue(settings)]).await?;
+    // Every consumer queue, so that what the relay publishes always has a queue to wait in.
+    bus.declare(&queues::all(retry_delay(settings))).await?;
     Ok(bus)
 }
 
@@ -185,7 +184,10 @@ impl EmbeddingConsumer {
             let consumed = async {
                 let bus = connect(&self.settings, &self.settings.url).await?;
                 let deliveries = bus
-                    .consume(&embedding_queue(&self.settings), self.settings.prefetch)
+                    .consume(
+                        &queues::embedding_requested(retry_delay(&self.settings)),
+                        self.settings.prefetch,
+                    )
                     .await?;
                 Ok::<_, BusError>((bus, deliveries))
             }
@@ -319,7 +321,7 @@ impl EmbeddingConsumer {
 
 /// The memory id of an EmbeddingRequested message, or why it is not one.
 fn decode(delivery: &Delivery) -> Result<Uuid, String> {
-    if delivery.type_name() != Some(EMBEDDING_REQUESTED_TYPE) {
+    if delivery.type_name() != Some(routes::EMBEDDING_REQUESTED_TYPE) {
         return Err(format!(
             "unexpected message type {:?}",
             delivery.type_name()
@@ -329,4 +331,112 @@ fn decode(delivery: &Delivery) -> Result<Uuid, String> {
         .map_err(|e| format!("malformed payload: {e}"))?;
     Uuid::parse_str(&event.memory_id)
         .map_err(|_| format!("memory_id {:?} is not a UUID", event.memory_id))
+}
+
+/// Segments conversations named by SegmentationRequested messages; acks once the segmentation
+/// committed (or found nothing to do: the same request twice is a no-op).
+pub struct SegmentationConsumer {
+    pub segmenter: Segmenter,
+    pub settings: AmqpSettings,
+}
+
+impl SegmentationConsumer {
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        let mut delays = reconnect_backoff(&self.settings);
+        loop {
+            if *stop.borrow() {
+                break;
+            }
+            let consumed = async {
+                let bus = connect(&self.settings, &self.settings.url).await?;
+                let deliveries = bus
+                    .consume(
+                        &queues::segmentation_requested(retry_delay(&self.settings)),
+                        self.settings.prefetch,
+                    )
+                    .await?;
+                Ok::<_, BusError>((bus, deliveries))
+            }
+            .await;
+            let (bus, mut deliveries) = match consumed {
+                Ok(connected) => connected,
+                Err(error) => {
+                    let delay = delays.next().unwrap_or(Duration::from_secs(10));
+                    tracing::warn!(%error, ?delay, "segmentation consumer cannot reach the broker; the sweep covers meanwhile");
+                    if sleep_or_stop(delay, &mut stop).await {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            delays = reconnect_backoff(&self.settings);
+            tracing::info!("segmentation consumer connected");
+            let stopped = loop {
+                let next = tokio::select! {
+                    next = deliveries.next() => next,
+                    _ = stop.changed() => break true,
+                };
+                let Some(Ok(delivery)) = next else {
+                    break false;
+                };
+                // A message in hand is finished even when stop arrives meanwhile.
+                if let Err(error) = self.handle(delivery).await {
+                    tracing::warn!(%error, "segmentation consumer lost the broker");
+                    break false;
+                }
+            };
+            bus.close().await;
+            if stopped {
+                break;
+            }
+        }
+        tracing::info!("segmentation consumer stopped");
+    }
+
+    async fn handle(&self, delivery: Delivery) -> Result<(), BusError> {
+        use tracing::Instrument as _;
+        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+        let span = tracing::info_span!("segmentation", otel.kind = "consumer");
+        let _ = span.set_parent(delivery.trace_context());
+        async {
+            let (scope, conversation) = match decode_segmentation(&delivery) {
+                Ok(request) => request,
+                Err(reason) => return delivery.dead_letter(&reason).await,
+            };
+            match self.segmenter.segment(&scope, conversation).await {
+                Ok(_) => delivery.ack().await,
+                Err(error) if delivery.attempts() + 1 >= self.settings.max_attempts => {
+                    delivery
+                        .dead_letter(&format!(
+                            "gave up after {} attempts: {error}",
+                            self.settings.max_attempts
+                        ))
+                        .await
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "segmentation failed; retrying later");
+                    delivery.retry_later().await
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+/// The conversation a SegmentationRequested message names, or why it is not one.
+fn decode_segmentation(delivery: &Delivery) -> Result<(Scope, ConversationId), String> {
+    if delivery.type_name() != Some(routes::SEGMENTATION_REQUESTED_TYPE) {
+        return Err(format!(
+            "unexpected message type {:?}",
+            delivery.type_name()
+        ));
+    }
+    let event = v1::SegmentationRequested::decode(delivery.payload())
+        .map_err(|e| format!("malformed payload: {e}"))?;
+    let scope = engram_server::convert::scope_from_proto(event.scope)
+        .map_err(|e| format!("bad scope: {e}"))?;
+    let conversation = ConversationId::parse("conversation_id", &event.conversation_id)
+        .map_err(|e| format!("bad conversation: {e}"))?;
+    Ok((scope, conversation))
 }

@@ -2,7 +2,7 @@
 //! explicit RPCs.
 
 use engram_core::commands::{MemoryCommand, parse_command};
-use engram_core::{ConversationId, MemoryId, MemoryText, Scope, SpeakerRole};
+use engram_core::{ConversationId, MemoryId, MemoryText, Scope};
 use engram_store::audit::{self, LastWritten};
 use engram_store::conversations;
 use engram_store::memories::MemoryRecord;
@@ -153,15 +153,9 @@ impl MemoryWriter {
                 let text = MemoryText::parse("message", &content, self.settings.max_text_chars)?;
                 let result = self
                     .remember(RememberCommand {
-                        scope: scope.clone(),
-                        text,
-                        category: None,
-                        role: SpeakerRole::User,
-                        tags: Vec::new(),
-                        source_ids: Vec::new(),
                         manually_saved: true,
-                        pin: false,
                         conversation: Some(conversation),
+                        ..RememberCommand::plain(scope.clone(), text)
                     })
                     .await?;
                 let (applied, reply, memory) = match &result {

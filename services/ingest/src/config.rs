@@ -19,6 +19,47 @@ pub struct IngestSettings {
     pub amqp: AmqpSettings,
     /// The retrieval pipeline behind "what do you remember about X".
     pub recall: engram_recall::RecallSettings,
+    /// How conversations become episodes and facts.
+    pub segmentation: SegmentationSettings,
+    /// The LLM behind titles, summaries, facts and surprise (none by default: local rules).
+    pub llm: engram_llm::LlmSettings,
+}
+
+/// Segmentation and consolidation of conversations (`segmentation.*`); the rules are
+/// `engram_core::segmentation`'s.
+#[derive(Debug, Clone, Deserialize)]
+pub struct SegmentationSettings {
+    /// Off: turns are stored but no episode or fact is derived from them.
+    pub enabled: bool,
+    pub hard_gap_secs: i64,
+    pub soft_gap_secs: i64,
+    pub soft_gap_similarity: f32,
+    pub topic_shift_similarity: f32,
+    pub topic_min_tokens: u32,
+    pub min_turns: usize,
+    pub max_turns: usize,
+    pub max_tokens: u32,
+    pub idle_close_secs: i64,
+    /// How often the sweep looks for idle segments and episodes left unconsolidated.
+    pub sweep_interval_ms: u64,
+    /// Derive semantic facts from new episodes.
+    pub consolidate: bool,
+}
+
+impl SegmentationSettings {
+    pub fn rules(&self) -> engram_core::segmentation::SegmentationRules {
+        engram_core::segmentation::SegmentationRules {
+            hard_gap: Duration::seconds(self.hard_gap_secs),
+            soft_gap: Duration::seconds(self.soft_gap_secs),
+            soft_gap_similarity: self.soft_gap_similarity,
+            topic_shift_similarity: self.topic_shift_similarity,
+            topic_min_tokens: self.topic_min_tokens,
+            min_turns: self.min_turns.max(1),
+            max_turns: self.max_turns.max(1),
+            max_tokens: self.max_tokens.max(1),
+            idle_close: Duration::seconds(self.idle_close_secs),
+        }
+    }
 }
 
 pub use engram_embed::{EmbedProvider, OpenAiEmbedSettings};
@@ -148,8 +189,45 @@ impl IngestSettings {
             ("amqp.retry_delay_ms", 2_000i64.into()),
             ("amqp.reconnect_max_backoff_ms", 10_000i64.into()),
         ]);
+        let rules = engram_core::segmentation::SegmentationRules::default();
+        defaults.extend([
+            ("segmentation.enabled", true.into()),
+            (
+                "segmentation.hard_gap_secs",
+                rules.hard_gap.num_seconds().into(),
+            ),
+            (
+                "segmentation.soft_gap_secs",
+                rules.soft_gap.num_seconds().into(),
+            ),
+            (
+                "segmentation.soft_gap_similarity",
+                f64::from(rules.soft_gap_similarity).into(),
+            ),
+            (
+                "segmentation.topic_shift_similarity",
+                f64::from(rules.topic_shift_similarity).into(),
+            ),
+            (
+                "segmentation.topic_min_tokens",
+                i64::from(rules.topic_min_tokens).into(),
+            ),
+            ("segmentation.min_turns", (rules.min_turns as i64).into()),
+            ("segmentation.max_turns", (rules.max_turns as i64).into()),
+            (
+                "segmentation.max_tokens",
+                i64::from(rules.max_tokens).into(),
+            ),
+            (
+                "segmentation.idle_close_secs",
+                rules.idle_close.num_seconds().into(),
+            ),
+            ("segmentation.sweep_interval_ms", 5_000i64.into()),
+            ("segmentation.consolidate", true.into()),
+        ]);
         defaults.extend(engram_recall::embed_defaults());
         defaults.extend(engram_recall::RecallSettings::defaults());
+        defaults.extend(engram_llm::LlmSettings::defaults());
         defaults
     }
 }

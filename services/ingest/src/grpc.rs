@@ -1,21 +1,26 @@
 //! The gRPC edge of the ingest service: validate, authorize, call the writer, convert back.
 
 use engram_core::commands::MemoryCommand;
-use engram_core::validate::{parse_labels, parse_page_size};
-use engram_core::{ConversationId, MemoryId, MemoryText, ValidationError};
+use engram_core::validate::{check_label, parse_labels, parse_page_size};
+use engram_core::{ConversationId, MemoryId, MemoryText, SpeakerRole, ValidationError};
 use engram_proto::v1;
 use engram_proto::v1::ingest_service_server::IngestService;
 use engram_server::convert::{
-    category_from_proto, memory_to_proto, role_from_proto, scope_from_proto,
+    category_from_proto, memory_to_proto, role_from_proto, role_to_proto, scope_from_proto,
 };
-use engram_server::paging::{RESPONSE_BYTE_BUDGET, fitting_count, parse_audit_token};
-use engram_server::time::to_proto;
+use engram_server::paging::{
+    RESPONSE_BYTE_BUDGET, fitting_count, parse_audit_token, parse_turn_token,
+};
+use engram_server::time::{from_proto_opt, to_proto};
 use engram_server::{AccessGrant, authorized_scope};
 use engram_store::audit::AuditAction;
+use engram_store::conversations::TurnRecord;
 use engram_store::spaces::SettingsPatch;
 use tonic::{Request, Response, Status};
 
+use crate::commands::CommandOutcome;
 use crate::controls::{EffectiveSettings, MAX_SOFT_CAP};
+use crate::conversations::{AppendedMessage, MAX_MESSAGES_PER_APPEND, NewMessage, TurnResult};
 use crate::error::IngestError;
 use crate::write_path::{MemoryWriter, RememberCommand, RememberResult};
 
@@ -25,6 +30,7 @@ const MAX_SOURCE_IDS: usize = 32;
 const MAX_SOURCE_ID_CHARS: usize = 256;
 const DEFAULT_PAGE_SIZE: u32 = 50;
 const MAX_PAGE_SIZE: u32 = 500;
+const DEFAULT_TURN_PAGE_SIZE: u32 = 100;
 
 /// The `engram.v1.IngestService` implementation.
 #[derive(Debug, Clone)]
@@ -131,6 +137,96 @@ fn command_action(command: Option<&MemoryCommand>) -> v1::CommandAction {
     }
 }
 
+fn command_to_proto(outcome: CommandOutcome) -> v1::ApplyCommandResponse {
+    let remember_outcome = outcome
+        .remember
+        .map(|result| remember_to_proto(result).outcome)
+        .unwrap_or(v1::RememberOutcome::Unspecified as i32);
+    v1::ApplyCommandResponse {
+        action: command_action(outcome.command.as_ref()).into(),
+        applied: outcome.applied,
+        reply: outcome.reply,
+        memory: outcome.memory.as_ref().map(memory_to_proto),
+        remember_outcome,
+    }
+}
+
+fn turn_to_proto(turn: &TurnRecord) -> v1::ConversationTurn {
+    v1::ConversationTurn {
+        turn_index: u32::try_from(turn.turn_index).unwrap_or_default(),
+        role: SpeakerRole::from_stored(&turn.role)
+            .map_or(v1::SpeakerRole::Unspecified, role_to_proto)
+            .into(),
+        content: turn.content.clone(),
+        at: Some(to_proto(turn.spoken_at)),
+        client_message_id: turn.client_message_id.clone().unwrap_or_default(),
+    }
+}
+
+fn appended_to_proto(appended: AppendedMessage) -> v1::AppendedTurn {
+    let (outcome, turn_index) = match appended.result {
+        TurnResult::Stored { turn_index } => (v1::TurnOutcome::Stored, turn_index),
+        TurnResult::Duplicate { turn_index } => (v1::TurnOutcome::Duplicate, turn_index),
+        TurnResult::SkippedIncognito => (v1::TurnOutcome::SkippedIncognito, 0),
+        TurnResult::SkippedMemoryDisabled => (v1::TurnOutcome::SkippedMemoryDisabled, 0),
+    };
+    v1::AppendedTurn {
+        outcome: outcome.into(),
+        turn_index: u32::try_from(turn_index).unwrap_or_default(),
+        client_message_id: appended.client_message_id.unwrap_or_default(),
+        command: appended.command.map(command_to_proto),
+    }
+}
+
+/// Validates the turns of an AppendMessages.
+fn parse_messages(
+    messages: &[v1::ConversationMessage],
+    max_text_chars: usize,
+) -> Result<Vec<NewMessage>, ValidationError> {
+    if messages.is_empty() {
+        return Err(ValidationError::new(
+            "messages",
+            "must hold at least one turn",
+        ));
+    }
+    if messages.len() > MAX_MESSAGES_PER_APPEND {
+        return Err(ValidationError::new(
+            "messages",
+            format!(
+                "has {} turns; send at most {MAX_MESSAGES_PER_APPEND} per request",
+                messages.len()
+            ),
+        ));
+    }
+    messages
+        .iter()
+        .enumerate()
+        .map(|(index, message)| {
+            let field = format!("messages[{index}]");
+            let client_message_id = if message.client_message_id.is_empty() {
+                None
+            } else {
+                check_label(
+                    &format!("{field}.client_message_id"),
+                    &message.client_message_id,
+                    MAX_SOURCE_ID_CHARS,
+                )?;
+                Some(message.client_message_id.clone())
+            };
+            Ok(NewMessage {
+                role: role_from_proto(&format!("{field}.role"), message.role)?,
+                content: MemoryText::parse(
+                    &format!("{field}.content"),
+                    &message.content,
+                    max_text_chars,
+                )?,
+                at: from_proto_opt(&format!("{field}.at"), message.at.as_ref())?,
+                client_message_id,
+            })
+        })
+        .collect()
+}
+
 fn audit_action_to_proto(stored: &str) -> v1::AuditAction {
     match AuditAction::from_stored(stored) {
         Some(AuditAction::Create) => v1::AuditAction::Create,
@@ -144,6 +240,9 @@ fn audit_action_to_proto(stored: &str) -> v1::AuditAction {
         Some(AuditAction::Trim) => v1::AuditAction::Trim,
         Some(AuditAction::Import) => v1::AuditAction::Import,
         Some(AuditAction::Suppress) => v1::AuditAction::Suppress,
+        Some(AuditAction::Supersede) => v1::AuditAction::Supersede,
+        Some(AuditAction::ForgetConversation) => v1::AuditAction::ForgetConversation,
+        Some(AuditAction::Segment) => v1::AuditAction::Segment,
         None => v1::AuditAction::Unspecified,
     }
 }
@@ -176,6 +275,8 @@ impl IngestService for IngestApi {
                 pin: message.pin,
                 conversation: optional_conversation(&message.conversation_id)?,
                 scope,
+                source_episode: None,
+                valid_at: None,
             })
         })()
         .map_err(IngestError::from)?;
@@ -325,17 +426,7 @@ impl IngestService for IngestApi {
             .writer
             .apply_command(&scope, conversation, text.as_str())
             .await?;
-        let remember_outcome = outcome
-            .remember
-            .map(|result| remember_to_proto(result).outcome)
-            .unwrap_or(v1::RememberOutcome::Unspecified as i32);
-        Ok(Response::new(v1::ApplyCommandResponse {
-            action: command_action(outcome.command.as_ref()).into(),
-            applied: outcome.applied,
-            reply: outcome.reply,
-            memory: outcome.memory.as_ref().map(memory_to_proto),
-            remember_outcome,
-        }))
+        Ok(Response::new(command_to_proto(outcome)))
     }
 
     async fn list_audit(
@@ -474,6 +565,111 @@ impl IngestService for IngestApi {
         Ok(Response::new(v1::ReembedResponse {
             queued,
             model: self.writer.embedding_model().unwrap_or_default().to_owned(),
+        }))
+    }
+
+    async fn append_messages(
+        &self,
+        request: Request<v1::AppendMessagesRequest>,
+    ) -> Result<Response<v1::AppendMessagesResponse>, Status> {
+        let scope = authorized_scope(&request, request.get_ref().scope.clone())?;
+        let message = request.into_inner();
+        let conversation = ConversationId::parse("conversation_id", &message.conversation_id)
+            .map_err(IngestError::from)?;
+        let messages = parse_messages(&message.messages, self.writer.settings.max_text_chars)
+            .map_err(IngestError::from)?;
+        let appended = self
+            .writer
+            .append_messages(&scope, conversation, messages, message.close_segment)
+            .await?;
+        Ok(Response::new(v1::AppendMessagesResponse {
+            turns: appended.into_iter().map(appended_to_proto).collect(),
+        }))
+    }
+
+    async fn close_segment(
+        &self,
+        request: Request<v1::CloseSegmentRequest>,
+    ) -> Result<Response<v1::CloseSegmentResponse>, Status> {
+        let scope = authorized_scope(&request, request.get_ref().scope.clone())?;
+        let conversation =
+            ConversationId::parse("conversation_id", &request.get_ref().conversation_id)
+                .map_err(IngestError::from)?;
+        let open = self.writer.close_segment(&scope, conversation).await?;
+        Ok(Response::new(match open {
+            Some((first, last)) => v1::CloseSegmentResponse {
+                requested: true,
+                first_turn_index: u32::try_from(first).unwrap_or_default(),
+                last_turn_index: u32::try_from(last).unwrap_or_default(),
+            },
+            None => v1::CloseSegmentResponse::default(),
+        }))
+    }
+
+    async fn get_conversation(
+        &self,
+        request: Request<v1::GetConversationRequest>,
+    ) -> Result<Response<v1::GetConversationResponse>, Status> {
+        let scope = authorized_scope(&request, request.get_ref().scope.clone())?;
+        let message = request.into_inner();
+        let conversation = ConversationId::parse("conversation_id", &message.conversation_id)
+            .map_err(IngestError::from)?;
+        let page_size = parse_page_size(
+            "page_size",
+            message.page_size,
+            DEFAULT_TURN_PAGE_SIZE,
+            MAX_PAGE_SIZE,
+        )
+        .map_err(IngestError::from)?;
+        let after =
+            parse_turn_token("page_token", &message.page_token).map_err(IngestError::from)?;
+        let (summary, turns) = self
+            .writer
+            .conversation_page(&scope, conversation, after, page_size + 1)
+            .await?;
+        let mut listed: Vec<v1::ConversationTurn> = turns.iter().map(turn_to_proto).collect();
+        listed.truncate(fitting_count(
+            &listed,
+            page_size as usize,
+            RESPONSE_BYTE_BUDGET,
+        ));
+        let next_page_token = match listed.last() {
+            Some(last) if turns.len() > listed.len() => last.turn_index.to_string(),
+            _ => String::new(),
+        };
+        Ok(Response::new(v1::GetConversationResponse {
+            conversation_id: conversation.to_string(),
+            incognito: summary.incognito,
+            turn_count: u32::try_from(summary.turn_count).unwrap_or_default(),
+            segmented_through: summary.segmented_through,
+            pending_reviews: u32::try_from(summary.pending_reviews).unwrap_or_default(),
+            last_turn_at: summary.last_turn_at.map(to_proto),
+            turns: listed,
+            next_page_token,
+        }))
+    }
+
+    async fn forget_conversation(
+        &self,
+        request: Request<v1::ForgetConversationRequest>,
+    ) -> Result<Response<v1::ForgetConversationResponse>, Status> {
+        let scope = authorized_scope(&request, request.get_ref().scope.clone())?;
+        let conversation =
+            ConversationId::parse("conversation_id", &request.get_ref().conversation_id)
+                .map_err(IngestError::from)?;
+        let receipt = self
+            .writer
+            .forget_conversation(&scope, conversation)
+            .await?;
+        let count = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+        Ok(Response::new(v1::ForgetConversationResponse {
+            conversation_id: conversation.to_string(),
+            turns_deleted: count(receipt.turns),
+            episodes_deleted: count(receipt.episodes),
+            facts_deleted: count(receipt.facts_deleted),
+            facts_kept: count(receipt.facts_kept),
+            pending_reviews_dropped: count(receipt.pending_reviews),
+            tombstone_expires_at: Some(to_proto(receipt.tombstone_expires_at)),
         }))
     }
 }

@@ -412,6 +412,9 @@ pub fn parse_entry(
         row.stability = Some(episode.stability);
         row.difficulty = Some(episode.difficulty);
         row.last_reviewed_at = Some(episode.last_reviewed_at);
+        // An episode arrives as it is, with whatever facts its store already derived (imported
+        // beside it): consolidation does not derive them a second time.
+        row.consolidated_at = Some(limits.now);
     }
     Ok(ParsedImport { client_id, row })
 }

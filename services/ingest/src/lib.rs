@@ -15,6 +15,7 @@ pub mod bus;
 pub mod commands;
 pub mod config;
 pub mod controls;
+pub mod conversations;
 pub mod error;
 pub mod group_commit;
 pub mod grpc;

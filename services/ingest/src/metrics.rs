@@ -2,6 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use opentelemetry::KeyValue;
 use opentelemetry::metrics::Counter;
 
 #[derive(Debug)]
@@ -16,6 +17,24 @@ pub struct IngestMetrics {
     pinned_trim_alert_counter: Counter<u64>,
     writes: WriteMetrics,
     embedding: EmbeddingMetrics,
+    conversations: ConversationMetrics,
+}
+
+/// Conversations: turns kept or skipped, segments closed, episodes and facts derived, and how
+/// often an LLM step fell back to its local rules.
+#[derive(Debug)]
+struct ConversationMetrics {
+    turns_stored: AtomicU64,
+    turns_skipped: AtomicU64,
+    segments_closed: AtomicU64,
+    episodes_created: AtomicU64,
+    facts_derived: AtomicU64,
+    facts_superseded: AtomicU64,
+    llm_fallbacks: AtomicU64,
+    turns_counter: Counter<u64>,
+    segments_counter: Counter<u64>,
+    facts_counter: Counter<u64>,
+    llm_fallback_counter: Counter<u64>,
 }
 
 /// The group commit: how many Remembers wait or are being written, and how they are grouped.
@@ -111,6 +130,31 @@ impl Default for IngestMetrics {
                     .build(),
                 backlog_gauge: meter.u64_gauge("engram.embedding.backlog").build(),
                 oldest_age_gauge: meter.f64_gauge("engram.embedding.oldest_pending_age").with_unit("s").build(),
+            },
+            conversations: ConversationMetrics {
+                turns_stored: AtomicU64::new(0),
+                turns_skipped: AtomicU64::new(0),
+                segments_closed: AtomicU64::new(0),
+                episodes_created: AtomicU64::new(0),
+                facts_derived: AtomicU64::new(0),
+                facts_superseded: AtomicU64::new(0),
+                llm_fallbacks: AtomicU64::new(0),
+                turns_counter: meter
+                    .u64_counter("engram.conversations.turns")
+                    .with_description("conversation turns appended (outcome: stored, skipped)")
+                    .build(),
+                segments_counter: meter
+                    .u64_counter("engram.conversations.segments_closed")
+                    .with_description("segments closed, by the rule that closed them")
+                    .build(),
+                facts_counter: meter
+                    .u64_counter("engram.conversations.facts")
+                    .with_description("facts consolidated from episodes (outcome: derived, superseded)")
+                    .build(),
+                llm_fallback_counter: meter
+                    .u64_counter("engram.conversations.llm_fallbacks")
+                    .with_description("LLM steps that fell back to the local rules")
+                    .build(),
             },
         }
     }
@@ -257,5 +301,83 @@ impl IngestMetrics {
 
     pub fn pinned_trim_alerts(&self) -> u64 {
         self.pinned_trim_alerts.load(Ordering::Relaxed)
+    }
+}
+
+/// Conversation counters, readable in tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ConversationCounts {
+    pub turns_stored: u64,
+    pub turns_skipped: u64,
+    pub segments_closed: u64,
+    pub episodes_created: u64,
+    pub facts_derived: u64,
+    pub facts_superseded: u64,
+    pub llm_fallbacks: u64,
+}
+
+impl IngestMetrics {
+    pub fn record_turns_stored(&self, turns: u64) {
+        let metrics = &self.conversations;
+        metrics.turns_stored.fetch_add(turns, Ordering::Relaxed);
+        metrics
+            .turns_counter
+            .add(turns, &[KeyValue::new("outcome", "stored")]);
+    }
+
+    pub fn record_turns_skipped(&self, turns: u64) {
+        let metrics = &self.conversations;
+        metrics.turns_skipped.fetch_add(turns, Ordering::Relaxed);
+        metrics
+            .turns_counter
+            .add(turns, &[KeyValue::new("outcome", "skipped")]);
+    }
+
+    pub fn record_segment_closed(&self, reason: &'static str, episode_created: bool) {
+        let metrics = &self.conversations;
+        metrics.segments_closed.fetch_add(1, Ordering::Relaxed);
+        if episode_created {
+            metrics.episodes_created.fetch_add(1, Ordering::Relaxed);
+        }
+        metrics
+            .segments_counter
+            .add(1, &[KeyValue::new("reason", reason)]);
+    }
+
+    pub fn record_facts_derived(&self, facts: u64) {
+        let metrics = &self.conversations;
+        metrics.facts_derived.fetch_add(facts, Ordering::Relaxed);
+        metrics
+            .facts_counter
+            .add(facts, &[KeyValue::new("outcome", "derived")]);
+    }
+
+    pub fn record_facts_superseded(&self, facts: u64) {
+        let metrics = &self.conversations;
+        metrics.facts_superseded.fetch_add(facts, Ordering::Relaxed);
+        metrics
+            .facts_counter
+            .add(facts, &[KeyValue::new("outcome", "superseded")]);
+    }
+
+    pub fn record_llm_fallback(&self, step: &'static str) {
+        let metrics = &self.conversations;
+        metrics.llm_fallbacks.fetch_add(1, Ordering::Relaxed);
+        metrics
+            .llm_fallback_counter
+            .add(1, &[KeyValue::new("step", step)]);
+    }
+
+    pub fn conversation_counts(&self) -> ConversationCounts {
+        let metrics = &self.conversations;
+        ConversationCounts {
+            turns_stored: metrics.turns_stored.load(Ordering::Relaxed),
+            turns_skipped: metrics.turns_skipped.load(Ordering::Relaxed),
+            segments_closed: metrics.segments_closed.load(Ordering::Relaxed),
+            episodes_created: metrics.episodes_created.load(Ordering::Relaxed),
+            facts_derived: metrics.facts_derived.load(Ordering::Relaxed),
+            facts_superseded: metrics.facts_superseded.load(Ordering::Relaxed),
+            llm_fallbacks: metrics.llm_fallbacks.load(Ordering::Relaxed),
+        }
     }
 }

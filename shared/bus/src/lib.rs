@@ -14,6 +14,7 @@
 
 mod error;
 mod publisher;
+pub mod queues;
 mod topology;
 
 use std::collections::HashMap;

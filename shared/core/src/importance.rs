@@ -163,6 +163,12 @@ pub fn classify(text: &str, explicit_flag: bool, metadata_confidence: f64) -> Im
     }
 }
 
+/// Whether a text is nothing but greetings, thanks or acknowledgements ("thanks a lot!", "好的"):
+/// the chit-chat signal of [`classify`] alone, for callers that sift many sentences.
+pub fn is_chit_chat(text: &str) -> bool {
+    RULES.chit_chat.is_match(text)
+}
+
 /// The category a text most likely belongs to, for writes that do not say.
 pub fn infer_category(text: &str) -> Category {
     let rules = &*RULES;

@@ -9,12 +9,15 @@ pub mod backoff;
 pub mod capacity;
 pub mod category;
 pub mod commands;
+pub mod conflict;
+pub mod episode;
 pub mod importance;
 pub mod memory_state;
 pub mod metadata;
 pub mod normalize;
 pub mod retrieval;
 pub mod sanitize;
+pub mod segmentation;
 pub mod simhash;
 pub mod validate;
 

@@ -51,7 +51,7 @@ pub fn role_from_proto(field: &str, raw: i32) -> Result<SpeakerRole, ValidationE
     })
 }
 
-fn role_to_proto(role: SpeakerRole) -> v1::SpeakerRole {
+pub fn role_to_proto(role: SpeakerRole) -> v1::SpeakerRole {
     match role {
         SpeakerRole::User => v1::SpeakerRole::User,
         SpeakerRole::Assistant => v1::SpeakerRole::Assistant,
@@ -137,6 +137,43 @@ pub fn memory_to_proto(record: &MemoryRecord) -> v1::Memory {
         start_at: to_proto_opt(record.start_at),
         end_at: to_proto_opt(record.end_at),
         embedding_model: record.embedding_model.clone().unwrap_or_default(),
+        source_episode_ids: record
+            .source_episode_ids
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
+        superseded_by: record
+            .superseded_by
+            .map(|id| id.to_string())
+            .unwrap_or_default(),
+        structured_summary: record
+            .structured_summary
+            .as_ref()
+            .map(structured_summary_to_proto),
+    }
+}
+
+/// A stored structured summary (`{"facts": [...], ...}`); missing or malformed lists are empty.
+pub fn structured_summary_to_proto(stored: &serde_json::Value) -> v1::StructuredSummary {
+    let list = |key: &str| -> Vec<String> {
+        stored
+            .get(key)
+            .and_then(serde_json::Value::as_array)
+            .map(|items| {
+                items
+                    .iter()
+                    .filter_map(|item| item.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    v1::StructuredSummary {
+        facts: list("facts"),
+        preferences: list("preferences"),
+        decisions: list("decisions"),
+        todos: list("todos"),
+        goals: list("goals"),
+        entities: list("entities"),
     }
 }
 

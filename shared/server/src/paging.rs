@@ -90,6 +90,19 @@ pub fn parse_audit_token(field: &str, token: &str) -> Result<Option<i64>, Valida
         .ok_or_else(|| ValidationError::new(field, "is not a token from a previous response"))
 }
 
+/// Page tokens of GetConversation: the index of the last turn returned.
+pub fn parse_turn_token(field: &str, token: &str) -> Result<Option<i32>, ValidationError> {
+    if token.is_empty() {
+        return Ok(None);
+    }
+    token
+        .parse::<i32>()
+        .ok()
+        .filter(|index| *index >= 0)
+        .map(Some)
+        .ok_or_else(|| ValidationError::new(field, "is not a token from a previous response"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

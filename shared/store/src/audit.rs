@@ -22,6 +22,11 @@ pub enum AuditAction {
     Import,
     /// A Remember that a tombstone suppressed: nothing was written.
     Suppress,
+    /// A fact superseded by a newer one about the same subject.
+    Supersede,
+    ForgetConversation,
+    /// Segmentation closed a segment (and wrote its episode).
+    Segment,
 }
 
 impl AuditAction {
@@ -38,6 +43,9 @@ impl AuditAction {
             AuditAction::Trim => "trim",
             AuditAction::Import => "import",
             AuditAction::Suppress => "suppress",
+            AuditAction::Supersede => "supersede",
+            AuditAction::ForgetConversation => "forget_conversation",
+            AuditAction::Segment => "segment",
         }
     }
 
@@ -55,6 +63,9 @@ impl AuditAction {
             Trim,
             Import,
             Suppress,
+            Supersede,
+            ForgetConversation,
+            Segment,
         ]
         .into_iter()
         .find(|action| action.as_str() == stored)
@@ -115,8 +126,9 @@ pub async fn list(
     Ok(records)
 }
 
-/// The memory most recently created or merged from a conversation: what "forget that" and "pin
-/// this" refer to.
+/// The memory most recently created or merged from a conversation by the user (not derived by
+/// segmentation or consolidation, whose audit detail says `"derived": true`): what "forget that"
+/// and "pin this" refer to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LastWritten {
     /// Nothing from the conversation was ever written.
@@ -145,7 +157,7 @@ pub async fn last_written_in_conversation(
              SELECT a.id, a.memory_id FROM audit_events a \
              WHERE a.user_id = $1 AND a.space = $2 AND a.conversation_id = $3 \
                AND a.action IN ('create', 'merge') AND a.conversation_id IS NOT NULL \
-               AND a.memory_id IS NOT NULL \
+               AND a.memory_id IS NOT NULL AND NOT a.detail @> '{\"derived\": true}' \
              ORDER BY a.id DESC LIMIT 1) \
          SELECT w.memory_id, \
                 EXISTS (SELECT 1 FROM memories m \

@@ -19,6 +19,7 @@ pub mod spaces;
 pub mod summary;
 #[macro_use]
 pub mod tombstones;
+pub mod segments;
 pub mod transfer;
 pub mod write_path;
 

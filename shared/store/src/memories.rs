@@ -15,7 +15,7 @@ macro_rules! memory_columns {
          title, messages, surprise, start_at, end_at, stability, difficulty, last_reviewed_at, \
          consolidated_at, created_at, updated_at, needs_embedding, embedding_model, simhash, \
          repeat_count, tags, source_ids, metadata_confidence, importance, pinned, manually_saved, \
-         last_scores"
+         last_scores, source_episode_ids, fact_subject, fact_value, superseded_by, structured_summary"
     };
 }
 
@@ -54,6 +54,15 @@ pub struct MemoryRecord {
     pub pinned: bool,
     pub manually_saved: bool,
     pub last_scores: Option<serde_json::Value>,
+    /// Facts consolidated from conversations: the episodes that support them.
+    pub source_episode_ids: Vec<Uuid>,
+    /// The subject and value a fact states (`engram_core::conflict`), when the rules see one.
+    pub fact_subject: Option<String>,
+    pub fact_value: Option<String>,
+    /// The newer fact that superseded this one.
+    pub superseded_by: Option<Uuid>,
+    /// Episodes: what the segment established.
+    pub structured_summary: Option<serde_json::Value>,
 }
 
 impl MemoryRecord {
@@ -91,15 +100,26 @@ pub struct NewSemanticMemory {
     /// Scores as of creation (relevance 0 outside a retrieval), cached so the capacity policy
     /// need not compute them.
     pub last_scores: Scores,
+    /// Episodes the fact was consolidated from.
+    pub source_episode_ids: Vec<Uuid>,
+    /// The subject and value the fact states (`engram_core::conflict`).
+    pub fact_subject: Option<String>,
+    pub fact_value: Option<String>,
+    /// When the fact became true; `None` is now.
+    pub valid_at: Option<DateTime<Utc>>,
 }
 
-/// SQL: the `columns` of the semantic memory of `$user` / `$space` nearest to SimHash
+/// SQL: the `columns` of the valid semantic memory (or, with `$kind`, the entry of that kind) of
+/// `$user` / `$space` nearest to SimHash
 /// `$simhash` within `$distance` bits, nearest then oldest first. The band equalities let Postgres
 /// probe the four band indexes instead of scanning the space (two fingerprints within distance 3
 /// share a band). One definition for the write path, which folds it into its context query, and
 /// [`find_near_duplicate`]. A macro so that queries stay `&'static str`.
 macro_rules! near_duplicate_lookup {
     ($columns:expr, $user:literal, $space:literal, $simhash:literal, $distance:literal) => {
+        near_duplicate_lookup!($columns, $user, $space, $simhash, $distance, "'semantic'")
+    };
+    ($columns:expr, $user:literal, $space:literal, $simhash:literal, $distance:literal, $kind:literal) => {
         concat!(
             "SELECT ",
             $columns,
@@ -108,7 +128,9 @@ macro_rules! near_duplicate_lookup {
             $user,
             " AND space = ",
             $space,
-            " AND kind = 'semantic' \
+            " AND kind = ",
+            $kind,
+            " AND invalid_at IS NULL \
                AND (simhash_band0 = (",
             $simhash,
             " & 65535)::integer \
@@ -130,6 +152,21 @@ macro_rules! near_duplicate_lookup {
             $simhash,
             ")), created_at, id \
              LIMIT 1"
+        )
+    };
+}
+
+/// SQL: the episode of `$1` / `$2` nearest to SimHash `$3` within `$4` bits (id, repeat count,
+/// importance): what a new episode of the same text repeats.
+macro_rules! episodic_near_duplicate_lookup {
+    () => {
+        near_duplicate_lookup!(
+            "id, repeat_count, importance",
+            "$1",
+            "$2",
+            "$3::int8",
+            "$4",
+            "'episodic'"
         )
     };
 }
@@ -163,6 +200,7 @@ pub struct MergeUpdate {
     pub metadata_confidence: f64,
     /// Recomputed with the new importance.
     pub last_scores: Scores,
+    pub source_episode_ids: Vec<Uuid>,
 }
 
 pub async fn get(

@@ -95,3 +95,23 @@ pub async fn purge_published(pool: &PgPool, keep_secs: f64) -> Result<u64, Store
     .await?;
     Ok(result.rows_affected())
 }
+
+/// Stores one event in the outbox, in the caller's transaction (the relay publishes it once the
+/// transaction commits).
+pub async fn insert(
+    connection: &mut PgConnection,
+    event: &NewOutboxEvent,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO outbox_events (message_id, routing_key, type_name, payload, trace_headers) \
+         VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(event.message_id)
+    .bind(&event.routing_key)
+    .bind(&event.type_name)
+    .bind(&event.payload)
+    .bind(event.trace_headers_json())
+    .execute(connection)
+    .await?;
+    Ok(())
+}

@@ -170,6 +170,10 @@ struct InsertRow<'a> {
     pinned: bool,
     manually_saved: bool,
     last_scores: &'a Scores,
+    source_episode_ids: &'a [Uuid],
+    fact_subject: Option<&'a str>,
+    fact_value: Option<&'a str>,
+    valid_at: Option<DateTime<Utc>>,
     audit_detail: &'a serde_json::Value,
     event_message_id: Option<Uuid>,
     event_routing_key: Option<&'a str>,
@@ -217,6 +221,10 @@ fn insert_rows<'a>(inserts: &'a [AuditedInsert<'a>]) -> Vec<InsertRow<'a>> {
                 pinned: memory.pinned,
                 manually_saved: memory.manually_saved,
                 last_scores: &memory.last_scores,
+                source_episode_ids: &memory.source_episode_ids,
+                fact_subject: memory.fact_subject.as_deref(),
+                fact_value: memory.fact_value.as_deref(),
+                valid_at: memory.valid_at,
                 audit_detail: &insert.audit_detail,
                 event_message_id: insert.event.map(|e| e.message_id),
                 event_routing_key: insert.event.map(|e| e.routing_key.as_str()),
@@ -256,6 +264,7 @@ struct MergeRow<'a> {
     source_ids: &'a [String],
     metadata_confidence: f64,
     last_scores: &'a Scores,
+    source_episode_ids: &'a [Uuid],
     conversation_id: Option<Uuid>,
     audit_detail: &'a serde_json::Value,
     pins: bool,
@@ -270,12 +279,13 @@ macro_rules! merge_ctes {
                  SELECT * FROM jsonb_to_recordset(", $doc, ") AS r(id uuid, user_id uuid, space text, \
                      repeat_count integer, importance float8, manually_saved boolean, pinned boolean, \
                      tags text[], source_ids text[], metadata_confidence float8, last_scores jsonb, \
-                     conversation_id uuid, audit_detail jsonb, pins boolean)), \
+                     source_episode_ids uuid[], conversation_id uuid, audit_detail jsonb, pins boolean)), \
              updated AS ( \
                  UPDATE memories m SET repeat_count = b.repeat_count, importance = b.importance, \
                      manually_saved = b.manually_saved, pinned = b.pinned, tags = b.tags, \
                      source_ids = b.source_ids, metadata_confidence = b.metadata_confidence, \
-                     last_scores = b.last_scores, updated_at = now() \
+                     last_scores = b.last_scores, source_episode_ids = b.source_episode_ids, \
+                     updated_at = now() \
                  FROM merge_batch b \
                  WHERE m.user_id = b.user_id AND m.space = b.space AND m.id = b.id \
                  RETURNING m.*), \
@@ -300,16 +310,17 @@ macro_rules! insert_ctes {
                  SELECT * FROM jsonb_to_recordset(", $doc, ") AS r(id uuid, user_id uuid, space text, \
                      conversation_id uuid, text text, role text, category text, simhash int8, tags text[], \
                      source_ids text[], metadata_confidence float8, importance float8, pinned boolean, \
-                     manually_saved boolean, last_scores jsonb, audit_detail jsonb, event_message_id uuid, \
+                     manually_saved boolean, last_scores jsonb, source_episode_ids uuid[], fact_subject text, \
+                     fact_value text, valid_at timestamptz, audit_detail jsonb, event_message_id uuid, \
                      event_routing_key text, event_type_name text, event_payload text, \
                      event_trace_headers jsonb)), \
              inserted AS ( \
                  INSERT INTO memories (id, user_id, space, kind, conversation_id, text, role, category, \
                      valid_at, simhash, tags, source_ids, metadata_confidence, importance, pinned, \
-                     manually_saved, needs_embedding, last_scores) \
-                 SELECT id, user_id, space, 'semantic', conversation_id, text, role, category, now(), \
-                     simhash, tags, source_ids, metadata_confidence, importance, pinned, manually_saved, \
-                     true, last_scores \
+                     manually_saved, needs_embedding, last_scores, source_episode_ids, fact_subject, fact_value) \
+                 SELECT id, user_id, space, 'semantic', conversation_id, text, role, category, \
+                     COALESCE(valid_at, now()), simhash, tags, source_ids, metadata_confidence, importance, \
+                     pinned, manually_saved, true, last_scores, source_episode_ids, fact_subject, fact_value \
                  FROM insert_batch \
                  RETURNING *), \
              inserts_audited AS ( \
@@ -426,6 +437,7 @@ fn merge_rows<'a>(merges: &'a [AuditedMerge<'a>]) -> Vec<MergeRow<'a>> {
             source_ids: &merge.update.source_ids,
             metadata_confidence: merge.update.metadata_confidence,
             last_scores: &merge.update.last_scores,
+            source_episode_ids: &merge.update.source_episode_ids,
             conversation_id: merge.conversation.map(|c| c.as_uuid()),
             audit_detail: &merge.audit_detail,
             pins: merge.pins,
@@ -577,4 +589,63 @@ pub async fn enforce_soft_caps(
     .fetch_all(connection)
     .await?;
     one_per_input(rows, targets.len(), "the soft cap statement")
+}
+
+/// A new fact that states a value of a subject: older valid facts of the subject with another
+/// value are superseded by it.
+#[derive(Debug, Clone, Copy)]
+pub struct Superseding<'a> {
+    pub scope: &'a Scope,
+    pub new_fact: Uuid,
+    pub subject: &'a str,
+    pub value: &'a str,
+    pub conversation: Option<ConversationId>,
+}
+
+/// Sets `invalid_at` (and `superseded_by`) on the older valid facts each new fact contradicts:
+/// same subject, another value. They stay, as history; each is audited as `supersede`. Returns
+/// (superseded, by) pairs.
+pub async fn supersede_facts(
+    connection: &mut PgConnection,
+    facts: &[Superseding<'_>],
+) -> Result<Vec<(Uuid, Uuid)>, StoreError> {
+    if facts.is_empty() {
+        return Ok(Vec::new());
+    }
+    let users: Vec<Uuid> = facts.iter().map(|f| f.scope.user_id.as_uuid()).collect();
+    let spaces: Vec<&str> = facts.iter().map(|f| f.scope.space.as_str()).collect();
+    let new_facts: Vec<Uuid> = facts.iter().map(|f| f.new_fact).collect();
+    let subjects: Vec<&str> = facts.iter().map(|f| f.subject).collect();
+    let values: Vec<&str> = facts.iter().map(|f| f.value).collect();
+    let conversations: Vec<Option<Uuid>> = facts
+        .iter()
+        .map(|f| f.conversation.map(|c| c.as_uuid()))
+        .collect();
+    let pairs = sqlx::query_as(
+        "WITH incoming AS ( \
+             SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::text[], $5::text[], $6::uuid[]) \
+                 AS i(user_id, space, new_fact, subject, value, conversation_id)), \
+         superseded AS ( \
+             UPDATE memories m SET invalid_at = now(), superseded_by = i.new_fact, updated_at = now() \
+             FROM incoming i \
+             WHERE m.user_id = i.user_id AND m.space = i.space AND m.kind = 'semantic' \
+               AND m.fact_subject = i.subject AND m.invalid_at IS NULL AND m.id <> i.new_fact \
+               AND m.fact_value IS DISTINCT FROM i.value \
+             RETURNING m.id, m.user_id, m.space, i.new_fact, i.subject, i.conversation_id), \
+         audited AS ( \
+             INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \
+             SELECT user_id, space, 'supersede', id, conversation_id, \
+                    jsonb_build_object('superseded_by', new_fact, 'subject', subject) \
+             FROM superseded) \
+         SELECT id, new_fact FROM superseded",
+    )
+    .bind(&users)
+    .bind(&spaces)
+    .bind(&new_facts)
+    .bind(&subjects)
+    .bind(&values)
+    .bind(&conversations)
+    .fetch_all(connection)
+    .await?;
+    Ok(pairs)
 }

@@ -31,30 +31,6 @@ async fn count_in(pool: &sqlx::PgPool, sql: &'static str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
 }
 
-async fn delete_topology(bus: &TestBus) {
-    let connection = lapin::Connection::connect(&engram_e2e::amqp_url(), Default::default())
-        .await
-        .unwrap();
-    let channel = connection.create_channel().await.unwrap();
-    let topology = Topology::new(bus.topology_prefix.clone());
-    for queue in [
-        topology.queue("ingest.embedding-requested"),
-        topology.delay_queue("ingest.embedding-requested"),
-        topology.dead_letter_queue(),
-    ] {
-        let _ = channel.queue_delete(queue.into(), Default::default()).await;
-    }
-    for exchange in [
-        topology.events_exchange(),
-        topology.retry_exchange(),
-        topology.dead_letter_exchange(),
-    ] {
-        let _ = channel
-            .exchange_delete(exchange.into(), Default::default())
-            .await;
-    }
-}
-
 fn options(bus: &TestBus) -> SandboxOptions {
     SandboxOptions {
         embedder: TestEmbedder::Local,
@@ -111,7 +87,7 @@ async fn new_entries_are_announced_in_their_transaction_and_embedded_by_the_cons
     );
     assert_eq!(sandbox.ingest_metrics.embedded(), 5);
     drop(sandbox);
-    delete_topology(&bus).await;
+    crate::helpers::delete_topology(&bus).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -123,18 +99,11 @@ async fn a_malformed_message_is_dead_lettered_and_later_messages_are_processed()
         .unwrap();
     // Declare the topology as the service does (idempotent), so the malformed message has its
     // queue whether or not the service got there first.
-    let amqp = engram_server::settings::load_defaults_only::<engram_ingest::IngestSettings>(
-        engram_ingest::IngestSettings::defaults(),
-    )
-    .unwrap()
-    .amqp;
     // The sandbox runs with a 200 ms retry delay; a different one would be an inequivalent queue.
-    let amqp = engram_ingest::config::AmqpSettings {
-        retry_delay_ms: 200,
-        ..amqp
-    };
     broker
-        .declare(&[engram_ingest::bus::embedding_queue(&amqp)])
+        .declare(&[engram_bus::queues::embedding_requested(
+            std::time::Duration::from_millis(200),
+        )])
         .await
         .unwrap();
     broker
@@ -188,7 +157,7 @@ async fn a_malformed_message_is_dead_lettered_and_later_messages_are_processed()
         .expect("the malformed message is in the dead-letter queue");
     assert_eq!(dead.delivery.data, vec![0xff, 0xff, 0xff]);
     drop(sandbox);
-    delete_topology(&bus).await;
+    crate::helpers::delete_topology(&bus).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -297,7 +266,7 @@ async fn a_broker_outage_neither_slows_writes_nor_loses_or_duplicates_work() {
         "each entry embedded exactly once"
     );
     drop(sandbox);
-    delete_topology(&bus).await;
+    crate::helpers::delete_topology(&bus).await;
 }
 
 /// An embedding endpoint that is down: the consumer retries each message a few times, then
@@ -387,7 +356,7 @@ async fn a_failing_embedder_leads_to_retries_then_the_dead_letter_queue() {
         1
     );
     drop(sandbox);
-    delete_topology(&bus).await;
+    crate::helpers::delete_topology(&bus).await;
 }
 
 /// SIGTERM while the consumer holds a batch: it finishes that batch (embedded, committed, acked);
@@ -484,5 +453,5 @@ async fn a_worker_stopped_mid_batch_finishes_it_and_leaves_the_rest_to_the_next(
         "each entry embedded exactly once"
     );
     drop(sandbox);
-    delete_topology(&bus).await;
+    crate::helpers::delete_topology(&bus).await;
 }

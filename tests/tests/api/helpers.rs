@@ -257,3 +257,57 @@ pub(crate) async fn export_all(
     }
     exported
 }
+
+/// Removes a test's exchanges and queues from the broker.
+pub(crate) async fn delete_topology(bus: &engram_e2e::TestBus) {
+    let connection = lapin::Connection::connect(&bus.url, Default::default())
+        .await
+        .unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    let topology = engram_bus::Topology::new(bus.topology_prefix.clone());
+    let mut queues = vec![topology.dead_letter_queue()];
+    for spec in engram_bus::queues::all(Duration::from_millis(200)) {
+        queues.push(topology.queue(spec.name));
+        queues.push(topology.delay_queue(spec.name));
+    }
+    for queue in queues {
+        let _ = channel.queue_delete(queue.into(), Default::default()).await;
+    }
+    for exchange in [
+        topology.events_exchange(),
+        topology.retry_exchange(),
+        topology.dead_letter_exchange(),
+    ] {
+        let _ = channel
+            .exchange_delete(exchange.into(), Default::default())
+            .await;
+    }
+}
+
+/// The payload of the next message in one of the test's queues (`review.segment-closed`, say),
+/// taken off the queue; fails after 20 s without one.
+pub(crate) async fn next_event(bus: &engram_e2e::TestBus, queue: &str) -> Vec<u8> {
+    let connection = lapin::Connection::connect(&bus.url, Default::default())
+        .await
+        .unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    let name = engram_bus::Topology::new(bus.topology_prefix.clone()).queue(queue);
+    let waited = Instant::now();
+    loop {
+        let got = channel
+            .basic_get(
+                name.clone().into(),
+                lapin::options::BasicGetOptions { no_ack: true },
+            )
+            .await
+            .unwrap();
+        if let Some(message) = got {
+            return message.delivery.data;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(20),
+            "no message in {name} after 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -6,6 +6,7 @@ mod capacity;
 mod commands;
 mod concurrency;
 mod controls;
+mod conversations;
 mod deadlines;
 mod dense;
 mod embeddings;

@@ -20,7 +20,7 @@ use engram_proto::v1;
 use engram_store::audit::{self, AuditAction};
 use engram_store::outbox::NewOutboxEvent;
 use engram_store::write_path::{
-    self, AuditedInsert, AuditedMerge, CapacityTarget, ContextQuery, TrimOutcome,
+    self, AuditedInsert, AuditedMerge, CapacityTarget, ContextQuery, Superseding, TrimOutcome,
 };
 use prost::Message as _;
 use sqlx::{PgConnection, PgPool};
@@ -44,9 +44,9 @@ pub(crate) struct QueuedRemember {
     pub(crate) trace_headers: HashMap<String, String>,
 }
 
-/// Routing key and protobuf type of an embedding request.
-pub const EMBEDDING_REQUESTED_KEY: &str = "memory.embedding.requested";
-pub const EMBEDDING_REQUESTED_TYPE: &str = "engram.v1.EmbeddingRequested";
+use engram_bus::queues::routes::{
+    EMBEDDING_REQUESTED as EMBEDDING_REQUESTED_KEY, EMBEDDING_REQUESTED_TYPE,
+};
 
 /// The EmbeddingRequested event for a new entry, stored in the outbox by the transaction that
 /// writes the entry. `trace_headers` carry the trace of the request that wrote it (see
@@ -260,6 +260,11 @@ impl RememberBatches {
                     results[at] = Some(skipped.into());
                 }
                 Decision::Merge(existing) => merging.push((at, existing)),
+                Decision::AlreadyHeld(existing) => {
+                    results[at] = Some(RememberResult::Merged {
+                        memory: existing.clone(),
+                    });
+                }
                 Decision::Create => creates.push((at, context)),
             }
         }
@@ -282,7 +287,7 @@ impl RememberBatches {
                 id: existing.id,
                 update,
                 conversation: writes[*at].command.conversation,
-                audit_detail: merge_audit_detail(update),
+                audit_detail: merge_audit_detail(&writes[*at].command, update),
                 pins: update.pinned && !existing.pinned,
             })
             .collect();
@@ -297,7 +302,7 @@ impl RememberBatches {
             .iter()
             .zip(&new_memories)
             .map(|((at, _), memory)| {
-                self.hooks.publish_events.then(|| {
+                self.hooks.announce_embeddings().then(|| {
                     embedding_requested(
                         memory.id,
                         &writes[*at].command.scope,
@@ -313,7 +318,7 @@ impl RememberBatches {
             .map(|(((at, _), memory), event)| AuditedInsert {
                 scope: &writes[*at].command.scope,
                 memory,
-                audit_detail: create_audit_detail(&writes[*at].analysis),
+                audit_detail: create_audit_detail(&writes[*at].command, &writes[*at].analysis),
                 event: event.as_ref(),
             })
             .collect();
@@ -344,6 +349,29 @@ impl RememberBatches {
         for ((index, target), outcome) in over_cap.iter().zip(outcomes) {
             self.report_trim(target, outcome.clone());
             trimmed_by_create.insert(*index, outcome.trimmed);
+        }
+        // A new fact that states another value of a subject supersedes the older ones (unless
+        // the soft cap took it at once: then the older ones stay as they were).
+        let trimmed_now: std::collections::HashSet<Uuid> =
+            trimmed_by_create.values().flatten().copied().collect();
+        let superseding: Vec<Superseding<'_>> = creates
+            .iter()
+            .zip(&new_memories)
+            .filter(|(_, memory)| !trimmed_now.contains(&memory.id))
+            .filter_map(|((at, _), memory)| {
+                Some(Superseding {
+                    scope: &writes[*at].command.scope,
+                    new_fact: memory.id,
+                    subject: memory.fact_subject.as_deref()?,
+                    value: memory.fact_value.as_deref()?,
+                    conversation: writes[*at].command.conversation,
+                })
+            })
+            .collect();
+        let superseded = write_path::supersede_facts(connection, &superseding).await?;
+        if !superseded.is_empty() {
+            self.metrics
+                .record_facts_superseded(superseded.len() as u64);
         }
         for (index, ((at, _), memory)) in creates.iter().zip(written.created).enumerate() {
             let trimmed = trimmed_by_create.remove(&index).unwrap_or_default();

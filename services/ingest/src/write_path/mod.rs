@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use engram_core::conflict::{self, SubjectValue};
 use engram_core::normalize::normalize_for_fingerprint;
 use engram_core::{
     Category, ConversationId, MemoryText, RetentionPolicy, Scope, SimHash, SpeakerRole, importance,
@@ -28,7 +29,7 @@ use crate::group_commit::WriteQueue;
 mod batch;
 
 use crate::metrics::IngestMetrics;
-pub use batch::{EMBEDDING_REQUESTED_KEY, EMBEDDING_REQUESTED_TYPE, embedding_requested};
+pub use batch::embedding_requested;
 use batch::{QueuedRemember, RememberBatches};
 
 /// Most tags and source ids an entry keeps (merges included).
@@ -50,7 +51,7 @@ pub struct MemoryWriter {
     pub(crate) recall: Option<engram_recall::Recall>,
 }
 
-/// How writes reach the embedding backfill; all off when it is disabled.
+/// How writes reach the background workers (embedding backfill, outbox relay, segmentation).
 #[derive(Debug, Clone, Default)]
 pub struct BackfillHooks {
     /// Woken after a new entry is committed: the outbox relay (bus on) or the sweep (bus off).
@@ -59,8 +60,18 @@ pub struct BackfillHooks {
     pub sweep_wake: Option<Arc<tokio::sync::Notify>>,
     /// The model the backfill embeds with.
     pub embedding_model: Option<String>,
-    /// Whether new entries are announced on the bus (an EmbeddingRequested event in the outbox).
+    /// Whether events go on the bus (through the outbox): segmentation requests and closed
+    /// segments, and, when an embedder runs, EmbeddingRequested for every new entry.
     pub publish_events: bool,
+    /// Woken after turns are appended when no bus carries segmentation requests.
+    pub segmentation_wake: Option<Arc<tokio::sync::Notify>>,
+}
+
+impl BackfillHooks {
+    /// New entries are announced for the embedding consumer (bus on, an embedder running).
+    pub fn announce_embeddings(&self) -> bool {
+        self.publish_events && self.embedding_model.is_some()
+    }
 }
 
 /// A validated Remember.
@@ -76,6 +87,30 @@ pub struct RememberCommand {
     pub manually_saved: bool,
     pub pin: bool,
     pub conversation: Option<ConversationId>,
+    /// A fact consolidated from this episode (kept in `source_episode_ids`; a near-duplicate
+    /// that already lists it is left as it is, so consolidating twice changes nothing).
+    pub source_episode: Option<Uuid>,
+    /// When the fact became true, if not now (a consolidated fact: when it was said).
+    pub valid_at: Option<DateTime<Utc>>,
+}
+
+impl RememberCommand {
+    /// A Remember of `text` with nothing else said about it.
+    pub fn plain(scope: Scope, text: MemoryText) -> Self {
+        Self {
+            scope,
+            text,
+            category: None,
+            role: SpeakerRole::User,
+            tags: Vec::new(),
+            source_ids: Vec::new(),
+            manually_saved: false,
+            pin: false,
+            conversation: None,
+            source_episode: None,
+            valid_at: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -109,6 +144,8 @@ pub(crate) struct Analysis {
     importance: f64,
     manually_saved: bool,
     category: Category,
+    /// The subject and value the fact states, when the conflict rules see one.
+    pub(crate) states: Option<SubjectValue>,
 }
 
 pub(crate) fn analyse(command: &RememberCommand) -> Analysis {
@@ -131,6 +168,7 @@ pub(crate) fn analyse(command: &RememberCommand) -> Analysis {
         category: command
             .category
             .unwrap_or_else(|| importance::infer_category(text)),
+        states: conflict::subject_value(text),
     }
 }
 
@@ -211,7 +249,7 @@ impl MemoryWriter {
         let analysis = analyse(&command);
         // The entry is written later, by the group commit, outside this request's span: the event
         // announcing it carries this request's trace context.
-        let trace_headers = if self.hooks.publish_events {
+        let trace_headers = if self.hooks.announce_embeddings() {
             engram_bus::current_trace_headers()
         } else {
             HashMap::new()
@@ -234,6 +272,9 @@ pub(crate) enum Decision<'a> {
     Skip(Skipped),
     /// Fold the write into this near-duplicate.
     Merge(&'a MemoryRecord),
+    /// The near-duplicate already holds this write: a fact consolidated from an episode that
+    /// the entry already lists as a source (consolidation ran again). Nothing changes.
+    AlreadyHeld(&'a MemoryRecord),
     Create,
 }
 
@@ -273,6 +314,13 @@ pub(crate) fn decide<'a>(command: &RememberCommand, context: &'a WriteContext) -
         return Decision::Skip(Skipped::Tombstone { expires_at });
     }
     match &context.near_duplicate {
+        Some(existing)
+            if command
+                .source_episode
+                .is_some_and(|episode| existing.source_episode_ids.contains(&episode)) =>
+        {
+            Decision::AlreadyHeld(existing)
+        }
         Some(existing) => Decision::Merge(existing),
         None => Decision::Create,
     }
@@ -307,12 +355,32 @@ pub(crate) fn new_memory(
         pinned: command.pin,
         manually_saved: analysis.manually_saved,
         last_scores: retention.scores_without_query(now, analysis.importance, now),
+        source_episode_ids: command.source_episode.into_iter().collect(),
+        fact_subject: analysis.states.as_ref().map(|s| s.subject.clone()),
+        fact_value: analysis.states.as_ref().map(|s| s.value.clone()),
+        valid_at: command.valid_at,
     }
 }
 
-/// Detail of a new entry's `create` audit event.
-pub(crate) fn create_audit_detail(analysis: &Analysis) -> serde_json::Value {
-    serde_json::json!({ "importance": analysis.importance, "category": analysis.category.as_str() })
+/// Detail of a new entry's `create` audit event. A fact consolidated from an episode says it was
+/// derived (and from which episode): "forget that" means what the user said, not what Engram
+/// derived.
+pub(crate) fn create_audit_detail(
+    command: &RememberCommand,
+    analysis: &Analysis,
+) -> serde_json::Value {
+    match command.source_episode {
+        Some(episode) => serde_json::json!({
+            "importance": analysis.importance,
+            "category": analysis.category.as_str(),
+            "derived": true,
+            "source_episode": episode,
+        }),
+        None => serde_json::json!({
+            "importance": analysis.importance,
+            "category": analysis.category.as_str(),
+        }),
+    }
 }
 
 /// What a near-duplicate write changes on its canonical entry.
@@ -345,6 +413,17 @@ pub(crate) fn merge_update(
         metadata_confidence: existing
             .metadata_confidence
             .max(analysis.metadata_confidence),
+        source_episode_ids: existing
+            .source_episode_ids
+            .iter()
+            .copied()
+            .chain(command.source_episode)
+            .fold(Vec::new(), |mut ids, id| {
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+                ids
+            }),
     }
 }
 
@@ -357,9 +436,23 @@ pub(crate) fn suppress_audit_detail(tombstone_expires_at: DateTime<Utc>) -> serd
     })
 }
 
-/// Detail of a merge's audit event.
-pub(crate) fn merge_audit_detail(update: &MergeUpdate) -> serde_json::Value {
-    serde_json::json!({ "repeat_count": update.repeat_count, "importance": update.importance })
+/// Detail of a merge's audit event (derived, as [`create_audit_detail`] says, for a fact
+/// consolidated from an episode).
+pub(crate) fn merge_audit_detail(
+    command: &RememberCommand,
+    update: &MergeUpdate,
+) -> serde_json::Value {
+    match command.source_episode {
+        Some(episode) => serde_json::json!({
+            "repeat_count": update.repeat_count,
+            "importance": update.importance,
+            "derived": true,
+            "source_episode": episode,
+        }),
+        None => {
+            serde_json::json!({ "repeat_count": update.repeat_count, "importance": update.importance })
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,318 @@
+//! Conversations: an assistant hands Engram its turns, and Engram turns them into memory.
+//!
+//! - [`MemoryWriter::append_messages`] keeps every turn as it was said (immutable cold storage,
+//!   in order, idempotent by client message id), carries out the memory commands of user turns,
+//!   and asks for segmentation through the outbox in the same transaction.
+//! - [`segmentation`] closes segments by the rules of `engram_core::segmentation` (or an LLM's
+//!   judgement), writes each as an episodic memory, takes the conversation's pending reviews and
+//!   announces `SegmentClosed` for the review service.
+//! - [`consolidation`] derives semantic facts from new episodes (through the normal write path,
+//!   where a newer fact about the same subject supersedes an older one).
+//! - [`forget`] deletes a conversation and what was derived only from it.
+//!
+//! Nothing is stored for an incognito conversation or a space with memory off: not a turn, not an
+//! event, not a pending review.
+
+pub mod consolidation;
+pub mod events;
+pub mod forget;
+pub mod llm;
+pub mod segmentation;
+
+use chrono::{DateTime, Duration, Utc};
+use engram_core::commands::parse_command;
+use engram_core::retrieval::budget::count_tokens;
+use engram_core::{ConversationId, MemoryText, Scope, SpeakerRole};
+use engram_server::deadline::mark_write_started;
+use engram_store::conversations::{self, NewTurn};
+
+use crate::commands::CommandOutcome;
+use crate::error::IngestError;
+use crate::write_path::MemoryWriter;
+
+/// Most turns one AppendMessages carries.
+pub const MAX_MESSAGES_PER_APPEND: usize = 100;
+/// A clock this far ahead of ours is tolerated in a turn's time.
+const FUTURE_TOLERANCE: Duration = Duration::minutes(5);
+
+/// A validated turn to append.
+#[derive(Debug, Clone)]
+pub struct NewMessage {
+    pub role: SpeakerRole,
+    pub content: MemoryText,
+    /// When it was said; `None` is now.
+    pub at: Option<DateTime<Utc>>,
+    pub client_message_id: Option<String>,
+}
+
+/// What became of one appended message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TurnResult {
+    Stored { turn_index: i32 },
+    Duplicate { turn_index: i32 },
+    SkippedIncognito,
+    SkippedMemoryDisabled,
+}
+
+#[derive(Debug, Clone)]
+pub struct AppendedMessage {
+    pub client_message_id: Option<String>,
+    pub result: TurnResult,
+    /// The memory command the turn carried, carried out.
+    pub command: Option<CommandOutcome>,
+}
+
+impl MemoryWriter {
+    /// Appends turns in order. A user turn that is a memory command is carried out right after
+    /// it is stored, before the turns that follow it (so "start incognito for this chat" keeps
+    /// what follows out of storage).
+    #[tracing::instrument(skip_all, fields(user_id = %scope.user_id, space = %scope.space, conversation = %conversation, turns = messages.len()), err(Display))]
+    pub async fn append_messages(
+        &self,
+        scope: &Scope,
+        conversation: ConversationId,
+        messages: Vec<NewMessage>,
+        close_segment: bool,
+    ) -> Result<Vec<AppendedMessage>, IngestError> {
+        let total = messages.len();
+        let mut appended = Vec::with_capacity(total);
+        let mut run: Vec<NewMessage> = Vec::new();
+        for (position, message) in messages.into_iter().enumerate() {
+            let command = (message.role == SpeakerRole::User)
+                .then(|| parse_command(message.content.as_str()))
+                .flatten();
+            let last = position + 1 == total;
+            let text = message.content.as_str().to_owned();
+            run.push(message);
+            if command.is_none() && !last {
+                continue;
+            }
+            let close = close_segment && last;
+            appended.extend(
+                self.append_run(scope, conversation, std::mem::take(&mut run), close)
+                    .await?,
+            );
+            if command.is_some() {
+                let outcome = self.apply_command(scope, conversation, &text).await?;
+                if let Some(turn) = appended.last_mut() {
+                    turn.command = Some(outcome);
+                }
+            }
+        }
+        Ok(appended)
+    }
+
+    /// Appends turns in one transaction: the space's lock (so memory off and incognito switches
+    /// are seen as they are), then the conversation's row lock (so appenders take turns).
+    async fn append_run(
+        &self,
+        scope: &Scope,
+        conversation: ConversationId,
+        run: Vec<NewMessage>,
+        close_segment: bool,
+    ) -> Result<Vec<AppendedMessage>, IngestError> {
+        let skipped = |result: TurnResult, run: Vec<NewMessage>| {
+            run.into_iter()
+                .map(|message| AppendedMessage {
+                    client_message_id: message.client_message_id,
+                    result: result.clone(),
+                    command: None,
+                })
+                .collect()
+        };
+        let mut transaction = engram_store::begin_with_spaces_locked(&self.pool, [scope]).await?;
+        let (incognito, memory_enabled) =
+            conversations::privacy_state(&mut transaction, scope, conversation).await?;
+        if !memory_enabled || incognito {
+            // Nothing at all is written, the conversation's row included.
+            transaction.rollback().await?;
+            self.metrics.record_turns_skipped(run.len() as u64);
+            let result = if memory_enabled {
+                TurnResult::SkippedIncognito
+            } else {
+                TurnResult::SkippedMemoryDisabled
+            };
+            return Ok(skipped(result, run));
+        }
+        let state = conversations::lock_for_append(&mut transaction, scope, conversation).await?;
+        let client_ids: Vec<&str> = run
+            .iter()
+            .filter_map(|m| m.client_message_id.as_deref())
+            .collect();
+        let mut known: std::collections::HashMap<String, i32> =
+            conversations::turns_by_client_id(&mut transaction, scope, conversation, &client_ids)
+                .await?
+                .into_iter()
+                .collect();
+
+        let now = Utc::now();
+        let mut next_index = state.next_turn_index;
+        let mut last_at = state.last_turn_at;
+        let mut turns = Vec::with_capacity(run.len());
+        let mut results = Vec::with_capacity(run.len());
+        for (position, message) in run.into_iter().enumerate() {
+            if let Some(index) = message
+                .client_message_id
+                .as_ref()
+                .and_then(|id| known.get(id))
+            {
+                results.push(AppendedMessage {
+                    client_message_id: message.client_message_id,
+                    result: TurnResult::Duplicate { turn_index: *index },
+                    command: None,
+                });
+                continue;
+            }
+            let spoken_at = match message.at {
+                Some(at) => {
+                    if at > now + FUTURE_TOLERANCE {
+                        return Err(IngestError::Invalid(engram_core::ValidationError::new(
+                            format!("messages[{position}].at"),
+                            "must not be in the future",
+                        )));
+                    }
+                    if let Some(last) = last_at
+                        && at < last
+                    {
+                        return Err(IngestError::FailedPrecondition(format!(
+                            "messages[{position}].at: {at} is before the conversation's last turn \
+                             ({last}); turns are appended in the order they were said"
+                        )));
+                    }
+                    at
+                }
+                // Now, or the last turn's time if a client's clock put that ahead of ours.
+                None => last_at.map_or(now, |last| last.max(now)),
+            };
+            last_at = Some(spoken_at);
+            if let Some(id) = &message.client_message_id {
+                known.insert(id.clone(), next_index);
+            }
+            turns.push(NewTurn {
+                turn_index: next_index,
+                role: message.role.as_str(),
+                tokens: i32::try_from(count_tokens(message.content.as_str())).unwrap_or(i32::MAX),
+                content: message.content.into_string(),
+                spoken_at,
+                client_message_id: message.client_message_id.clone(),
+            });
+            results.push(AppendedMessage {
+                client_message_id: message.client_message_id,
+                result: TurnResult::Stored {
+                    turn_index: next_index,
+                },
+                command: None,
+            });
+            next_index += 1;
+        }
+        if turns.is_empty() && !close_segment {
+            transaction.rollback().await?;
+            return Ok(results);
+        }
+        conversations::insert_turns(&mut transaction, scope, conversation, &turns, close_segment)
+            .await?;
+        if turns.is_empty() {
+            conversations::request_close(&mut transaction, scope, conversation).await?;
+        }
+        let through = next_index - 1;
+        if through >= 0 {
+            self.request_segmentation(
+                &mut transaction,
+                scope,
+                conversation,
+                through,
+                close_segment,
+            )
+            .await?;
+        }
+        mark_write_started();
+        transaction.commit().await?;
+        self.metrics.record_turns_stored(turns.len() as u64);
+        self.segmentation_requested();
+        Ok(results)
+    }
+
+    /// A conversation's state and up to `limit` turns after `after`; NotFound when the space
+    /// holds no such conversation.
+    pub async fn conversation_page(
+        &self,
+        scope: &Scope,
+        conversation: ConversationId,
+        after: Option<i32>,
+        limit: u32,
+    ) -> Result<
+        (
+            conversations::ConversationSummary,
+            Vec<conversations::TurnRecord>,
+        ),
+        IngestError,
+    > {
+        let summary = conversations::summary(&self.pool, scope, conversation)
+            .await?
+            .ok_or_else(|| {
+                IngestError::NotFound(format!(
+                    "no conversation {conversation} in space {:?} of this user",
+                    scope.space.as_str()
+                ))
+            })?;
+        let turns =
+            conversations::turns_page(&self.pool, scope, conversation, after, i64::from(limit))
+                .await?;
+        Ok((summary, turns))
+    }
+
+    /// CloseSegment: asks segmentation to close the open segment now.
+    pub async fn close_segment(
+        &self,
+        scope: &Scope,
+        conversation: ConversationId,
+    ) -> Result<Option<(i32, i32)>, IngestError> {
+        let mut transaction = self.pool.begin().await?;
+        let open = conversations::request_close(&mut transaction, scope, conversation).await?;
+        if let Some((_, last)) = open {
+            self.request_segmentation(&mut transaction, scope, conversation, last, true)
+                .await?;
+        }
+        mark_write_started();
+        transaction.commit().await?;
+        self.segmentation_requested();
+        Ok(open)
+    }
+
+    /// Tells segmentation to look at the conversation: with the bus on, an event in the outbox
+    /// (in the caller's transaction); without it, the local segmenter looks at every
+    /// conversation with an open segment when woken ([`Self::segmentation_requested`]).
+    async fn request_segmentation(
+        &self,
+        transaction: &mut sqlx::PgConnection,
+        scope: &Scope,
+        conversation: ConversationId,
+        through: i32,
+        close: bool,
+    ) -> Result<(), IngestError> {
+        if self.hooks.publish_events {
+            let event = events::segmentation_requested(
+                scope,
+                conversation,
+                through,
+                close,
+                engram_bus::current_trace_headers(),
+            );
+            engram_store::outbox::insert(transaction, &event).await?;
+        }
+        Ok(())
+    }
+
+    /// After a commit that asked for segmentation: wakes the outbox relay (bus on) or the local
+    /// segmenter (bus off).
+    fn segmentation_requested(&self) {
+        let wake = if self.hooks.publish_events {
+            &self.hooks.new_entry_wake
+        } else {
+            &self.hooks.segmentation_wake
+        };
+        if let Some(wake) = wake {
+            wake.notify_one();
+        }
+    }
+}

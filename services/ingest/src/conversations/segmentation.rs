@@ -1,0 +1,640 @@
+//! Segmentation: closes a conversation's segments and writes each as an episodic memory.
+//!
+//! For one conversation ([`Segmenter::segment`]):
+//! 1. read the open segment (the turns after the last closed one) and embed the turns that have
+//!    no embedding yet (for the topic rules);
+//! 2. decide which segments close (`engram_core::segmentation`);
+//! 3. describe each closed segment — by the LLM when one is configured, by the extractive rules
+//!    of `engram_core::episode` otherwise or when the LLM fails — outside any transaction, since
+//!    an LLM may take seconds;
+//! 4. in one transaction holding the conversation's row: check that nobody segmented it
+//!    meanwhile, write the episodes (tombstones, near-duplicates, soft cap, audit, embedding
+//!    event — as every entry), take the pending reviews each closed segment answers, announce
+//!    `SegmentClosed` for the review service, and record the progress;
+//! 5. consolidate the new episodes into facts ([`super::consolidation`]).
+//!
+//! It runs on a bus message (`SegmentationRequested`), and on a sweep that closes idle segments,
+//! catches what a lost message missed, and (without the bus) takes every conversation that got
+//! turns. The same segment written twice finds its episode already there (the episode's id is
+//! derived from the conversation and the segment's first turn), and the progress check turns a
+//! concurrent second pass into a no-op.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use engram_core::episode::{StructuredSummary, extractive_episode};
+use engram_core::memory_state::initial_state;
+use engram_core::normalize::normalize_for_fingerprint;
+use engram_core::segmentation::{ClosedSegment, TurnView, close_segments};
+use engram_core::{
+    ConversationId, RetentionPolicy, Scope, SimHash, SpeakerRole, importance, metadata,
+};
+use engram_embed::Embedder;
+use engram_llm::ChatClient;
+use engram_proto::v1;
+use engram_store::conversations::TurnRecord;
+use engram_store::segments::{self, EpisodeWrite, NewEpisode, OpenTail};
+use engram_store::write_path::{CapacityTarget, enforce_soft_caps};
+use engram_store::{StoreError, audit};
+use serde_json::json;
+use sqlx::PgPool;
+use tokio::sync::{Notify, watch};
+use uuid::Uuid;
+
+use super::events::{ClosedSegmentEvent, segment_closed};
+use super::llm::describe_segment;
+use crate::config::SegmentationSettings;
+use crate::error::IngestError;
+use crate::metrics::IngestMetrics;
+use crate::write_path::{MemoryWriter, embedding_requested, text_digest};
+
+/// Episode ids: UUIDv5 of `user/space/conversation/first turn` in this namespace.
+const EPISODE_NAMESPACE: Uuid = Uuid::from_u128(0x6a0e_51c4_92d7_4b3f_8e1a_c55d_0f7b_2e90);
+/// Characters of an episode's excerpt in all (as an import allows): later turns are cut.
+const MAX_EXCERPT_CHARS: usize = 65_536;
+/// Conversations one sweep looks at, at most.
+const SWEEP_BATCH: i64 = 200;
+/// Surprise of an episode when nothing can be compared with it.
+const NEUTRAL_SURPRISE: f64 = 0.5;
+
+/// A turn of a closed segment, as the describers read it.
+#[derive(Debug, Clone)]
+pub struct SegmentText {
+    pub role: SpeakerRole,
+    pub content: String,
+    pub spoken_at: DateTime<Utc>,
+}
+
+/// Closes segments and writes episodes; cheap to clone.
+#[derive(Clone)]
+pub struct Segmenter {
+    pub(crate) pool: PgPool,
+    pub(crate) writer: MemoryWriter,
+    pub(crate) embedder: Option<Arc<dyn Embedder>>,
+    pub(crate) llm: Option<ChatClient>,
+    pub(crate) settings: Arc<SegmentationSettings>,
+    pub(crate) metrics: Arc<IngestMetrics>,
+}
+
+impl std::fmt::Debug for Segmenter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Segmenter")
+            .field("embedder", &self.embedder.as_ref().map(|e| e.model_id()))
+            .field("llm", &self.llm.as_ref().map(ChatClient::model))
+            .finish()
+    }
+}
+
+/// What one look at a conversation did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SegmentationOutcome {
+    pub closed: Vec<ClosedEpisode>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClosedEpisode {
+    pub segment: ClosedSegment,
+    /// The episode written (or repeated); `None` when a tombstone suppressed it.
+    pub episode: Option<Uuid>,
+    pub created: bool,
+    pub pending_reviews: usize,
+}
+
+/// A closed segment ready to write.
+struct Prepared {
+    segment: ClosedSegment,
+    episode: NewEpisode,
+    context: Vec<v1::Message>,
+    described_by: &'static str,
+    /// When Engram received the segment's last turn: the reviews recorded before it are this
+    /// segment's.
+    last_received_at: DateTime<Utc>,
+}
+
+fn view(turn: &TurnRecord, embedding: Option<&Vec<f32>>) -> TurnView {
+    TurnView {
+        index: turn.turn_index,
+        role: SpeakerRole::from_stored(&turn.role).unwrap_or_default(),
+        spoken_at: turn.spoken_at,
+        received_at: turn.created_at,
+        tokens: u32::try_from(turn.tokens).unwrap_or(0),
+        embedding: embedding.cloned(),
+    }
+}
+
+/// The excerpt an episode keeps: every turn, within [`MAX_EXCERPT_CHARS`] in all.
+fn excerpt(turns: &[&TurnRecord]) -> (serde_json::Value, Vec<v1::Message>) {
+    let mut left = MAX_EXCERPT_CHARS;
+    let mut stored = Vec::with_capacity(turns.len());
+    let mut context = Vec::with_capacity(turns.len());
+    for turn in turns {
+        if left == 0 {
+            break;
+        }
+        let content: String = turn.content.chars().take(left).collect();
+        left -= content.chars().count();
+        stored.push(json!({"role": turn.role, "content": content}));
+        context.push(v1::Message {
+            role: engram_server::convert::role_to_proto(
+                SpeakerRole::from_stored(&turn.role).unwrap_or_default(),
+            )
+            .into(),
+            content,
+        });
+    }
+    (serde_json::Value::Array(stored), context)
+}
+
+/// Pending reviews as stored (`[{query, memory_ids, retrieved_at}]`), oldest first.
+fn pending_reviews(stored: &serde_json::Value) -> Vec<(DateTime<Utc>, v1::PendingReview)> {
+    let Some(items) = stored.as_array() else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .filter_map(|item| {
+            let retrieved_at: DateTime<Utc> = item
+                .get("retrieved_at")
+                .and_then(|at| at.as_str())
+                .and_then(|at| DateTime::parse_from_rfc3339(at).ok())
+                .map(|at| at.with_timezone(&Utc))
+                .unwrap_or(DateTime::<Utc>::MIN_UTC);
+            let review = v1::PendingReview {
+                query: item.get("query")?.as_str()?.to_owned(),
+                memory_ids: item
+                    .get("memory_ids")?
+                    .as_array()?
+                    .iter()
+                    .filter_map(|id| id.as_str().map(str::to_owned))
+                    .collect(),
+                retrieved_at: (retrieved_at > DateTime::<Utc>::MIN_UTC)
+                    .then(|| engram_server::time::to_proto(retrieved_at)),
+            };
+            Some((retrieved_at, review))
+        })
+        .collect()
+}
+
+impl Segmenter {
+    /// Looks at a conversation's open segment and closes what the rules close.
+    #[tracing::instrument(skip_all, fields(user_id = %scope.user_id, space = %scope.space, conversation = %conversation), err(Display))]
+    pub async fn segment(
+        &self,
+        scope: &Scope,
+        conversation: ConversationId,
+    ) -> Result<SegmentationOutcome, IngestError> {
+        let Some(mut tail) = segments::open_tail(&self.pool, scope, conversation).await? else {
+            return Ok(SegmentationOutcome::default());
+        };
+        if tail.turns.is_empty() {
+            return Ok(SegmentationOutcome::default());
+        }
+        self.embed_missing(scope, conversation, &mut tail).await;
+        let views: Vec<TurnView> = tail
+            .turns
+            .iter()
+            .map(|turn| view(turn, tail.embeddings.get(&turn.turn_index)))
+            .collect();
+        let closed = close_segments(
+            &views,
+            &self.settings.rules(),
+            tail.close_requested_through,
+            Utc::now(),
+        );
+        if closed.is_empty() {
+            return Ok(SegmentationOutcome::default());
+        }
+        let mut prepared = Vec::with_capacity(closed.len());
+        for segment in closed {
+            prepared.push(self.prepare(scope, conversation, segment, &tail).await?);
+        }
+        let outcome = self
+            .write(scope, conversation, tail.segmented_through, prepared)
+            .await?;
+        if self.settings.consolidate {
+            for closed in outcome.closed.iter().filter(|c| c.created) {
+                if let Some(episode) = closed.episode
+                    && let Err(error) = self.consolidate_episode(scope, episode).await
+                {
+                    // The sweep consolidates what is left unconsolidated.
+                    tracing::warn!(%error, %episode, "consolidation failed; the sweep will retry");
+                }
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Embeds the open segment's turns that have no embedding yet, for the topic rules. Without
+    /// an embedder, or when it fails, the topic rules simply see no embedding.
+    async fn embed_missing(
+        &self,
+        scope: &Scope,
+        conversation: ConversationId,
+        tail: &mut OpenTail,
+    ) {
+        let Some(embedder) = &self.embedder else {
+            return;
+        };
+        let missing: Vec<&TurnRecord> = tail
+            .turns
+            .iter()
+            .filter(|turn| !tail.embeddings.contains_key(&turn.turn_index))
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        let texts: Vec<String> = missing.iter().map(|turn| turn.content.clone()).collect();
+        match embedder.embed(&texts).await {
+            Ok(vectors) => {
+                let embedded: Vec<(i32, Vec<f32>)> = missing
+                    .iter()
+                    .map(|turn| turn.turn_index)
+                    .zip(vectors)
+                    .collect();
+                if let Err(error) =
+                    segments::store_turn_embeddings(&self.pool, scope, conversation, &embedded)
+                        .await
+                {
+                    tracing::warn!(%error, "cannot keep turn embeddings");
+                }
+                tail.embeddings.extend(embedded);
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot embed turns; topic rules skipped this time");
+            }
+        }
+    }
+
+    /// Describes a closed segment and builds its episode (no transaction held).
+    async fn prepare(
+        &self,
+        scope: &Scope,
+        conversation: ConversationId,
+        segment: ClosedSegment,
+        tail: &OpenTail,
+    ) -> Result<Prepared, IngestError> {
+        let turns: Vec<&TurnRecord> = tail
+            .turns
+            .iter()
+            .filter(|turn| (segment.first..=segment.last).contains(&turn.turn_index))
+            .collect();
+        let texts: Vec<SegmentText> = turns
+            .iter()
+            .map(|turn| SegmentText {
+                role: SpeakerRole::from_stored(&turn.role).unwrap_or_default(),
+                content: turn.content.clone(),
+                spoken_at: turn.spoken_at,
+            })
+            .collect();
+        let (title, summary, structured, llm_surprise, described_by) = self.describe(&texts).await;
+        let surprise = match llm_surprise {
+            Some(surprise) => surprise,
+            None => self.surprise_from_embeddings(scope, &title, &summary).await,
+        };
+        let (stability, difficulty) = initial_state(surprise);
+        let fingerprinted = normalize_for_fingerprint(&format!("{title}\n{summary}"));
+        let extracted = metadata::extract(&summary);
+        let mut tags: Vec<String> = structured
+            .entities
+            .iter()
+            .map(|entity| entity.to_lowercase())
+            .chain(extracted.tags)
+            .collect();
+        tags.dedup();
+        tags.truncate(engram_core::metadata::MAX_DERIVED_TAGS);
+        let importance = importance::classify(&summary, false, extracted.confidence).score();
+        let retention: RetentionPolicy = self.writer.settings.retention();
+        let now = Utc::now();
+        let (messages, context) = excerpt(&turns);
+        let first = turns.first().map_or(now, |turn| turn.spoken_at);
+        let last = turns.last().map_or(now, |turn| turn.spoken_at);
+        let id = Uuid::new_v5(
+            &EPISODE_NAMESPACE,
+            format!(
+                "{}/{}/{}/{}",
+                scope.user_id, scope.space, conversation, segment.first
+            )
+            .as_bytes(),
+        );
+        Ok(Prepared {
+            segment,
+            episode: NewEpisode {
+                id,
+                conversation_id: conversation.as_uuid(),
+                title,
+                summary,
+                messages,
+                surprise,
+                start_at: first,
+                end_at: last,
+                stability,
+                difficulty,
+                simhash: SimHash::of_normalized(&fingerprinted),
+                text_digest: text_digest(&fingerprinted),
+                tags,
+                metadata_confidence: extracted.confidence,
+                importance,
+                structured_summary: serde_json::to_value(&structured).unwrap_or_default(),
+                last_scores: retention.scores_without_query(now, importance, now),
+            },
+            context,
+            described_by,
+            last_received_at: turns.last().map_or(now, |turn| turn.created_at),
+        })
+    }
+
+    /// Title, summary, structured summary and (from an LLM) surprise of a segment, and who wrote
+    /// them: the LLM, or the extractive rules when there is none or it failed.
+    async fn describe(
+        &self,
+        turns: &[SegmentText],
+    ) -> (String, String, StructuredSummary, Option<f64>, &'static str) {
+        if let Some(llm) = &self.llm {
+            match describe_segment(llm, turns).await {
+                Ok(episode) => {
+                    return (
+                        episode.title,
+                        episode.summary,
+                        episode.structured,
+                        Some(episode.surprise),
+                        "llm",
+                    );
+                }
+                Err(error) => {
+                    self.metrics.record_llm_fallback("segment_episode");
+                    tracing::warn!(%error, "the LLM could not describe the segment; using the extractive rules");
+                }
+            }
+        }
+        let draft = extractive_episode(
+            &turns
+                .iter()
+                .map(|turn| engram_core::episode::SegmentTurn {
+                    role: turn.role,
+                    content: turn.content.clone(),
+                })
+                .collect::<Vec<_>>(),
+        );
+        (
+            draft.title,
+            draft.summary,
+            draft.structured,
+            None,
+            "extractive",
+        )
+    }
+
+    /// 1 − the highest cosine of the new episode to the space's episodes: how unlike anything
+    /// remembered it is. Neutral when there is nothing to compare with (no embedder, or no other
+    /// episode yet).
+    async fn surprise_from_embeddings(&self, scope: &Scope, title: &str, summary: &str) -> f64 {
+        let Some(embedder) = &self.embedder else {
+            return NEUTRAL_SURPRISE;
+        };
+        let text = [format!("{title}\n{summary}")];
+        let nearest = match embedder.embed(&text).await {
+            Ok(mut vectors) if !vectors.is_empty() => {
+                segments::nearest_episode_similarity(&self.pool, scope, &vectors.remove(0)).await
+            }
+            Ok(_) => Ok(None),
+            Err(error) => {
+                tracing::warn!(%error, "cannot embed the episode for its surprise");
+                Ok(None)
+            }
+        };
+        match nearest {
+            Ok(Some(similarity)) => (1.0 - similarity).clamp(0.0, 1.0),
+            Ok(None) => NEUTRAL_SURPRISE,
+            Err(error) => {
+                tracing::warn!(%error, "cannot compare the episode with the space's episodes");
+                NEUTRAL_SURPRISE
+            }
+        }
+    }
+
+    /// Writes the prepared segments in one transaction (see the module documentation).
+    async fn write(
+        &self,
+        scope: &Scope,
+        conversation: ConversationId,
+        segmented_through: i32,
+        prepared: Vec<Prepared>,
+    ) -> Result<SegmentationOutcome, IngestError> {
+        let mut transaction = engram_store::begin_with_spaces_locked(&self.pool, [scope]).await?;
+        match segments::lock_progress(&mut transaction, scope, conversation).await? {
+            Some((through, _)) if through == segmented_through => {}
+            // Segmented meanwhile (another pass, another replica), or forgotten: nothing to do.
+            _ => {
+                transaction.rollback().await?;
+                return Ok(SegmentationOutcome::default());
+            }
+        }
+        let (incognito, memory_enabled) =
+            engram_store::conversations::privacy_state(&mut transaction, scope, conversation)
+                .await?;
+        if incognito || !memory_enabled {
+            // Turned off after the turns were stored: the segment waits, nothing is derived.
+            transaction.rollback().await?;
+            return Ok(SegmentationOutcome::default());
+        }
+        let taken = segments::take_pending_reviews(&mut transaction, scope, conversation).await?;
+        let mut reviews = taken.as_ref().map(pending_reviews).unwrap_or_default();
+        reviews.sort_by_key(|(at, _)| *at);
+        let mut reviews = reviews.into_iter().peekable();
+
+        let publish = self.writer.hooks.publish_events;
+        let retention = self.writer.settings.retention();
+        let mut outcome = SegmentationOutcome::default();
+        let mut last_closed = segmented_through;
+        for prepared in prepared {
+            let episode = &prepared.episode;
+            let event = self
+                .writer
+                .hooks
+                .announce_embeddings()
+                .then(|| embedding_requested(episode.id, scope, Default::default()));
+            // Derived: "forget that" in the conversation means what the user said, not this.
+            let detail = json!({
+                "segment": [prepared.segment.first, prepared.segment.last],
+                "reason": prepared.segment.reason.as_str(),
+                "described_by": prepared.described_by,
+                "derived": true,
+            });
+            let written = segments::write_episode(
+                &mut transaction,
+                scope,
+                episode,
+                detail.clone(),
+                event.as_ref(),
+            )
+            .await?;
+            let (episode_id, created) = match &written {
+                EpisodeWrite::Created(record) => (Some(record.id), true),
+                EpisodeWrite::Merged(record) => (Some(record.id), false),
+                EpisodeWrite::AlreadyWritten(id) => (Some(*id), false),
+                EpisodeWrite::Suppressed => (None, false),
+            };
+            if created {
+                self.enforce_soft_cap(&mut transaction, scope, &retention)
+                    .await?;
+            }
+            audit::append(
+                &mut transaction,
+                scope,
+                audit::AuditAction::Segment,
+                episode_id,
+                Some(conversation),
+                json!({
+                    "segment": [prepared.segment.first, prepared.segment.last],
+                    "reason": prepared.segment.reason.as_str(),
+                    "episode": match &written {
+                        EpisodeWrite::Created(_) => "created",
+                        EpisodeWrite::Merged(_) => "repeated",
+                        EpisodeWrite::AlreadyWritten(_) => "already written",
+                        EpisodeWrite::Suppressed => "suppressed by a tombstone",
+                    },
+                }),
+            )
+            .await?;
+            // The reviews recorded before this segment's last turn arrived are this segment's.
+            let mut answered = Vec::new();
+            while let Some((_, review)) =
+                reviews.next_if(|(at, _)| *at <= prepared.last_received_at)
+            {
+                answered.push(review);
+            }
+            let pending = answered.len();
+            if !answered.is_empty() && publish {
+                let event = segment_closed(ClosedSegmentEvent {
+                    scope,
+                    conversation,
+                    segment_id: episode.id,
+                    episode_id,
+                    first_turn_index: prepared.segment.first,
+                    last_turn_index: prepared.segment.last,
+                    reason: prepared.segment.reason.as_str(),
+                    context: prepared.context,
+                    pending_reviews: answered,
+                    closed_at: Utc::now(),
+                });
+                engram_store::outbox::insert(&mut transaction, &event).await?;
+            }
+            self.metrics
+                .record_segment_closed(prepared.segment.reason.as_str(), created);
+            last_closed = prepared.segment.last;
+            outcome.closed.push(ClosedEpisode {
+                segment: prepared.segment,
+                episode: episode_id,
+                created,
+                pending_reviews: pending,
+            });
+        }
+        // Reviews recorded while the still-open segment went on wait for it.
+        let later: Vec<serde_json::Value> = reviews
+            .map(|(at, review)| {
+                json!({
+                    "query": review.query,
+                    "memory_ids": review.memory_ids,
+                    "retrieved_at": at,
+                })
+            })
+            .collect();
+        if !later.is_empty() {
+            segments::put_back_pending_reviews(
+                &mut transaction,
+                scope,
+                conversation,
+                &serde_json::Value::Array(later),
+            )
+            .await?;
+        }
+        segments::mark_segmented(&mut transaction, scope, conversation, last_closed).await?;
+        transaction.commit().await.map_err(StoreError::from)?;
+        if publish && let Some(wake) = &self.writer.hooks.new_entry_wake {
+            wake.notify_one();
+        }
+        tracing::info!(
+            closed = outcome.closed.len(),
+            through = last_closed,
+            "segments closed"
+        );
+        Ok(outcome)
+    }
+
+    /// The soft cap after a new episode, as after any new entry.
+    async fn enforce_soft_cap(
+        &self,
+        connection: &mut sqlx::PgConnection,
+        scope: &Scope,
+        retention: &RetentionPolicy,
+    ) -> Result<(), IngestError> {
+        let (count, cap) = segments::space_size(connection, scope).await?;
+        let cap = cap.map_or(i64::from(self.writer.settings.soft_cap), i64::from);
+        let overage = count - cap;
+        if overage > 0 {
+            let outcome =
+                enforce_soft_caps(connection, &[CapacityTarget { scope, overage }], retention)
+                    .await?;
+            let trimmed: usize = outcome.iter().map(|o| o.trimmed.len()).sum();
+            self.metrics.record_trimmed(trimmed as u64);
+        }
+        Ok(())
+    }
+
+    /// Runs until `stop`: on every wake-up (appends without the bus) and every sweep interval,
+    /// looks at the conversations whose open segment may be due, and consolidates episodes left
+    /// unconsolidated.
+    pub async fn run(self, wake: Arc<Notify>, mut stop: watch::Receiver<bool>) {
+        let interval = Duration::from_millis(self.settings.sweep_interval_ms.max(10));
+        let mut changed_since: Option<DateTime<Utc>> = None;
+        loop {
+            let started = Utc::now();
+            if let Err(error) = self.sweep(changed_since).await {
+                tracing::warn!(%error, "segmentation sweep failed; retrying");
+            }
+            // Without the bus every append wakes this loop: the next pass takes what changed
+            // since this one started.
+            if !self.writer.hooks.publish_events {
+                changed_since = Some(started);
+            }
+            tokio::select! {
+                () = wake.notified() => {}
+                () = tokio::time::sleep(interval) => {}
+                _ = stop.changed() => break,
+            }
+            if *stop.borrow() {
+                break;
+            }
+        }
+        tracing::info!("segmentation stopped");
+    }
+
+    async fn sweep(&self, changed_since: Option<DateTime<Utc>>) -> Result<(), IngestError> {
+        let idle_before = Utc::now() - self.settings.rules().idle_close;
+        // Without the bus, the first pass looks at everything open.
+        let since = if self.writer.hooks.publish_events {
+            None
+        } else {
+            Some(changed_since.unwrap_or(DateTime::<Utc>::MIN_UTC))
+        };
+        let due = segments::due_conversations(&self.pool, idle_before, since, SWEEP_BATCH).await?;
+        for conversation in due {
+            let Ok(space) = engram_core::SpaceName::parse("space", &conversation.space) else {
+                continue;
+            };
+            let scope = Scope {
+                user_id: engram_core::UserId::from_uuid(conversation.user_id),
+                space,
+            };
+            let id = ConversationId::from_uuid(conversation.conversation_id);
+            if let Err(error) = self.segment(&scope, id).await {
+                tracing::warn!(%error, conversation = %id, "cannot segment the conversation");
+            }
+        }
+        if self.settings.consolidate {
+            self.consolidate_leftovers().await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,564 @@
+//! The statements of segmentation: a conversation's open segment, the episodes written from it,
+//! the pending reviews a closed segment takes, and the conversations due for a look.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use engram_core::{ConversationId, Scope, Scores, SimHash};
+use pgvector::Vector;
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use crate::StoreError;
+use crate::conversations::TurnRecord;
+use crate::memories::MemoryRecord;
+use crate::outbox::NewOutboxEvent;
+
+/// A conversation's open segment: the turns after the last closed one, with their embeddings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpenTail {
+    pub segmented_through: i32,
+    pub close_requested_through: Option<i32>,
+    pub turns: Vec<TurnRecord>,
+    pub embeddings: HashMap<i32, Vec<f32>>,
+}
+
+/// Most turns one look at an open segment reads (a segment closes at twice `max_turns` anyway).
+pub const MAX_OPEN_TURNS: i64 = 400;
+
+pub async fn open_tail(
+    pool: &PgPool,
+    scope: &Scope,
+    conversation: ConversationId,
+) -> Result<Option<OpenTail>, StoreError> {
+    let progress: Option<(i32, Option<i32>)> = sqlx::query_as(
+        "SELECT segmented_through, close_requested_through FROM conversations \
+         WHERE user_id = $1 AND space = $2 AND conversation_id = $3",
+    )
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(conversation.as_uuid())
+    .fetch_optional(pool)
+    .await?;
+    let Some((segmented_through, close_requested_through)) = progress else {
+        return Ok(None);
+    };
+    let turns: Vec<TurnRecord> = sqlx::query_as(
+        "SELECT turn_index, role, content, spoken_at, client_message_id, tokens, created_at FROM conversation_turns \
+         WHERE user_id = $1 AND space = $2 AND conversation_id = $3 AND turn_index > $4 \
+         ORDER BY turn_index LIMIT $5",
+    )
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(conversation.as_uuid())
+    .bind(segmented_through)
+    .bind(MAX_OPEN_TURNS)
+    .fetch_all(pool)
+    .await?;
+    let embeddings: Vec<(i32, Vector)> = sqlx::query_as(
+        "SELECT turn_index, embedding FROM conversation_turn_embeddings \
+         WHERE user_id = $1 AND space = $2 AND conversation_id = $3 AND turn_index > $4",
+    )
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(conversation.as_uuid())
+    .bind(segmented_through)
+    .fetch_all(pool)
+    .await?;
+    Ok(Some(OpenTail {
+        segmented_through,
+        close_requested_through,
+        turns,
+        embeddings: embeddings
+            .into_iter()
+            .map(|(index, vector)| (index, vector.to_vec()))
+            .collect(),
+    }))
+}
+
+/// Keeps turn embeddings for the topic rules (a turn embedded twice keeps the first).
+pub async fn store_turn_embeddings(
+    pool: &PgPool,
+    scope: &Scope,
+    conversation: ConversationId,
+    embeddings: &[(i32, Vec<f32>)],
+) -> Result<(), StoreError> {
+    if embeddings.is_empty() {
+        return Ok(());
+    }
+    let indexes: Vec<i32> = embeddings.iter().map(|(index, _)| *index).collect();
+    let vectors: Vec<Vector> = embeddings
+        .iter()
+        .map(|(_, vector)| Vector::from(vector.clone()))
+        .collect();
+    // A turn deleted meanwhile (ForgetConversation) has no row to refer to: it is skipped.
+    sqlx::query(
+        "INSERT INTO conversation_turn_embeddings (user_id, space, conversation_id, turn_index, embedding) \
+         SELECT $1, $2, $3, e.turn_index, e.embedding FROM unnest($4::int4[], $5::vector[]) AS e(turn_index, embedding) \
+         WHERE EXISTS (SELECT 1 FROM conversation_turns t WHERE t.user_id = $1 AND t.space = $2 \
+                       AND t.conversation_id = $3 AND t.turn_index = e.turn_index) \
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(conversation.as_uuid())
+    .bind(&indexes)
+    .bind(&vectors)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Locks the conversation's segmentation progress for the transaction: `(segmented_through,
+/// close_requested_through)`, or `None` when the conversation is gone.
+pub async fn lock_progress(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    conversation: ConversationId,
+) -> Result<Option<(i32, Option<i32>)>, StoreError> {
+    let progress = sqlx::query_as(
+        "SELECT segmented_through, close_requested_through FROM conversations \
+         WHERE user_id = $1 AND space = $2 AND conversation_id = $3 FOR UPDATE",
+    )
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(conversation.as_uuid())
+    .fetch_optional(connection)
+    .await?;
+    Ok(progress)
+}
+
+/// Records that every turn up to `through` is in a closed segment (an explicit close it covered
+/// is done).
+pub async fn mark_segmented(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    conversation: ConversationId,
+    through: i32,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE conversations SET segmented_through = $4, updated_at = now(), \
+             close_requested_through = CASE WHEN close_requested_through <= $4 THEN NULL \
+                                            ELSE close_requested_through END \
+         WHERE user_id = $1 AND space = $2 AND conversation_id = $3",
+    )
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(conversation.as_uuid())
+    .bind(through)
+    .execute(connection)
+    .await?;
+    Ok(())
+}
+
+/// Takes the conversation's pending reviews: reads and clears them in one statement, so a review
+/// recorded meanwhile is either taken now or left for the next segment, never lost or taken
+/// twice. `None` when there were none.
+pub async fn take_pending_reviews(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    conversation: ConversationId,
+) -> Result<Option<serde_json::Value>, StoreError> {
+    let taken: Option<Option<serde_json::Value>> = sqlx::query_scalar(
+        "UPDATE conversations c SET pending_reviews = NULL, updated_at = now() \
+         FROM (SELECT pending_reviews FROM conversations \
+               WHERE user_id = $1 AND space = $2 AND conversation_id = $3 FOR UPDATE) AS before \
+         WHERE c.user_id = $1 AND c.space = $2 AND c.conversation_id = $3 \
+           AND before.pending_reviews IS NOT NULL \
+         RETURNING before.pending_reviews",
+    )
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(conversation.as_uuid())
+    .fetch_optional(connection)
+    .await?;
+    Ok(taken.flatten())
+}
+
+/// Returns reviews taken with a segment that belong to the still-open segment (recorded after
+/// the closed segments' last turns), ahead of any recorded since.
+pub async fn put_back_pending_reviews(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    conversation: ConversationId,
+    reviews: &serde_json::Value,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE conversations SET pending_reviews = $4::jsonb || COALESCE(pending_reviews, '[]'::jsonb) \
+         WHERE user_id = $1 AND space = $2 AND conversation_id = $3",
+    )
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(conversation.as_uuid())
+    .bind(reviews)
+    .execute(connection)
+    .await?;
+    Ok(())
+}
+
+/// A new episodic memory.
+#[derive(Debug, Clone)]
+pub struct NewEpisode {
+    /// Derived from the conversation and the segment's first turn: writing the same segment
+    /// twice finds the first.
+    pub id: Uuid,
+    pub conversation_id: Uuid,
+    pub title: String,
+    pub summary: String,
+    /// `[{"role", "content"}]`.
+    pub messages: serde_json::Value,
+    pub surprise: f64,
+    pub start_at: DateTime<Utc>,
+    pub end_at: DateTime<Utc>,
+    pub stability: f64,
+    pub difficulty: f64,
+    pub simhash: SimHash,
+    pub text_digest: Vec<u8>,
+    pub tags: Vec<String>,
+    pub metadata_confidence: f64,
+    pub importance: f64,
+    pub structured_summary: serde_json::Value,
+    pub last_scores: Scores,
+}
+
+/// What writing an episode did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EpisodeWrite {
+    Created(MemoryRecord),
+    /// This segment's episode exists already (the segment was written before).
+    AlreadyWritten(Uuid),
+    /// A near-duplicate episode existed: it was repeated (repeat_count + 1) instead.
+    Merged(MemoryRecord),
+    /// The user forgot a near-duplicate recently: nothing was written.
+    Suppressed,
+}
+
+/// Writes a segment's episode the way the write path writes every entry: a live tombstone
+/// suppresses it, a near-duplicate episode (SimHash within distance 3) is repeated instead,
+/// otherwise it is inserted — audited, and announced in the outbox when `event` is given.
+pub async fn write_episode(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    episode: &NewEpisode,
+    audit_detail: serde_json::Value,
+    event: Option<&NewOutboxEvent>,
+) -> Result<EpisodeWrite, StoreError> {
+    let user = scope.user_id.as_uuid();
+    let space = scope.space.as_str();
+    let existing: Option<Uuid> =
+        sqlx::query_scalar("SELECT id FROM memories WHERE user_id = $1 AND space = $2 AND id = $3")
+            .bind(user)
+            .bind(space)
+            .bind(episode.id)
+            .fetch_optional(&mut *connection)
+            .await?;
+    if let Some(id) = existing {
+        return Ok(EpisodeWrite::AlreadyWritten(id));
+    }
+    let distance = i64::from(engram_core::simhash::NEAR_DUPLICATE_DISTANCE);
+    let forgotten: bool = sqlx::query_scalar(concat!(
+        "SELECT EXISTS (SELECT 1 FROM tombstones t WHERE t.user_id = $1 AND t.space = $2 AND ",
+        live_tombstone_matches!("$3::int8", "$4::bytea", "$5"),
+        ")"
+    ))
+    .bind(user)
+    .bind(space)
+    .bind(episode.simhash.as_i64())
+    .bind(&episode.text_digest)
+    .bind(distance)
+    .fetch_one(&mut *connection)
+    .await?;
+    if forgotten {
+        return Ok(EpisodeWrite::Suppressed);
+    }
+    let duplicate: Option<(Uuid, i32, f64)> = sqlx::query_as(concat!(
+        "SELECT id, repeat_count, importance FROM (",
+        episodic_near_duplicate_lookup!(),
+        ") AS d"
+    ))
+    .bind(user)
+    .bind(space)
+    .bind(episode.simhash.as_i64())
+    .bind(distance)
+    .fetch_optional(&mut *connection)
+    .await?;
+    if let Some((id, repeat_count, importance)) = duplicate {
+        let repeats = u32::try_from(repeat_count + 1).unwrap_or(u32::MAX);
+        let merged =
+            engram_core::importance::merged_importance(importance, episode.importance, repeats);
+        let record = sqlx::query_as::<_, MemoryRecord>(concat!(
+            "WITH updated AS ( \
+                 UPDATE memories SET repeat_count = repeat_count + 1, importance = $4, updated_at = now() \
+                 WHERE user_id = $1 AND space = $2 AND id = $3 RETURNING *), \
+             audited AS ( \
+                 INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \
+                 SELECT user_id, space, 'merge', id, $5, $6 FROM updated) \
+             SELECT ",
+            memory_columns!(),
+            " FROM updated"
+        ))
+        .bind(user)
+        .bind(space)
+        .bind(id)
+        .bind(merged)
+        .bind(episode.conversation_id)
+        .bind(&audit_detail)
+        .fetch_one(&mut *connection)
+        .await?;
+        return Ok(EpisodeWrite::Merged(record));
+    }
+    let record = sqlx::query_as::<_, MemoryRecord>(concat!(
+        "WITH inserted AS ( \
+             INSERT INTO memories (id, user_id, space, kind, conversation_id, text, role, title, messages, \
+                 surprise, start_at, end_at, stability, difficulty, last_reviewed_at, created_at, \
+                 updated_at, simhash, tags, metadata_confidence, importance, needs_embedding, \
+                 last_scores, structured_summary) \
+             VALUES ($3, $1, $2, 'episodic', $4, $5, 'user', $6, $7, $8, $9, $10, $11, $12, $10, now(), \
+                 now(), $13, $14, $15, $16, true, $17, $18) \
+             RETURNING *), \
+         audited AS ( \
+             INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \
+             SELECT user_id, space, 'create', id, conversation_id, $19 FROM inserted), \
+         outboxed AS ( \
+             INSERT INTO outbox_events (message_id, routing_key, type_name, payload, trace_headers) \
+             SELECT $20, $21, $22, $23, $24 FROM inserted WHERE $20::uuid IS NOT NULL) \
+         SELECT ",
+        memory_columns!(),
+        " FROM inserted"
+    ))
+    .bind(user)
+    .bind(space)
+    .bind(episode.id)
+    .bind(episode.conversation_id)
+    .bind(&episode.summary)
+    .bind(&episode.title)
+    .bind(&episode.messages)
+    .bind(episode.surprise)
+    .bind(episode.start_at)
+    .bind(episode.end_at)
+    .bind(episode.stability)
+    .bind(episode.difficulty)
+    .bind(episode.simhash.as_i64())
+    .bind(&episode.tags)
+    .bind(episode.metadata_confidence)
+    .bind(episode.importance)
+    .bind(
+        serde_json::to_value(episode.last_scores)
+            .map_err(|error| StoreError::Corrupt(format!("cannot encode scores: {error}")))?,
+    )
+    .bind(&episode.structured_summary)
+    .bind(&audit_detail)
+    .bind(event.map(|e| e.message_id))
+    .bind(event.map(|e| e.routing_key.as_str()))
+    .bind(event.map(|e| e.type_name.as_str()))
+    .bind(event.map(|e| e.payload.as_slice()))
+    .bind(event.map(NewOutboxEvent::trace_headers_json))
+    .fetch_one(&mut *connection)
+    .await?;
+    Ok(EpisodeWrite::Created(record))
+}
+
+/// The space's entry count and soft cap override (for the overage after a new episode).
+pub async fn space_size(
+    connection: &mut PgConnection,
+    scope: &Scope,
+) -> Result<(i64, Option<i32>), StoreError> {
+    let size: Option<(i64, Option<i32>)> = sqlx::query_as(
+        "SELECT memory_count, soft_cap FROM spaces WHERE user_id = $1 AND space = $2",
+    )
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .fetch_optional(connection)
+    .await?;
+    Ok(size.unwrap_or((0, None)))
+}
+
+/// The highest cosine similarity of `embedding` to the space's episodes, for the surprise of a
+/// new one; `None` when the space has no embedded episode.
+pub async fn nearest_episode_similarity(
+    pool: &PgPool,
+    scope: &Scope,
+    embedding: &[f32],
+) -> Result<Option<f64>, StoreError> {
+    let similarity = sqlx::query_scalar(
+        "SELECT (1 - (embedding <=> $3))::float8 FROM memory_embeddings \
+         WHERE user_id = $1 AND space = $2 AND kind = 'episodic' \
+         ORDER BY embedding <=> $3 LIMIT 1",
+    )
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(Vector::from(embedding.to_vec()))
+    .fetch_optional(pool)
+    .await?;
+    Ok(similarity)
+}
+
+/// A conversation whose open segment may be due to close.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct DueConversation {
+    pub user_id: Uuid,
+    pub space: String,
+    pub conversation_id: Uuid,
+}
+
+/// Conversations with an open segment that asked to be closed, or whose last turn arrived before
+/// `idle_before`, or (with `changed_since`) that changed since then, in spaces with memory on and
+/// not incognito (a segment waits while they are): what the sweep looks at.
+pub async fn due_conversations(
+    pool: &PgPool,
+    idle_before: DateTime<Utc>,
+    changed_since: Option<DateTime<Utc>>,
+    limit: i64,
+) -> Result<Vec<DueConversation>, StoreError> {
+    let due = sqlx::query_as(
+        "SELECT c.user_id, c.space, c.conversation_id FROM conversations c \
+         LEFT JOIN spaces s ON s.user_id = c.user_id AND s.space = c.space \
+         WHERE c.next_turn_index - 1 > c.segmented_through \
+           AND (c.last_appended_at < $1 OR c.close_requested_through > c.segmented_through \
+                OR ($2::timestamptz IS NOT NULL AND c.updated_at >= $2)) \
+           AND COALESCE(s.memory_enabled, true) \
+           AND NOT COALESCE(c.incognito, s.incognito_default, false) \
+         ORDER BY c.last_appended_at LIMIT $3",
+    )
+    .bind(idle_before)
+    .bind(changed_since)
+    .bind(limit)
+    .fetch_all(pool)
+    .await?;
+    Ok(due)
+}
+
+/// Episodes not consolidated yet, created before `before` (the consolidation sweep's catch-up).
+pub async fn unconsolidated_episodes(
+    pool: &PgPool,
+    before: DateTime<Utc>,
+    limit: i64,
+) -> Result<Vec<MemoryRecord>, StoreError> {
+    let episodes = sqlx::query_as(concat!(
+        "SELECT ",
+        memory_columns!(),
+        " FROM memories WHERE kind = 'episodic' AND consolidated_at IS NULL AND created_at < $1 \
+         ORDER BY created_at LIMIT $2"
+    ))
+    .bind(before)
+    .bind(limit)
+    .fetch_all(pool)
+    .await?;
+    Ok(episodes)
+}
+
+/// Marks an episode consolidated; whether this call did it (false: it was already).
+pub async fn mark_consolidated(
+    pool: &PgPool,
+    scope: &Scope,
+    episode: Uuid,
+) -> Result<bool, StoreError> {
+    let marked = sqlx::query(
+        "UPDATE memories SET consolidated_at = now() \
+         WHERE user_id = $1 AND space = $2 AND id = $3 AND consolidated_at IS NULL",
+    )
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(episode)
+    .execute(pool)
+    .await?;
+    Ok(marked.rows_affected() > 0)
+}
+
+/// What [`forget_conversation`] deleted.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ForgottenConversation {
+    pub turns: u64,
+    /// Episodes and facts deleted, with what their tombstones keep (SimHash and text).
+    pub episodes: Vec<MemoryRecord>,
+    pub facts: Vec<MemoryRecord>,
+    pub facts_kept: u64,
+    pub pending_reviews: u64,
+}
+
+/// Deletes a conversation's turns, its episodes, the facts derived only from those episodes
+/// (unless the user pinned or saved them), its pending reviews and its retrieval metrics (they
+/// hold its queries). Facts other sources also support, or the user kept, lose this
+/// conversation's episodes and stay. `None` when the space holds no such conversation. The
+/// caller writes the tombstones and the audit event in the same transaction.
+pub async fn forget_conversation(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    conversation: ConversationId,
+) -> Result<Option<ForgottenConversation>, StoreError> {
+    let user = scope.user_id.as_uuid();
+    let space = scope.space.as_str();
+    let id = conversation.as_uuid();
+    let pending: Option<i32> = sqlx::query_scalar(
+        "DELETE FROM conversations WHERE user_id = $1 AND space = $2 AND conversation_id = $3 \
+         RETURNING COALESCE(jsonb_array_length(pending_reviews), 0)",
+    )
+    .bind(user)
+    .bind(space)
+    .bind(id)
+    .fetch_optional(&mut *connection)
+    .await?;
+    let Some(pending) = pending else {
+        return Ok(None);
+    };
+    let turns = sqlx::query(
+        "DELETE FROM conversation_turns WHERE user_id = $1 AND space = $2 AND conversation_id = $3",
+    )
+    .bind(user)
+    .bind(space)
+    .bind(id)
+    .execute(&mut *connection)
+    .await?
+    .rows_affected();
+    let episodes: Vec<MemoryRecord> = sqlx::query_as(concat!(
+        "DELETE FROM memories WHERE user_id = $1 AND space = $2 AND kind = 'episodic' \
+           AND conversation_id = $3 RETURNING ",
+        memory_columns!()
+    ))
+    .bind(user)
+    .bind(space)
+    .bind(id)
+    .fetch_all(&mut *connection)
+    .await?;
+    let episode_ids: Vec<Uuid> = episodes.iter().map(|episode| episode.id).collect();
+    let facts: Vec<MemoryRecord> = sqlx::query_as(concat!(
+        "DELETE FROM memories WHERE user_id = $1 AND space = $2 AND kind = 'semantic' \
+           AND source_episode_ids <> '{}' AND source_episode_ids <@ $3::uuid[] \
+           AND NOT pinned AND NOT manually_saved RETURNING ",
+        memory_columns!()
+    ))
+    .bind(user)
+    .bind(space)
+    .bind(&episode_ids)
+    .fetch_all(&mut *connection)
+    .await?;
+    let facts_kept = sqlx::query(
+        "UPDATE memories SET source_episode_ids = ARRAY(SELECT e FROM unnest(source_episode_ids) AS e \
+                                                      WHERE e <> ALL($3::uuid[])), \
+             conversation_id = CASE WHEN conversation_id = $4 THEN NULL ELSE conversation_id END, \
+             updated_at = now() \
+         WHERE user_id = $1 AND space = $2 AND kind = 'semantic' AND source_episode_ids && $3::uuid[]",
+    )
+    .bind(user)
+    .bind(space)
+    .bind(&episode_ids)
+    .bind(id)
+    .execute(&mut *connection)
+    .await?
+    .rows_affected();
+    sqlx::query(
+        "DELETE FROM retrieval_metrics WHERE user_id = $1 AND space = $2 AND conversation_id = $3",
+    )
+    .bind(user)
+    .bind(space)
+    .bind(id)
+    .execute(&mut *connection)
+    .await?;
+    Ok(Some(ForgottenConversation {
+        turns,
+        episodes,
+        facts,
+        facts_kept,
+        pending_reviews: u64::try_from(pending).unwrap_or(0),
+    }))
+}

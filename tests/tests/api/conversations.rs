@@ -1,0 +1,586 @@
+//! Conversations in: turns kept in order, segments closed into episodes, facts consolidated, a
+//! newer fact superseding an older one, pending reviews taken by the segment that answers them.
+
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use engram_e2e::{Sandbox, SandboxOptions, TestBus};
+use engram_proto::v1;
+use tonic::Code;
+use uuid::Uuid;
+
+use crate::helpers::{assert_status, entries, new_scope, start_incognito};
+
+/// One conversation of a test, with turns said at given times.
+pub(crate) struct Chat {
+    pub(crate) scope: v1::Scope,
+    pub(crate) id: String,
+}
+
+pub(crate) fn message(
+    role: v1::SpeakerRole,
+    content: &str,
+    at: DateTime<Utc>,
+) -> v1::ConversationMessage {
+    v1::ConversationMessage {
+        role: role.into(),
+        content: content.to_owned(),
+        at: Some(engram_server::time::to_proto(at)),
+        client_message_id: String::new(),
+    }
+}
+
+pub(crate) fn user(content: &str, at: DateTime<Utc>) -> v1::ConversationMessage {
+    message(v1::SpeakerRole::User, content, at)
+}
+
+pub(crate) fn assistant(content: &str, at: DateTime<Utc>) -> v1::ConversationMessage {
+    message(v1::SpeakerRole::Assistant, content, at)
+}
+
+impl Chat {
+    pub(crate) fn new(space: &str) -> Self {
+        Self {
+            scope: new_scope(space),
+            id: Uuid::new_v4().to_string(),
+        }
+    }
+
+    pub(crate) async fn append(
+        &self,
+        sandbox: &mut Sandbox,
+        messages: Vec<v1::ConversationMessage>,
+    ) -> v1::AppendMessagesResponse {
+        sandbox
+            .ingest
+            .append_messages(v1::AppendMessagesRequest {
+                scope: Some(self.scope.clone()),
+                conversation_id: self.id.clone(),
+                messages,
+                close_segment: false,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
+    pub(crate) async fn close(&self, sandbox: &mut Sandbox) -> v1::CloseSegmentResponse {
+        sandbox
+            .ingest
+            .close_segment(v1::CloseSegmentRequest {
+                scope: Some(self.scope.clone()),
+                conversation_id: self.id.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
+    pub(crate) async fn state(&self, sandbox: &mut Sandbox) -> v1::GetConversationResponse {
+        sandbox
+            .ingest
+            .get_conversation(v1::GetConversationRequest {
+                scope: Some(self.scope.clone()),
+                conversation_id: self.id.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
+    /// Waits until the space holds `count` episodes (segmentation runs in the background).
+    pub(crate) async fn wait_for_episodes(
+        &self,
+        sandbox: &mut Sandbox,
+        count: usize,
+    ) -> Vec<v1::Memory> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let episodes: Vec<v1::Memory> = entries(sandbox, &self.scope)
+                .await
+                .into_iter()
+                .filter(|m| m.kind() == v1::MemoryKind::Episodic)
+                .collect();
+            if episodes.len() >= count {
+                assert_eq!(episodes.len(), count, "more episodes than segments");
+                return episodes;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} of {count} episodes after 20 s",
+                episodes.len()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until every episode of the space is consolidated; returns the valid facts.
+    pub(crate) async fn wait_for_consolidation(&self, sandbox: &mut Sandbox) -> Vec<v1::Memory> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let pending: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM memories WHERE user_id = $1::uuid AND kind = 'episodic' \
+                 AND consolidated_at IS NULL",
+            )
+            .bind(&self.scope.user_id)
+            .fetch_one(&sandbox.pool)
+            .await
+            .unwrap();
+            if pending == 0 {
+                return entries(sandbox, &self.scope)
+                    .await
+                    .into_iter()
+                    .filter(|m| m.kind() == v1::MemoryKind::Semantic && m.invalid_at.is_none())
+                    .collect();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{pending} episodes unconsolidated"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+fn days_ago(days: i64, minutes: i64) -> DateTime<Utc> {
+    Utc::now() - chrono::Duration::days(days) + chrono::Duration::minutes(minutes)
+}
+
+/// The first session of the test conversation: a new job, a manager, a preference.
+fn first_session() -> Vec<v1::ConversationMessage> {
+    vec![
+        user(
+            "I started a new job at Acme Robotics this week.",
+            days_ago(3, 0),
+        ),
+        assistant("Congratulations! How is it going so far?", days_ago(3, 1)),
+        user(
+            "Good. My manager is Alice Chen and she runs the perception team.",
+            days_ago(3, 2),
+        ),
+        assistant("Sounds like a great team to learn from.", days_ago(3, 3)),
+        user(
+            "I prefer tea over coffee, so the office tea corner is a relief.",
+            days_ago(3, 4),
+        ),
+        assistant(
+            "Nice perk. Anything you want to prepare for next week?",
+            days_ago(3, 5),
+        ),
+        user(
+            "I need to finish the onboarding safety course by Friday.",
+            days_ago(3, 6),
+        ),
+    ]
+}
+
+/// A later session: the manager changed.
+fn second_session() -> Vec<v1::ConversationMessage> {
+    vec![
+        user("Big reorganisation at work today.", days_ago(1, 0)),
+        assistant("Oh? What changed for you?", days_ago(1, 1)),
+        user(
+            "My manager is now Bob Smith, Alice moved to the Berlin office.",
+            days_ago(1, 2),
+        ),
+        assistant(
+            "That is a big change. How do you feel about it?",
+            days_ago(1, 3),
+        ),
+        user(
+            "Fine, Bob was my mentor during onboarding anyway.",
+            days_ago(1, 4),
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn a_conversation_becomes_episodes_and_facts_and_a_newer_fact_supersedes_an_older_one() {
+    let mut sandbox = Sandbox::start().await;
+    let chat = Chat::new("life");
+    let session = first_session();
+    let appended = chat.append(&mut sandbox, session.clone()).await;
+    let indexes: Vec<u32> = appended.turns.iter().map(|t| t.turn_index).collect();
+    assert_eq!(indexes, (0..7).collect::<Vec<_>>());
+    assert!(
+        appended
+            .turns
+            .iter()
+            .all(|t| t.outcome() == v1::TurnOutcome::Stored)
+    );
+
+    // Two days later a new session starts: the hour-long gap closes the first one.
+    chat.append(&mut sandbox, second_session()).await;
+    let episodes = chat.wait_for_episodes(&mut sandbox, 1).await;
+    let first = &episodes[0];
+    assert!(
+        !first.title.is_empty() && !first.text.is_empty(),
+        "{first:?}"
+    );
+    assert_eq!(first.messages.len(), 7);
+    assert_eq!(first.conversation_id, chat.id);
+    let fsrs = first.fsrs.as_ref().expect("an episode has FSRS state");
+    assert!(
+        fsrs.stability >= 2.3 && fsrs.stability <= 2.3065 * 1.5 + 1e-6,
+        "{fsrs:?}"
+    );
+    assert!((0.0..=1.0).contains(&first.surprise));
+    // Postgres keeps microseconds.
+    let micros =
+        |t: &Option<prost_types::Timestamp>| t.as_ref().map(|t| (t.seconds, t.nanos / 1_000));
+    assert_eq!(micros(&first.start_at), micros(&session[0].at));
+    assert_eq!(micros(&first.end_at), micros(&session[6].at));
+
+    // The open second session closes on request.
+    let closing = chat.close(&mut sandbox).await;
+    assert!(closing.requested);
+    assert_eq!((closing.first_turn_index, closing.last_turn_index), (7, 11));
+    chat.wait_for_episodes(&mut sandbox, 2).await;
+    let facts = chat.wait_for_consolidation(&mut sandbox).await;
+    let texts: Vec<&str> = facts.iter().map(|f| f.text.as_str()).collect();
+    assert!(
+        texts.iter().any(|t| t.contains("Bob Smith")),
+        "the new manager is a valid fact: {texts:?}"
+    );
+    assert!(
+        !texts.iter().any(|t| t.contains("Alice Chen and she runs")),
+        "the old manager is no longer valid: {texts:?}"
+    );
+    assert!(
+        texts.iter().any(|t| t.contains("tea over coffee")),
+        "{texts:?}"
+    );
+    let tea = facts
+        .iter()
+        .find(|f| f.text.contains("tea over coffee"))
+        .unwrap();
+    assert_eq!(tea.category(), v1::Category::Preference);
+    assert_eq!(tea.source_episode_ids, vec![first.id.clone()]);
+
+    // The older fact is kept as history, superseded by the newer one.
+    let all = entries(&mut sandbox, &chat.scope).await;
+    let alice = all
+        .iter()
+        .find(|m| m.text.contains("Alice Chen and she runs"))
+        .expect("the superseded fact stays");
+    assert!(alice.invalid_at.is_some());
+    let bob = all.iter().find(|m| m.text.contains("Bob Smith")).unwrap();
+    assert_eq!(alice.superseded_by, bob.id);
+
+    let answer = sandbox
+        .retrieval
+        .retrieve_memory(v1::RetrieveMemoryRequest {
+            scope: Some(chat.scope.clone()),
+            query: "who is my manager?".into(),
+            ranking: Some(v1::RankingOptions {
+                sparse_only: true,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let top = answer.semantic.first().expect("a fact answers");
+    assert!(
+        top.memory.as_ref().unwrap().text.contains("Bob Smith"),
+        "{}",
+        answer.markdown
+    );
+    assert!(
+        answer.semantic.iter().all(|m| !m
+            .memory
+            .as_ref()
+            .unwrap()
+            .text
+            .contains("Alice Chen and she runs")),
+        "a superseded fact is not served: {}",
+        answer.markdown
+    );
+    assert_eq!(answer.episodic.len(), 2, "{}", answer.markdown);
+
+    let state = chat.state(&mut sandbox).await;
+    assert_eq!(state.turn_count, 12);
+    assert_eq!(state.segmented_through, 11);
+    assert_eq!(state.turns.len(), 12);
+    assert_eq!(state.turns[2].content, session[2].content);
+}
+
+#[tokio::test]
+async fn turns_are_idempotent_ordered_and_checked() {
+    let mut sandbox = Sandbox::start().await;
+    let chat = Chat::new("work");
+    let now = Utc::now();
+    let mut first = user(
+        "Let us plan the release.",
+        now - chrono::Duration::minutes(5),
+    );
+    first.client_message_id = "m-1".into();
+    let mut second = assistant("Sure, which date?", now - chrono::Duration::minutes(4));
+    second.client_message_id = "m-2".into();
+    chat.append(&mut sandbox, vec![first.clone(), second.clone()])
+        .await;
+    // A client's retry of the same messages appends nothing.
+    let again = chat.append(&mut sandbox, vec![first, second]).await;
+    let outcomes: Vec<(v1::TurnOutcome, u32)> = again
+        .turns
+        .iter()
+        .map(|t| (t.outcome(), t.turn_index))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            (v1::TurnOutcome::Duplicate, 0),
+            (v1::TurnOutcome::Duplicate, 1)
+        ]
+    );
+    // A turn said before the last one is refused, and changes nothing.
+    let status = sandbox
+        .ingest
+        .append_messages(v1::AppendMessagesRequest {
+            scope: Some(chat.scope.clone()),
+            conversation_id: chat.id.clone(),
+            messages: vec![user("Too early", now - chrono::Duration::hours(2))],
+            close_segment: false,
+        })
+        .await
+        .unwrap_err();
+    assert_status(status, Code::FailedPrecondition, "messages[0].at");
+    for (request, needle) in [
+        (
+            v1::AppendMessagesRequest {
+                scope: Some(chat.scope.clone()),
+                conversation_id: chat.id.clone(),
+                messages: vec![],
+                close_segment: false,
+            },
+            "messages: must hold at least one turn",
+        ),
+        (
+            v1::AppendMessagesRequest {
+                scope: Some(chat.scope.clone()),
+                conversation_id: "nope".into(),
+                messages: vec![user("hi", now)],
+                close_segment: false,
+            },
+            "conversation_id: must be a UUID",
+        ),
+        (
+            v1::AppendMessagesRequest {
+                scope: Some(chat.scope.clone()),
+                conversation_id: chat.id.clone(),
+                messages: vec![user("  \u{200b} ", now)],
+                close_segment: false,
+            },
+            "messages[0].content: must not be empty",
+        ),
+        (
+            v1::AppendMessagesRequest {
+                scope: Some(chat.scope.clone()),
+                conversation_id: chat.id.clone(),
+                messages: vec![user("from the future", now + chrono::Duration::days(1))],
+                close_segment: false,
+            },
+            "messages[0].at: must not be in the future",
+        ),
+    ] {
+        let status = sandbox.ingest.append_messages(request).await.unwrap_err();
+        assert_status(status, Code::InvalidArgument, needle);
+    }
+    assert_eq!(chat.state(&mut sandbox).await.turn_count, 2);
+    let missing = sandbox
+        .ingest
+        .get_conversation(v1::GetConversationRequest {
+            scope: Some(chat.scope.clone()),
+            conversation_id: Uuid::new_v4().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), Code::NotFound);
+}
+
+/// Many clients appending to one conversation at once: every turn lands exactly once, with
+/// distinct indexes 0..n, and each client's own turns keep their order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_appenders_never_lose_duplicate_or_reorder_turns() {
+    let sandbox = Sandbox::start().await;
+    let chat = Chat::new("busy");
+    const CLIENTS: usize = 12;
+    const TURNS: usize = 15;
+    let mut tasks = Vec::new();
+    for client in 0..CLIENTS {
+        let mut ingest = sandbox.ingest.clone();
+        let scope = chat.scope.clone();
+        let id = chat.id.clone();
+        tasks.push(tokio::spawn(async move {
+            for turn in 0..TURNS {
+                let mut said = user(&format!("client {client} turn {turn}"), Utc::now());
+                said.at = None;
+                said.client_message_id = format!("{client}-{turn}");
+                ingest
+                    .append_messages(v1::AppendMessagesRequest {
+                        scope: Some(scope.clone()),
+                        conversation_id: id.clone(),
+                        messages: vec![said],
+                        close_segment: false,
+                    })
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let turns: Vec<(i32, String, DateTime<Utc>)> = sqlx::query_as(
+        "SELECT turn_index, content, spoken_at FROM conversation_turns \
+         WHERE user_id = $1::uuid AND conversation_id = $2::uuid ORDER BY turn_index",
+    )
+    .bind(&chat.scope.user_id)
+    .bind(&chat.id)
+    .fetch_all(&sandbox.pool)
+    .await
+    .unwrap();
+    assert_eq!(turns.len(), CLIENTS * TURNS);
+    let indexes: Vec<i32> = turns.iter().map(|(index, _, _)| *index).collect();
+    assert_eq!(indexes, (0..(CLIENTS * TURNS) as i32).collect::<Vec<_>>());
+    assert!(
+        turns.windows(2).all(|w| w[0].2 <= w[1].2),
+        "times follow turn order"
+    );
+    for client in 0..CLIENTS {
+        let own: Vec<usize> = turns
+            .iter()
+            .filter_map(|(_, content, _)| {
+                content
+                    .strip_prefix(&format!("client {client} turn "))
+                    .map(|n| n.parse().unwrap())
+            })
+            .collect();
+        assert_eq!(own, (0..TURNS).collect::<Vec<_>>(), "client {client}");
+    }
+}
+
+#[tokio::test]
+async fn incognito_conversations_and_memory_off_store_no_turn() {
+    let mut sandbox = Sandbox::start().await;
+    let chat = Chat::new("private");
+    start_incognito(&mut sandbox, &chat.scope, &chat.id).await;
+    let appended = chat
+        .append(
+            &mut sandbox,
+            vec![user("My passport number is X123", Utc::now())],
+        )
+        .await;
+    assert_eq!(
+        appended.turns[0].outcome(),
+        v1::TurnOutcome::SkippedIncognito
+    );
+    let turns: i64 = sqlx::query_scalar("SELECT count(*) FROM conversation_turns")
+        .fetch_one(&sandbox.pool)
+        .await
+        .unwrap();
+    assert_eq!(turns, 0);
+    // "stop incognito" in the chat: what follows it is kept, what preceded it is not.
+    let mut said = user("end incognito for this chat", Utc::now());
+    said.at = None;
+    let mut after = user("Now remember my bike is blue", Utc::now());
+    after.at = None;
+    let appended = chat.append(&mut sandbox, vec![said, after]).await;
+    assert_eq!(
+        appended.turns[0].outcome(),
+        v1::TurnOutcome::SkippedIncognito
+    );
+    let command = appended.turns[0].command.as_ref().expect("the command ran");
+    assert_eq!(command.action(), v1::CommandAction::IncognitoEnd);
+    assert_eq!(appended.turns[1].outcome(), v1::TurnOutcome::Stored);
+}
+
+/// The whole flow over the bus: segmentation requested through the outbox, the segment closed
+/// by the consumer, and SegmentClosed carrying the pending reviews of a retrieval made during
+/// the segment (consumed here from the review service's queue).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_segment_takes_its_pending_reviews_and_announces_them() {
+    let bus = TestBus::local();
+    let mut sandbox = Sandbox::start_with(SandboxOptions {
+        bus: Some(bus.clone()),
+        ..Default::default()
+    })
+    .await;
+    let chat = Chat::new("reviews");
+    // Something to retrieve: an imported episode about the same topic.
+    crate::helpers::import(
+        &mut sandbox,
+        &chat.scope,
+        vec![v1::ImportedMemory {
+            client_id: "old-trip".into(),
+            kind: v1::MemoryKind::Episodic.into(),
+            title: "Lisbon trip planning".into(),
+            text: "The user planned a week in Lisbon with trams and pastries".into(),
+            conversation_id: Uuid::new_v4().to_string(),
+            ..Default::default()
+        }],
+    )
+    .await;
+    let start = Utc::now() - chrono::Duration::minutes(10);
+    chat.append(
+        &mut sandbox,
+        vec![
+            user("I want to go back to Lisbon in spring.", start),
+            assistant(
+                "Lovely! Last time you enjoyed the trams.",
+                start + chrono::Duration::minutes(1),
+            ),
+        ],
+    )
+    .await;
+    let answer = sandbox
+        .retrieval
+        .retrieve_memory(v1::RetrieveMemoryRequest {
+            scope: Some(chat.scope.clone()),
+            query: "Lisbon trip".into(),
+            conversation_id: chat.id.clone(),
+            ranking: Some(v1::RankingOptions {
+                sparse_only: true,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let retrieved = answer.episodic[0].memory.as_ref().unwrap().id.clone();
+    assert_eq!(chat.state(&mut sandbox).await.pending_reviews, 1);
+    chat.append(
+        &mut sandbox,
+        vec![
+            user(
+                "Yes, the trams and the pastries were the best part.",
+                start + chrono::Duration::minutes(2),
+            ),
+            assistant("Then spring it is!", start + chrono::Duration::minutes(3)),
+        ],
+    )
+    .await;
+    chat.close(&mut sandbox).await;
+    chat.wait_for_episodes(&mut sandbox, 2).await;
+    assert_eq!(
+        chat.state(&mut sandbox).await.pending_reviews,
+        0,
+        "taken by the segment"
+    );
+
+    let closed = crate::helpers::next_event(&bus, "review.segment-closed").await;
+    let event = <v1::SegmentClosed as prost::Message>::decode(closed.as_slice()).unwrap();
+    assert_eq!(event.conversation_id, chat.id);
+    assert_eq!((event.first_turn_index, event.last_turn_index), (0, 3));
+    assert_eq!(event.reason, "explicit");
+    assert_eq!(event.context.len(), 4);
+    assert_eq!(event.pending_reviews.len(), 1);
+    assert_eq!(event.pending_reviews[0].query, "Lisbon trip");
+    assert_eq!(event.pending_reviews[0].memory_ids, vec![retrieved]);
+    assert!(event.reviewed_at.is_some() && !event.episode_id.is_empty());
+    assert_eq!(event.segment_id, event.episode_id);
+}
