@@ -1,33 +1,41 @@
 //! The local fallback that turns a closed conversation segment into an episodic memory (title,
 //! summary, structured summary) and semantic facts when no LLM is configured. It runs by default,
-//! so it is built to cope with real chat text in English and Chinese.
+//! so it is built for real chat text in English and Chinese: greetings, lowercase typing, Markdown
+//! answers with code blocks, Chinese typed with ASCII punctuation.
 //!
 //! The approach is extractive: nothing is written that the conversation did not say.
 //!
 //! - Sentences are split on `.` `!` `?`, their CJK forms, line breaks and `"; "`, minding decimal
-//!   numbers, domains and common abbreviations; fenced code blocks are left out.
+//!   numbers, domains and common abbreviations; fenced code blocks and system turns are left out,
+//!   and a leading "Hi," or "谢谢，" is dropped from a sentence.
 //! - Terms are content words (a small English stop-word list removes function words and chat
 //!   filler) and, for CJK text, character bigrams without pronouns or particles. A term's salience
-//!   is its frequency over the segment (a user's use counts 1.5) times an inverse weight for terms
-//!   found in most sentences.
-//! - The summary keeps the best-scoring sentences (user sentences and sentences with a category
-//!   signal weighed up, chit-chat, memory commands and short questions left out) in their original
-//!   order, whole, up to [`MAX_SUMMARY_CHARS`].
-//! - The title joins the most salient keyphrases (runs of content words, named entities found by
-//!   [`metadata::extract`] weighed up); Chinese text has no spaces to find phrases by, so a Chinese
-//!   title is the opening clause of the first substantive user sentence.
-//! - Facts are user sentences that carry a category signal ([`infer_category`]) or state a
-//!   personal fact ("my X is Y", "I live in", "我住在"); their keywords are metadata tags.
+//!   is its frequency over the segment (a user's use counts 1.5) times `ln(1 + n / df)`, which
+//!   weighs down what most sentences say.
+//! - The summary keeps the best-scoring sentences whole, in their original order, up to
+//!   [`MAX_SUMMARY_CHARS`]: user sentences and sentences with a category signal weigh more;
+//!   chit-chat, closing pleasantries, memory commands, short questions and the assistant's
+//!   questions are left out.
+//! - The title joins the most salient keyphrases: content words, and runs of two or three of them
+//!   that recur ("JR Pass", "borrow checker"), with named entities found by [`metadata::extract`]
+//!   in user turns weighed up. Chinese has no spaces to find phrases by, so a Chinese title is the
+//!   opening clause of the first substantive user sentence.
+//! - Facts are user statements that carry a category signal ([`infer_category`], with a few local
+//!   additions: Chinese wishes and dated plans, "always/never …" instructions) or state a personal
+//!   fact ("my X is Y", "I live in", "我住在"); their keywords are metadata tags.
+//! - Entities are metadata tags of each turn, ranked by how many turns name them and by salience;
+//!   for Chinese, where metadata finds little, CJK phrases that recur join them.
 //!
 //! Limits, compared with what an LLM summary gives: the summary is quoted rather than written,
-//! so it stays in the first and second person ("I prefer…", not "the user prefers…"), cannot
-//! merge what several turns said into one statement, resolve "it" or "that" to what they refer
-//! to, notice that a later turn retracted an earlier one, or tell a hypothetical from a real
-//! plan. Facts are found only where a rule recognises the phrasing; a fact said in a way no rule
-//! knows is missed, and a sentence that merely sounds like one (an "I'll think about it" with
-//! content words) may be kept. Chinese titles are clauses, not noun phrases, because the
-//! bigrams used for salience do not mark word boundaries.
+//! so it stays in the speakers' first and second person ("I prefer…", not "the user prefers…"),
+//! cannot merge what several turns said into one statement, resolve "it" or "that" to what they
+//! refer to, notice that a later turn retracted an earlier one, or tell a hypothetical from a real
+//! plan. Facts are found only where a rule recognises the phrasing: a fact said in a way no rule
+//! knows is missed, and a sentence that merely sounds like one may be kept. Titles are lists of
+//! keyphrases (or, in Chinese, a clause), not a description of what happened; entities of Chinese
+//! text are recurring character sequences, not recognised names.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::LazyLock;
 
@@ -268,8 +276,8 @@ fn ends_sentence(before: &str, run: &TerminatorRun, rest: &str) -> bool {
     };
     // "9.30", "example.com", "U.S" inside a token: no sentence ends without a space, except
     // in Chinese typed with ASCII punctuation ("我喜欢茶!你呢?"); "query!宏" is a macro name.
-    let after_cjk = before.chars().last().is_some_and(is_cjk);
-    if !next.is_whitespace() && !(is_cjk(next) && after_cjk) {
+    let between_cjk = is_cjk(next) && before.chars().last().is_some_and(is_cjk);
+    if !(next.is_whitespace() || between_cjk) {
         return false;
     }
     if run.exclamation_or_question || run.ellipsis || run.dots > 1 {
@@ -472,8 +480,14 @@ fn spans(text: &str) -> Vec<Span> {
     found
 }
 
-fn word_key(word: &str) -> String {
-    word.to_lowercase().replace('’', "'")
+/// A word as terms and stop words know it: lowercased, with a typographic apostrophe made
+/// plain. Borrowed when the word already is (most chat words are).
+fn word_key(word: &str) -> Cow<'_, str> {
+    if word.chars().any(|c| c.is_uppercase() || c == '’') {
+        Cow::Owned(word.to_lowercase().replace('’', "'"))
+    } else {
+        Cow::Borrowed(word)
+    }
 }
 
 /// Function words and chat filler: no term of salience, and a break between keyphrases.
@@ -526,27 +540,40 @@ fn is_content_word(key: &str) -> bool {
 /// CJK characters that are grammar rather than content: a bigram with one of them is no term.
 const CJK_PARTICLES_AND_PRONOUNS: &str = "的了吗呢吧啊呀哦嗯么着过得地之我你您他她它们咱";
 /// Common CJK characters that make a term only together with a content character.
-const CJK_FUNCTION_CHARS: &str = "是在有和就也都这那不很要会说想去到把被给对让从与及或而且但所以因为如果还又再个些点能可以没太更最多少一二两三四五六七八九十几";
+const CJK_FUNCTION_CHARS: &str = concat!(
+    "是在有和就也都这那不很要会说想去到把被给对让从与及或而且但所以因为如果还又再",
+    "个些点能可以没太更最多少一二两三四五六七八九十几",
+);
 /// CJK bigrams as common as stop words.
 #[rustfmt::skip]
 const CJK_STOP_BIGRAMS: &[&str] = &[
-    "喜欢", "觉得", "知道", "什么", "怎么", "没有", "一下", "现在", "但是", "还是", "就是", "这样", "那样", "应该", "需要", "打算",
-    "希望", "比较", "非常", "真的", "一个", "这个", "那个", "自己", "时候", "问题", "谢谢", "你好", "不是", "可能", "已经", "然后",
-    "一些", "一点", "有点", "其实", "当然", "如何", "为什", "建议", "推荐", "可以", "所以", "因为", "如果", "或者", "而且", "不过",
-    "大约", "大概", "左右", "通常", "一般", "正好", "特别", "主要", "最好", "还有", "东西", "开始", "不用", "一带", "方便", "听起",
-    "起来", "感觉", "地方", "情况", "方面", "之前", "之后", "以后", "以前", "今天", "明天", "昨天",
+    "喜欢", "觉得", "知道", "什么", "怎么", "没有", "一下", "现在", "但是", "还是",
+    "就是", "这样", "那样", "应该", "需要", "打算", "希望", "比较", "非常", "真的",
+    "一个", "这个", "那个", "自己", "时候", "问题", "谢谢", "你好", "不是", "可能",
+    "已经", "然后", "一些", "一点", "有点", "其实", "当然", "如何", "为什", "建议",
+    "推荐", "可以", "所以", "因为", "如果", "或者", "而且", "不过", "大约", "大概",
+    "左右", "通常", "一般", "正好", "特别", "主要", "最好", "还有", "东西", "开始",
+    "不用", "一带", "方便", "听起", "起来", "感觉", "地方", "情况", "方面", "之前",
+    "之后", "以后", "以前", "今天", "明天", "昨天",
 ];
 
+static CJK_PARTICLE_SET: LazyLock<HashSet<char>> =
+    LazyLock::new(|| CJK_PARTICLES_AND_PRONOUNS.chars().collect());
+static CJK_FUNCTION_SET: LazyLock<HashSet<char>> =
+    LazyLock::new(|| CJK_FUNCTION_CHARS.chars().collect());
+static CJK_STOP_BIGRAM_SET: LazyLock<HashSet<&'static str>> =
+    LazyLock::new(|| CJK_STOP_BIGRAMS.iter().copied().collect());
+
 fn is_cjk_term(bigram: &str) -> bool {
-    if CJK_STOP_BIGRAMS.contains(&bigram) {
+    if CJK_STOP_BIGRAM_SET.contains(bigram) {
         return false;
     }
     let mut function_chars = 0;
     for c in bigram.chars() {
-        if CJK_PARTICLES_AND_PRONOUNS.contains(c) {
+        if CJK_PARTICLE_SET.contains(&c) {
             return false;
         }
-        if CJK_FUNCTION_CHARS.contains(c) {
+        if CJK_FUNCTION_SET.contains(&c) {
             function_chars += 1;
         }
     }
@@ -554,8 +581,8 @@ fn is_cjk_term(bigram: &str) -> bool {
 }
 
 /// The distinct terms of a sentence: lowercased content words and CJK bigrams.
-fn terms(text: &str, spans: &[Span]) -> Vec<String> {
-    let mut found: Vec<String> = Vec::new();
+fn terms<'a>(text: &'a str, spans: &[Span]) -> Vec<Cow<'a, str>> {
+    let mut found: Vec<Cow<'a, str>> = Vec::new();
     for (position, span) in spans.iter().enumerate() {
         if span.cjk {
             if let Some(next) = spans.get(position + 1)
@@ -564,7 +591,7 @@ fn terms(text: &str, spans: &[Span]) -> Vec<String> {
             {
                 let bigram = &text[span.start..next.end];
                 if is_cjk_term(bigram) {
-                    found.push(bigram.to_owned());
+                    found.push(Cow::Borrowed(bigram));
                 }
             }
         } else {
@@ -579,8 +606,7 @@ fn terms(text: &str, spans: &[Span]) -> Vec<String> {
     found
 }
 
-/// Words (CJK characters count as half a word, about their share of a word's meaning) and CJK
-/// characters of a sentence.
+/// The number of words (other than CJK) and of CJK characters among a sentence's spans.
 fn size(spans: &[Span]) -> (usize, usize) {
     let cjk = spans.iter().filter(|span| span.cjk).count();
     (spans.len() - cjk, cjk)
@@ -599,7 +625,7 @@ struct Unit<'a> {
     /// The sentence without a leading greeting or thanks clause.
     text: &'a str,
     spans: Vec<Span>,
-    terms: Vec<String>,
+    terms: Vec<Cow<'a, str>>,
     words: usize,
     cjk_chars: usize,
     question: bool,
@@ -645,7 +671,7 @@ fn segment_units(turns: &[SegmentTurn]) -> Vec<Unit<'_>> {
                 let command = if by_user { parse_command(text) } else { None };
                 let states = by_user && !question && !chit_chat && command.is_none();
                 let category = states.then(|| category_of(text));
-                let personal = states && PERSONAL_FACT.is_match(text);
+                let personal = states && states_personal_fact(text);
                 let short_question =
                     question && words * 2 + cjk_chars < MIN_SUMMARY_QUESTION_WORDS * 2;
                 let control_command = command
@@ -781,7 +807,7 @@ fn is_question(text: &str, spans: &[Span]) -> bool {
         return true;
     }
     spans.first().is_some_and(|first| {
-        !first.cjk && QUESTION_OPENERS.contains(&word_key(&text[first.start..first.end]).as_str())
+        !first.cjk && QUESTION_OPENERS.contains(&word_key(&text[first.start..first.end]).as_ref())
     })
 }
 
@@ -798,7 +824,7 @@ static PERSONAL_FACT: LazyLock<Regex> = LazyLock::new(|| {
       | \bi'?m\s+working\s+(?:at|for|as|in|on)\b
       | \bi\s+(?:study|am\s+studying)\s+(?:at|in)\b
       | \b(?:i'?m|i\s+am)\s+\d{1,3}(?:\s+years?\s+old|\s*y/?o)?\b
-      | \b(?:i'?m|i\s+am)\s+(?:a|an)\s+[\p{L}-]+
+      | \b(?:i'?m|i\s+am)\s+(?:a|an)\s+(?P<what>[\p{L}-]+)
       | \b(?:i'?m|i\s+am)\s+from\b
       | \bi\s+speak\b
       | \bi\s+(?:have|own|got)\s+(?:a|an|one|two|three|four|\d+)\s+(?:[\p{L}-]+\s+)?
@@ -818,52 +844,59 @@ static PERSONAL_FACT: LazyLock<Regex> = LazyLock::new(|| {
     .expect("valid personal fact regex")
 });
 
+/// "I'm a bit tired" is no statement of what the user is.
+const NOT_AN_IDENTITY: &[&str] = &["bit", "little", "tad", "lot", "huge", "big"];
+
+fn states_personal_fact(text: &str) -> bool {
+    // Most sentences match no rule: the cheap test first.
+    if !PERSONAL_FACT.is_match(text) {
+        return false;
+    }
+    PERSONAL_FACT.captures_iter(text).any(|captures| {
+        captures
+            .name("what")
+            .is_none_or(|what| !NOT_AN_IDENTITY.contains(&what.as_str().to_lowercase().as_str()))
+    })
+}
+
 // ---------------------------------------------------------------------------------------------
 // Salience and scores
 
 /// Term weights of a segment: frequency (a user's use counts [`USER_WEIGHT`]) times
 /// `ln(1 + sentences / sentences containing the term)`, which weighs down what every sentence
 /// says.
-struct Salience {
-    weights: HashMap<String, f64>,
-    /// How many eligible sentences contain each term.
-    sentence_counts: HashMap<String, usize>,
+struct Salience<'a> {
+    /// Per term: its weight, and how many eligible sentences contain it.
+    terms: HashMap<&'a str, (f64, usize)>,
 }
 
-impl Salience {
-    fn of(units: &[Unit<'_>]) -> Self {
-        let mut stats: HashMap<&str, (f64, usize)> = HashMap::new();
+impl<'a> Salience<'a> {
+    fn of(units: &'a [Unit<'_>]) -> Self {
+        let mut terms: HashMap<&'a str, (f64, usize)> = HashMap::new();
         let mut sentence_count = 0usize;
         for unit in units.iter().filter(|unit| unit.eligible) {
             sentence_count += 1;
             let weight = role_weight(unit.role);
             for term in &unit.terms {
-                let entry = stats.entry(term.as_str()).or_insert((0.0, 0));
+                let entry = terms.entry(term.as_ref()).or_insert((0.0, 0));
                 entry.0 += weight;
                 entry.1 += 1;
             }
         }
         let total = sentence_count as f64;
-        let mut weights = HashMap::with_capacity(stats.len());
-        let mut sentence_counts = HashMap::with_capacity(stats.len());
-        for (term, (frequency, sentences)) in stats {
-            let inverse = (1.0 + total / sentences as f64).ln();
-            weights.insert(term.to_owned(), frequency * inverse);
-            sentence_counts.insert(term.to_owned(), sentences);
+        for (frequency, sentences) in terms.values_mut() {
+            *frequency *= (1.0 + total / *sentences as f64).ln();
         }
-        Salience {
-            weights,
-            sentence_counts,
-        }
+        Salience { terms }
     }
 
     fn weight(&self, term: &str) -> f64 {
-        self.weights.get(term).copied().unwrap_or(0.0)
+        self.terms.get(term).map_or(0.0, |(weight, _)| *weight)
     }
 
     /// In how many eligible sentences a term occurs.
     fn sentence_count(&self, term: &str) -> usize {
-        self.sentence_counts.get(term).copied().unwrap_or(0)
+        self.terms.get(term).map_or(0, |(_, count)| *count)
     }
 }
 
@@ -877,7 +910,7 @@ fn role_weight(role: SpeakerRole) -> f64 {
 /// A sentence's summary score: the salience of its terms, normalised by the square root of
 /// their number (neither the longest nor the shortest sentence wins by length alone), then
 /// weighed by who said it and what it is. Ineligible sentences score 0.
-fn unit_score(unit: &Unit<'_>, salience: &Salience) -> f64 {
+fn unit_score(unit: &Unit<'_>, salience: &Salience<'_>) -> f64 {
     if !unit.eligible {
         return 0.0;
     }
@@ -912,13 +945,16 @@ fn summary(units: &[Unit<'_>], scores: &[f64]) -> String {
     let mut length = 0;
     for index in ranked {
         let sentence = summary_sentence(&units[index]);
-        if !seen.insert(normalize_for_fingerprint(&sentence)) {
+        let added = sentence.chars().count() + usize::from(!chosen.is_empty());
+        if length + added > MAX_SUMMARY_CHARS || !seen.insert(normalize_for_fingerprint(&sentence))
+        {
             continue;
         }
-        let added = sentence.chars().count() + usize::from(!chosen.is_empty());
-        if length + added <= MAX_SUMMARY_CHARS {
-            length += added;
-            chosen.push((index, sentence));
+        length += added;
+        chosen.push((index, sentence));
+        // No sentence is shorter than a word and its full stop.
+        if MAX_SUMMARY_CHARS - length < 4 {
+            break;
         }
     }
 
@@ -1054,7 +1090,7 @@ fn truncate_at_word(text: &str, max_chars: usize) -> String {
 fn title(
     units: &[Unit<'_>],
     scores: &[f64],
-    salience: &Salience,
+    salience: &Salience<'_>,
     entity_tags: &HashSet<String>,
 ) -> String {
     let user_text_is_cjk = mostly_cjk(units);
@@ -1095,41 +1131,55 @@ struct Phrase {
 fn keyphrase_title(
     units: &[Unit<'_>],
     scores: &[f64],
-    salience: &Salience,
+    salience: &Salience<'_>,
     entity_tags: &HashSet<String>,
 ) -> Option<String> {
     let mut phrases: HashMap<String, Phrase> = HashMap::new();
     let mut order = 0;
+    let mut key = String::new();
     for (index, unit) in units.iter().enumerate() {
         if scores[index] <= 0.0 {
             continue;
         }
-        for run in content_runs(unit.text, &unit.spans) {
+        // Lowercased words, computed once per sentence; CJK characters have none.
+        let keys: Vec<Option<Cow<'_, str>>> = unit
+            .spans
+            .iter()
+            .map(|span| (!span.cjk).then(|| word_key(&unit.text[span.start..span.end])))
+            .collect();
+        for run in content_runs(unit.text, &unit.spans, &keys) {
             // Every content word and every stretch of two or three: "JR Pass" recurs within
             // "the JR Pass" and "a 7-day JR Pass".
-            let candidates =
-                (1..=MAX_PHRASE_WORDS.min(run.len())).flat_map(|width| run.windows(width));
-            for candidate in candidates {
-                let (first, last) = (candidate[0], candidate[candidate.len() - 1]);
-                let surface = &unit.text[first.start..last.end];
-                let words: Vec<String> = candidate
-                    .iter()
-                    .map(|span| word_key(&unit.text[span.start..span.end]))
-                    .collect();
-                let key = words.join(" ");
-                let at_sentence_start = first.start == unit.spans[0].start;
-                order += 1;
-                let phrase = phrases.entry(key).or_insert_with(|| Phrase {
-                    words,
-                    occurrences: 0.0,
-                    surface: surface.to_owned(),
-                    surface_at_sentence_start: at_sentence_start,
-                    first_seen: order,
-                });
-                phrase.occurrences += role_weight(unit.role);
-                if phrase.surface_at_sentence_start && !at_sentence_start {
-                    phrase.surface = surface.to_owned();
-                    phrase.surface_at_sentence_start = false;
+            for width in 1..=MAX_PHRASE_WORDS.min(run.len()) {
+                for first_position in run.start..=run.end - width {
+                    let last_position = first_position + width - 1;
+                    let words = keys[first_position..=last_position].iter().flatten();
+                    key.clear();
+                    for (position, word) in words.clone().enumerate() {
+                        if position > 0 {
+                            key.push(' ');
+                        }
+                        key.push_str(word);
+                    }
+                    let (first, last) = (unit.spans[first_position], unit.spans[last_position]);
+                    let surface = &unit.text[first.start..last.end];
+                    let at_sentence_start = first_position == 0;
+                    order += 1;
+                    let phrase = match phrases.get_mut(key.as_str()) {
+                        Some(phrase) => phrase,
+                        None => phrases.entry(key.clone()).or_insert(Phrase {
+                            words: words.map(|word| word.to_string()).collect(),
+                            occurrences: 0.0,
+                            surface: surface.to_owned(),
+                            surface_at_sentence_start: at_sentence_start,
+                            first_seen: order,
+                        }),
+                    };
+                    phrase.occurrences += role_weight(unit.role);
+                    if phrase.surface_at_sentence_start && !at_sentence_start {
+                        phrase.surface = surface.to_owned();
+                        phrase.surface_at_sentence_start = false;
+                    }
                 }
             }
         }
@@ -1191,13 +1241,17 @@ fn keyphrase_title(
     (!parts.is_empty()).then(|| parts.join(", "))
 }
 
-/// Runs of adjacent content words, separated by nothing but spaces and hyphens: stop words,
-/// numbers, punctuation and CJK characters break a run.
-fn content_runs<'s>(text: &str, spans: &'s [Span]) -> Vec<&'s [Span]> {
+/// Runs of adjacent content words (as span positions), separated by nothing but spaces and
+/// hyphens: stop words, numbers, punctuation and CJK characters break a run.
+fn content_runs(
+    text: &str,
+    spans: &[Span],
+    keys: &[Option<Cow<'_, str>>],
+) -> Vec<std::ops::Range<usize>> {
     let mut runs = Vec::new();
     let mut run_start: Option<usize> = None;
     for (position, span) in spans.iter().enumerate() {
-        let is_content = !span.cjk && is_content_word(&word_key(&text[span.start..span.end]));
+        let is_content = keys[position].as_deref().is_some_and(is_content_word);
         let joined_to_previous = position > 0
             && text[spans[position - 1].end..span.start]
                 .chars()
@@ -1205,19 +1259,19 @@ fn content_runs<'s>(text: &str, spans: &'s [Span]) -> Vec<&'s [Span]> {
         match (is_content, run_start) {
             (true, Some(_)) if joined_to_previous => {}
             (true, Some(start)) => {
-                runs.push(&spans[start..position]);
+                runs.push(start..position);
                 run_start = Some(position);
             }
             (true, None) => run_start = Some(position),
             (false, Some(start)) => {
-                runs.push(&spans[start..position]);
+                runs.push(start..position);
                 run_start = None;
             }
             (false, None) => {}
         }
     }
     if let Some(start) = run_start {
-        runs.push(&spans[start..]);
+        runs.push(start..spans.len());
     }
     runs
 }
@@ -1285,7 +1339,7 @@ const MAX_CJK_ENTITY_CHARS: usize = 6;
 /// The CJK phrases of a sentence made of bigrams that recur in the segment: "日式旅馆" from 日式,
 /// 式旅 and 旅馆 all recurring, so that a word of four characters is one entity rather than
 /// three overlapping halves.
-fn recurring_cjk_phrases<'a>(unit: &Unit<'a>, salience: &Salience) -> Vec<&'a str> {
+fn recurring_cjk_phrases<'a>(unit: &Unit<'a>, salience: &Salience<'_>) -> Vec<&'a str> {
     let recurs = |first: &Span, second: &Span| {
         second.cjk
             && second.start == first.end
@@ -1317,17 +1371,21 @@ impl SegmentTags {
     /// mention them, a user turn counting [`USER_WEIGHT`] and a tag counting less the further down
     /// its turn's list (metadata lists the most confident first), then weighed by the salience of
     /// their words. Recurring CJK phrases join them.
-    fn of(units: &[Unit<'_>], salience: &Salience) -> Self {
+    fn of(units: &[Unit<'_>], salience: &Salience<'_>) -> Self {
         let mut scores: HashMap<String, (f64, usize)> = HashMap::new();
         let mut user_tags = HashSet::new();
         let mut order = 0;
-        let most_salient = salience.weights.values().copied().fold(0.0, f64::max);
+        let most_salient = salience
+            .terms
+            .values()
+            .map(|(weight, _)| *weight)
+            .fold(0.0, f64::max);
         // Each turn's eligible sentences: chit-chat, commands and code name no entities.
         for turn in units.chunk_by(|a, b| a.turn == b.turn) {
             let role = turn[0].role;
             let prose = turn
                 .iter()
-                .filter(|unit| unit.eligible)
+                .filter(|unit| unit.eligible && !metadata_finds_nothing_in(unit.text))
                 .map(|unit| unit.text)
                 .collect::<Vec<_>>()
                 .join("\n");
@@ -1385,6 +1443,22 @@ impl SegmentTags {
     }
 }
 
+/// Whether [`metadata::extract`] can find nothing in a sentence because it is plain Chinese: CJK
+/// characters and CJK punctuation only, without the digits, Latin letters, quotes, title marks,
+/// `#`, `@`, currency signs or weekday characters (星期, 周) its detectors look for. Metadata's
+/// Unicode-aware rules are slowest on exactly such text, and a Chinese segment is mostly made of
+/// it; `plain_chinese_yields_no_metadata` fails should metadata learn to read it.
+fn metadata_finds_nothing_in(text: &str) -> bool {
+    text.chars().all(|c| {
+        (is_cjk(c) && c != '星' && c != '周')
+            || c.is_whitespace()
+            || matches!(
+                c,
+                '，' | '。' | '！' | '？' | '、' | '；' | '：' | '…' | '（' | '）' | '—' | '～'
+            )
+    })
+}
+
 /// Whether a metadata tag names something: not a lone stop word ("thanks", "next"), and not a
 /// capitalised span run into Chinese text ("pass可以覆盖", where no space ended it).
 fn is_useful_tag(tag: &str) -> bool {
@@ -1428,11 +1502,15 @@ fn facts_of(units: &[Unit<'_>]) -> Vec<ExtractedFact> {
         if !seen.insert(normalize_for_fingerprint(&text)) {
             continue;
         }
-        let mut keywords: Vec<String> = metadata::extract(&text)
-            .tags
-            .into_iter()
-            .filter(|tag| is_useful_tag(tag))
-            .collect();
+        let mut keywords: Vec<String> = if metadata_finds_nothing_in(&text) {
+            Vec::new()
+        } else {
+            metadata::extract(&text)
+                .tags
+                .into_iter()
+                .filter(|tag| is_useful_tag(tag))
+                .collect()
+        };
         keywords.truncate(MAX_FACT_KEYWORDS);
         facts.push(ExtractedFact {
             text,
@@ -1819,6 +1897,10 @@ mod tests {
             ["I moved to the U.S. in 2019.", "I live in Boston."]
         );
         assert_eq!(
+            sentences("We moved to the U.S. I love it here."),
+            ["We moved to the U.S.", "I love it here."]
+        );
+        assert_eq!(
             sentences("The docs are on example.com. Read them at www.rust-lang.org/learn first."),
             [
                 "The docs are on example.com.",
@@ -1863,6 +1945,34 @@ mod tests {
         );
         assert_eq!(sentences("  ... !! \n\n 🙂 "), Vec::<&str>::new());
         assert_eq!(sentences(""), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn plain_chinese_yields_no_metadata() {
+        // `metadata_finds_nothing_in` skips such sentences; this fails if metadata learns to
+        // find tags in them, and then the shortcut must go.
+        for sentence in trip_to_japan_in_chinese()
+            .iter()
+            .flat_map(|turn| sentences(&turn.content))
+            .filter(|sentence| metadata_finds_nothing_in(sentence))
+        {
+            assert_eq!(
+                metadata::extract(sentence).tags,
+                Vec::<String>::new(),
+                "{sentence}"
+            );
+        }
+        assert!(metadata_finds_nothing_in(
+            "我比较喜欢安静的地方，不喜欢人太多的景点。"
+        ));
+        for has_something in [
+            "我们决定买JR Pass。",
+            "每周三开会",
+            "我最喜欢《三体》",
+            "3月5日出发",
+        ] {
+            assert!(!metadata_finds_nothing_in(has_something), "{has_something}");
+        }
     }
 
     #[test]
@@ -2002,6 +2112,26 @@ mod tests {
     }
 
     #[test]
+    fn local_rules_fill_gaps_in_the_importance_rules() {
+        let facts = extract_facts(&[
+            user("我想在东京住一个月。我明天把报告发给老板。我想了想，还是算了。"),
+            user("Always show me the idiomatic version. Never mind, I'm a bit tired."),
+        ]);
+        let categorised: Vec<(&str, Category)> = facts
+            .iter()
+            .map(|fact| (fact.text.as_str(), fact.category))
+            .collect();
+        assert_eq!(
+            categorised,
+            [
+                ("我想在东京住一个月。", Category::Goal),
+                ("我明天把报告发给老板。", Category::Todo),
+                ("Always show me the idiomatic version.", Category::Guideline),
+            ]
+        );
+    }
+
+    #[test]
     fn questions_commands_short_sentences_and_the_assistant_state_no_facts() {
         let facts = extract_facts(&[
             user("Do you think I should learn Go?"),
@@ -2088,252 +2218,5 @@ mod tests {
                 prop_assert!(text.contains(sentence));
             }
         }
-    }
-}
-#[cfg(test)]
-mod scratch {
-    use super::*;
-    #[test]
-    fn print_examples() {
-        for turns in [
-            tests_examples::a(),
-            tests_examples::b(),
-            tests_examples::c(),
-            tests_examples::d(),
-            tests_examples::e(),
-            tests_examples::f(),
-        ] {
-            let draft = extractive_episode(&turns);
-            println!(
-                "\ntitle: {}\nsummary ({}): {}",
-                draft.title,
-                draft.summary.chars().count(),
-                draft.summary
-            );
-            for fact in &draft.facts {
-                println!("fact [{}] {} {:?}", fact.category, fact.text, fact.keywords);
-            }
-            println!("entities: {:?}", draft.structured.entities);
-        }
-        let turns: Vec<SegmentTurn> = tests_examples::b().into_iter().cycle().take(40).collect();
-        let start = std::time::Instant::now();
-        for _ in 0..20 {
-            std::hint::black_box(extractive_episode(&turns));
-        }
-        println!("40 turns: {:?} per episode", start.elapsed() / 20);
-        macro_rules! time {
-            ($name:expr, $e:expr) => {{
-                let t = std::time::Instant::now();
-                for _ in 0..20 {
-                    std::hint::black_box($e);
-                }
-                println!("{} {:?}", $name, t.elapsed() / 20);
-            }};
-        }
-        let units = segment_units(&turns);
-        let salience = Salience::of(&units);
-        let scores: Vec<f64> = units
-            .iter()
-            .map(|unit| unit_score(unit, &salience))
-            .collect();
-        let tags = SegmentTags::of(&units, &salience);
-        time!("units", segment_units(&turns));
-        time!("salience", Salience::of(&units));
-        time!("tags", SegmentTags::of(&units, &salience));
-        time!("summary", summary(&units, &scores));
-        time!("title", title(&units, &scores, &salience, &tags.user_tags));
-        time!("facts", facts_of(&units));
-        time!(
-            "sentences",
-            turns
-                .iter()
-                .map(|t| sentences(&t.content).len())
-                .sum::<usize>()
-        );
-        time!(
-            "spans",
-            units.iter().map(|u| spans(u.text).len()).sum::<usize>()
-        );
-        time!(
-            "terms",
-            units
-                .iter()
-                .map(|u| terms(u.text, &u.spans).len())
-                .sum::<usize>()
-        );
-        time!(
-            "chit",
-            units.iter().filter(|u| is_chit_chat(u.text)).count()
-        );
-        time!(
-            "pleasantry",
-            units.iter().filter(|u| PLEASANTRY.is_match(u.text)).count()
-        );
-        time!(
-            "courtesy",
-            units
-                .iter()
-                .filter(|u| COURTESY_PREFIX.is_match(u.raw))
-                .count()
-        );
-        time!(
-            "personal",
-            units
-                .iter()
-                .filter(|u| PERSONAL_FACT.is_match(u.text))
-                .count()
-        );
-        time!(
-            "category",
-            units
-                .iter()
-                .filter(|u| category_of(u.text) == Category::Fact)
-                .count()
-        );
-        time!(
-            "command",
-            units
-                .iter()
-                .filter(|u| parse_command(u.text).is_some())
-                .count()
-        );
-        time!(
-            "question",
-            units
-                .iter()
-                .filter(|u| is_question(u.text, &u.spans))
-                .count()
-        );
-        println!(
-            "units: {} user units: {}",
-            units.len(),
-            units.iter().filter(|u| u.role == SpeakerRole::User).count()
-        );
-    }
-}
-#[cfg(test)]
-mod tests_examples {
-    use super::*;
-    fn u(c: &str) -> SegmentTurn {
-        SegmentTurn {
-            role: SpeakerRole::User,
-            content: c.to_owned(),
-        }
-    }
-    fn a_(c: &str) -> SegmentTurn {
-        SegmentTurn {
-            role: SpeakerRole::Assistant,
-            content: c.to_owned(),
-        }
-    }
-    pub(super) fn a() -> Vec<SegmentTurn> {
-        vec![
-            u("Hi! I'm planning a two-week trip to Japan next April."),
-            a_(
-                "That sounds wonderful! April is cherry blossom season, so book early. Are you thinking of Tokyo and Kyoto?",
-            ),
-            u("Yes, Tokyo first, then Kyoto. I prefer quiet places over crowded tourist spots."),
-            a_(
-                "In Kyoto, the Philosopher's Path and Ohara are calmer than Arashiyama. In Tokyo, try Yanaka for an old-town feel.",
-            ),
-            u("My budget is about $3000 excluding flights."),
-            u("I want to stay in a traditional ryokan in Kyoto for at least two nights."),
-            a_(
-                "A ryokan in Kyoto typically costs $150-400 per night with dinner. Gion and Higashiyama have many.",
-            ),
-            u("What's the best way to get from Tokyo to Kyoto?"),
-            a_("The Shinkansen takes about 2 hours 15 minutes. A 7-day JR Pass covers it."),
-            u("We decided to buy the JR Pass. I need to renew my passport before March."),
-            u("thanks!"),
-            a_("You're welcome, enjoy the trip!"),
-        ]
-    }
-    pub(super) fn b() -> Vec<SegmentTurn> {
-        vec![
-            u("hey"),
-            a_("Hello! How can I help you today?"),
-            u(
-                "I'm a Python developer and my goal is to learn Rust this year. My new team at work writes all its services in Rust.",
-            ),
-            a_(
-                "Great choice! Rust rewards a structured approach. Start with the Rust Book, chapters 1 to 10, then do the Rustlings exercises. The borrow checker is the part most Python developers find hardest, because Python never asks who owns a value. Expect a few weeks before ownership feels natural.\n\nHere is the classic first error:\n```rust\nlet s = String::from(\"hi\");\nlet t = s;\nprintln!(\"{s}\"); // error: borrow of moved value\n```\nCloning or borrowing with `&s` fixes it.",
-            ),
-            u("The borrow checker keeps rejecting my linked list. It's really frustrating."),
-            a_(
-                "Linked lists are notoriously hard in Rust; even experienced developers struggle. Use Vec or VecDeque for now, and read \"Learning Rust With Entirely Too Many Linked Lists\" later.",
-            ),
-            u("I prefer learning by building small projects rather than reading long books."),
-            a_(
-                "Then build a command-line tool: a todo list, a log parser or a tiny grep. Each teaches ownership, error handling and crates like clap and serde.",
-            ),
-            u("Can you recommend a first project?"),
-            a_("A log parser is a good first project: it touches files, strings and errors."),
-            u(
-                "Ok, I'll build a log parser for our nginx logs this weekend. Always show me the idiomatic version of any code I paste.",
-            ),
-            a_("Will do. Paste your code whenever you're ready."),
-            u("forget that"),
-            u("thanks, that helps a lot"),
-        ]
-    }
-    pub(super) fn c() -> Vec<SegmentTurn> {
-        vec![
-            u("你好！我打算明年四月去日本旅行，大概两个星期。"),
-            a_("听起来很棒！四月正好是樱花季，建议尽早预订酒店。你打算去东京和京都吗？"),
-            u("对，先去东京，再去京都。我比较喜欢安静的地方，不喜欢人太多的景点。"),
-            a_("京都的哲学之道和大原都比较安静。东京可以去谷中一带走走。"),
-            u("我的预算是两万元人民币，不包括机票。"),
-            u("我想在京都住两晚传统的日式旅馆。"),
-            a_("京都的日式旅馆一晚大约一千到三千元，通常含晚餐。祇园和东山一带比较多。"),
-            u("从东京到京都怎么走最方便？"),
-            a_("坐新干线大约两个小时十五分钟，七天的JR Pass可以覆盖。"),
-            u("我们决定买JR Pass。我需要在三月之前更新护照。"),
-            u("你能推荐几家京都的餐厅吗"),
-            u("谢谢！"),
-            a_("不客气，祝旅途愉快！"),
-        ]
-    }
-
-    pub(super) fn d() -> Vec<SegmentTurn> {
-        vec![
-            u("i love hiking\ni live in denver\nmy dog is called max and he's 3"),
-            a_("Nice! Denver has great trails. Have you tried the Mount Sanitas trail in Boulder?"),
-            u("not yet. i usually hike on weekends with my dog. we want to do a 14er this summer"),
-            a_("Mount Bierstadt is a popular first 14er. Start early to avoid afternoon storms."),
-            u("ok cool"),
-        ]
-    }
-    pub(super) fn e() -> Vec<SegmentTurn> {
-        vec![
-            u("我在用Rust写一个Web服务，用的是axum和sqlx。"),
-            a_("不错的组合。遇到什么问题了吗？"),
-            u("编译的时候sqlx报错说找不到DATABASE_URL。"),
-            a_(
-                "sqlx的query!宏在编译期需要连接数据库。可以设置DATABASE_URL环境变量，或者用cargo sqlx prepare生成离线数据。",
-            ),
-            u("我更喜欢离线模式，CI里没有数据库。以后请用中文回答，代码注释用英文。"),
-            a_(
-                "好的。运行cargo sqlx prepare，然后把.sqlx目录提交到仓库，再设置SQLX_OFFLINE=true。",
-            ),
-            u("明白了，我明天把.sqlx目录提交上去。"),
-        ]
-    }
-    pub(super) fn f() -> Vec<SegmentTurn> {
-        vec![
-            u(
-                "Our Postgres queries got slow after the last deploy. The orders table has 40M rows.",
-            ),
-            a_(
-                "Check whether the deploy dropped an index. Run EXPLAIN ANALYZE on the slowest query and look for sequential scans on orders.",
-            ),
-            u("EXPLAIN shows a seq scan on orders filtered by customer_id."),
-            a_(
-                "Then an index on orders(customer_id) is missing. Create it concurrently so writes are not blocked:\n```sql\nCREATE INDEX CONCURRENTLY idx_orders_customer ON orders (customer_id);\n```",
-            ),
-            u(
-                "That fixed it, queries are back to 20ms. We decided to add a migration test that checks indexes exist.",
-            ),
-            u("I'll write that test on Monday."),
-        ]
     }
 }

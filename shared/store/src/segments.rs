@@ -478,7 +478,7 @@ pub struct ForgottenConversation {
 
 /// Deletes a conversation's turns, its episodes, the facts derived only from those episodes
 /// (unless the user pinned or saved them), its pending reviews and its retrieval metrics (they
-/// hold its queries). Facts other sources also support, or the user kept, lose this
+/// hold its queries); the conversation keeps only its incognito state and turn counter. Facts other sources also support, or the user kept, lose this
 /// conversation's episodes and stay. `None` when the space holds no such conversation. The
 /// caller writes the tombstones and the audit event in the same transaction.
 pub async fn forget_conversation(
@@ -489,9 +489,17 @@ pub async fn forget_conversation(
     let user = scope.user_id.as_uuid();
     let space = scope.space.as_str();
     let id = conversation.as_uuid();
+    // The row stays, with its incognito state (forgetting an incognito conversation must not
+    // make it an ordinary one) and its turn counter (indexes are never reused); nothing is open
+    // or pending any more, and a later turn may be said at any time.
     let pending: Option<i32> = sqlx::query_scalar(
-        "DELETE FROM conversations WHERE user_id = $1 AND space = $2 AND conversation_id = $3 \
-         RETURNING COALESCE(jsonb_array_length(pending_reviews), 0)",
+        "UPDATE conversations c SET segmented_through = c.next_turn_index - 1, pending_reviews = NULL, \
+             close_requested_through = NULL, last_turn_at = NULL, last_appended_at = NULL, \
+             updated_at = now() \
+         FROM (SELECT COALESCE(jsonb_array_length(pending_reviews), 0) AS pending FROM conversations \
+               WHERE user_id = $1 AND space = $2 AND conversation_id = $3 FOR UPDATE) AS before \
+         WHERE c.user_id = $1 AND c.space = $2 AND c.conversation_id = $3 \
+         RETURNING before.pending",
     )
     .bind(user)
     .bind(space)

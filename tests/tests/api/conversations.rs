@@ -95,7 +95,7 @@ impl Chat {
         sandbox: &mut Sandbox,
         count: usize,
     ) -> Vec<v1::Memory> {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + Duration::from_secs(40);
         loop {
             let episodes: Vec<v1::Memory> = entries(sandbox, &self.scope)
                 .await
@@ -108,7 +108,7 @@ impl Chat {
             }
             assert!(
                 Instant::now() < deadline,
-                "{} of {count} episodes after 20 s",
+                "{} of {count} episodes after 40 s",
                 episodes.len()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -117,7 +117,7 @@ impl Chat {
 
     /// Waits until every episode of the space is consolidated; returns the valid facts.
     pub(crate) async fn wait_for_consolidation(&self, sandbox: &mut Sandbox) -> Vec<v1::Memory> {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + Duration::from_secs(40);
         loop {
             let pending: i64 = sqlx::query_scalar(
                 "SELECT count(*) FROM memories WHERE user_id = $1::uuid AND kind = 'episodic' \
@@ -583,4 +583,181 @@ async fn a_closed_segment_takes_its_pending_reviews_and_announces_them() {
     assert_eq!(event.pending_reviews[0].memory_ids, vec![retrieved]);
     assert!(event.reviewed_at.is_some() && !event.episode_id.is_empty());
     assert_eq!(event.segment_id, event.episode_id);
+}
+
+#[tokio::test]
+async fn forgetting_a_conversation_deletes_what_only_it_supports() {
+    let mut sandbox = Sandbox::start().await;
+    let chat = Chat::new("forget");
+    // The user also saved something explicitly in this conversation: that stays.
+    let said = || {
+        let mut turns = first_session();
+        turns.push(user("Remember that my locker code is 4812", days_ago(3, 7)));
+        turns
+    };
+    chat.append(&mut sandbox, said()).await;
+    chat.close(&mut sandbox).await;
+    chat.wait_for_episodes(&mut sandbox, 1).await;
+    chat.wait_for_consolidation(&mut sandbox).await;
+    // Another conversation of the space says the same about tea.
+    let other = Chat {
+        scope: chat.scope.clone(),
+        id: Uuid::new_v4().to_string(),
+    };
+    other
+        .append(
+            &mut sandbox,
+            vec![
+                user("I prefer tea over coffee, so the office tea corner is a relief.", days_ago(2, 0)),
+                assistant("Good to know!", days_ago(2, 1)),
+            ],
+        )
+        .await;
+    other.close(&mut sandbox).await;
+    chat.wait_for_episodes(&mut sandbox, 2).await;
+    let facts = chat.wait_for_consolidation(&mut sandbox).await;
+    let tea = facts.iter().find(|f| f.text.contains("tea over coffee")).unwrap();
+    assert_eq!(tea.source_episode_ids.len(), 2, "{tea:?}");
+
+    let receipt = sandbox
+        .ingest
+        .forget_conversation(v1::ForgetConversationRequest {
+            scope: Some(chat.scope.clone()),
+            conversation_id: chat.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(receipt.turns_deleted, 8);
+    assert_eq!(receipt.episodes_deleted, 1);
+    assert!(receipt.facts_deleted >= 2, "{receipt:?}");
+    assert_eq!(receipt.facts_kept, 1, "the tea fact other episodes support: {receipt:?}");
+    let left = entries(&mut sandbox, &chat.scope).await;
+    assert!(left.iter().any(|m| m.text.contains("locker code")), "explicit saves stay");
+    assert!(!left.iter().any(|m| m.text.contains("Alice Chen")), "derived facts go");
+    let teas: Vec<&v1::Memory> = left
+        .iter()
+        .filter(|m| m.kind() == v1::MemoryKind::Semantic && m.text.contains("tea over coffee"))
+        .collect();
+    assert_eq!(teas.len(), 1, "{teas:#?}");
+    assert_eq!(teas[0].source_episode_ids.len(), 1, "{teas:#?}");
+    let turns: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM conversation_turns WHERE conversation_id = $1::uuid",
+    )
+    .bind(&chat.id)
+    .fetch_one(&sandbox.pool)
+    .await
+    .unwrap();
+    assert_eq!(turns, 0);
+    let audit = crate::helpers::audit(&mut sandbox, &chat.scope).await;
+    assert_eq!(audit[0].action(), v1::AuditAction::ForgetConversation);
+
+    // The same session appended again: the tombstones keep its episode from coming back.
+    chat.append(&mut sandbox, said()).await;
+    chat.close(&mut sandbox).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while chat.state(&mut sandbox).await.segmented_through < 7 {
+        assert!(Instant::now() < deadline, "the segment never closed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let episodes = entries(&mut sandbox, &chat.scope)
+        .await
+        .into_iter()
+        .filter(|m| m.kind() == v1::MemoryKind::Episodic)
+        .count();
+    assert_eq!(episodes, 1, "only the other conversation's episode");
+    let missing = sandbox
+        .ingest
+        .forget_conversation(v1::ForgetConversationRequest {
+            scope: Some(chat.scope.clone()),
+            conversation_id: Uuid::new_v4().to_string(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), Code::NotFound);
+}
+
+/// With an LLM configured, segments are described by it: the request carries our prompt, the
+/// segment as Markdown and a strict JSON schema; the answer's title, summary, surprise and
+/// established facts become the episode and its facts.
+#[tokio::test]
+async fn an_llm_describes_segments_and_a_bad_answer_falls_back_to_the_local_rules() {
+    let llm = engram_testkit::FakeLlm::start().await;
+    let mut sandbox = Sandbox::start_with(SandboxOptions {
+        llm_base_url: Some(llm.base_url()),
+        ..Default::default()
+    })
+    .await;
+    llm.push_json(serde_json::json!({
+        "title": "New job at Acme Robotics",
+        "summary": "The user started at Acme Robotics; Alice Chen is their manager.",
+        "surprise": 0.9,
+        "established": {
+            "facts": ["The user works at Acme Robotics.", "My manager is Alice Chen."],
+            "preferences": ["The user prefers tea over coffee."],
+            "decisions": [],
+            "todos": ["Finish the onboarding safety course by Friday."],
+            "goals": [],
+            "entities": ["Acme Robotics", "Alice Chen"]
+        }
+    }));
+    let chat = Chat::new("llm");
+    chat.append(&mut sandbox, first_session()).await;
+    chat.close(&mut sandbox).await;
+    let episode = chat.wait_for_episodes(&mut sandbox, 1).await.remove(0);
+    assert_eq!(episode.title, "New job at Acme Robotics");
+    assert_eq!(episode.surprise, 0.9);
+    let structured = episode.structured_summary.as_ref().unwrap();
+    assert_eq!(structured.entities, ["Acme Robotics", "Alice Chen"]);
+    let facts = chat.wait_for_consolidation(&mut sandbox).await;
+    let mut texts: Vec<&str> = facts.iter().map(|f| f.text.as_str()).collect();
+    texts.sort_unstable();
+    assert_eq!(
+        texts,
+        [
+            "Finish the onboarding safety course by Friday.",
+            "My manager is Alice Chen.",
+            "The user prefers tea over coffee.",
+            "The user works at Acme Robotics."
+        ]
+    );
+
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 1);
+    let request = &requests[0];
+    assert_eq!(request["model"], "fake-model");
+    let format = &request["response_format"];
+    assert_eq!(format["type"], "json_schema");
+    assert_eq!(format["json_schema"]["name"], "segment_episode");
+    assert_eq!(format["json_schema"]["strict"], true);
+    assert_eq!(
+        format["json_schema"]["schema"]["required"],
+        serde_json::json!(["title", "summary", "surprise", "established"])
+    );
+    let system = request["messages"][0]["content"].as_str().unwrap();
+    assert!(system.contains("long-term memory") && system.contains("Never invent"), "{system}");
+    let segment = request["messages"][1]["content"].as_str().unwrap();
+    assert!(segment.starts_with("## Conversation segment"), "{segment}");
+    assert!(segment.contains("- user (") && segment.contains("My manager is Alice Chen"));
+
+    // A malformed answer (twice: the client retries once): the episode is still written, by the
+    // extractive rules, and the fallback is counted and audited.
+    llm.push_raw_content("{\"title\": \"cut off");
+    llm.push_raw_content("not json at all");
+    let later = Chat {
+        scope: chat.scope.clone(),
+        id: Uuid::new_v4().to_string(),
+    };
+    later.append(&mut sandbox, second_session()).await;
+    later.close(&mut sandbox).await;
+    chat.wait_for_episodes(&mut sandbox, 2).await;
+    assert_eq!(sandbox.ingest_metrics.conversation_counts().llm_fallbacks, 1);
+    let audit = crate::helpers::audit(&mut sandbox, &chat.scope).await;
+    let described: Vec<String> = audit
+        .iter()
+        .filter(|e| e.action() == v1::AuditAction::Create && e.detail_json.contains("described_by"))
+        .map(|e| e.detail_json.clone())
+        .collect();
+    assert!(described[0].contains("\"described_by\":\"extractive\""), "{described:?}");
+    assert!(described[1].contains("\"described_by\":\"llm\""), "{described:?}");
 }

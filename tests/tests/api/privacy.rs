@@ -1,4 +1,4 @@
-//! What memory off and incognito leave behind: every one of the 18 RPCs is called in an incognito
+//! What memory off and incognito leave behind: every one of the 22 RPCs is called in an incognito
 //! conversation and in a space with memory off, and the rows of every table are counted before
 //! and after. Content never leaves a row (no memory, no metrics row with the query, no pending
 //! review, no audit of a skipped write); the user's own controls (settings, incognito switches,
@@ -177,6 +177,38 @@ async fn content_calls_leave_nothing(
         Err(status) => assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{mode}"),
     }
     probe.leaves(&format!("{mode}: ImportMemories"), &[]).await;
+
+    // A conversation's turns: none is kept, and nothing is asked of segmentation.
+    let appended = probe
+        .sandbox
+        .ingest
+        .append_messages(v1::AppendMessagesRequest {
+            scope: Some(scope.clone()),
+            conversation_id: conversation.to_owned(),
+            messages: vec![v1::ConversationMessage {
+                role: v1::SpeakerRole::User.into(),
+                content: "My bank PIN is 2468, and forget that".to_owned(),
+                ..Default::default()
+            }],
+            close_segment: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_ne!(appended.turns[0].outcome(), v1::TurnOutcome::Stored, "{mode}");
+    probe.leaves(&format!("{mode}: AppendMessages"), &[]).await;
+    let closed = probe
+        .sandbox
+        .ingest
+        .close_segment(v1::CloseSegmentRequest {
+            scope: Some(scope.clone()),
+            conversation_id: conversation.to_owned(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!closed.requested, "{mode}: nothing open to close");
+    probe.leaves(&format!("{mode}: CloseSegment"), &[]).await;
 }
 
 /// The RPCs that read or manage what is stored: they behave as always in either mode.
@@ -314,6 +346,46 @@ async fn an_incognito_conversation_leaves_nothing_but_the_users_own_switches() {
         .await;
     content_calls_leave_nothing(&mut probe, &scope, &conversation, "incognito").await;
     reads_and_controls(&mut probe, &scope, &stored, "incognito").await;
+    let state = probe
+        .sandbox
+        .ingest
+        .get_conversation(v1::GetConversationRequest {
+            scope: Some(scope.clone()),
+            conversation_id: conversation.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(state.incognito && state.turns.is_empty() && state.turn_count == 0);
+    probe.leaves("incognito: GetConversation", &[]).await;
+    // Forgetting it is the user's action (audited); the conversation stays incognito.
+    probe
+        .sandbox
+        .ingest
+        .forget_conversation(v1::ForgetConversationRequest {
+            scope: Some(scope.clone()),
+            conversation_id: conversation.clone(),
+        })
+        .await
+        .unwrap();
+    probe
+        .leaves("incognito: ForgetConversation", &[("audit_events", 1)])
+        .await;
+    assert!(
+        probe
+            .sandbox
+            .ingest
+            .get_conversation(v1::GetConversationRequest {
+                scope: Some(scope.clone()),
+                conversation_id: conversation.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .incognito
+    );
     probe
         .sandbox
         .ingest
@@ -345,6 +417,31 @@ async fn a_space_with_memory_off_leaves_nothing_but_the_users_own_actions() {
         .await;
     content_calls_leave_nothing(&mut probe, &scope, &conversation, "memory off").await;
     reads_and_controls(&mut probe, &scope, &stored, "memory off").await;
+    // Nothing of the conversation was ever stored: there is nothing to read or forget.
+    let state = probe
+        .sandbox
+        .ingest
+        .get_conversation(v1::GetConversationRequest {
+            scope: Some(scope.clone()),
+            conversation_id: conversation.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(state.code(), tonic::Code::NotFound);
+    let forgotten = probe
+        .sandbox
+        .ingest
+        .forget_conversation(v1::ForgetConversationRequest {
+            scope: Some(scope.clone()),
+            conversation_id: conversation.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(forgotten.code(), tonic::Code::NotFound);
+    probe
+        .leaves("memory off: GetConversation, ForgetConversation", &[])
+        .await;
     // Incognito switches are the user's own, and recorded as such.
     start_incognito(probe.sandbox, &scope, &conversation).await;
     probe

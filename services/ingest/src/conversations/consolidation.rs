@@ -23,7 +23,7 @@ use crate::write_path::{RememberCommand, RememberResult};
 /// Keywords kept with a consolidated fact.
 const MAX_FACT_KEYWORDS: usize = 8;
 /// Episodes left unconsolidated this long (a crash, a failure) are taken by the sweep.
-const LEFTOVER_AGE: Duration = Duration::seconds(30);
+const LEFTOVER_AGE: Duration = Duration::seconds(10);
 /// Episodes one sweep consolidates, at most.
 const LEFTOVERS_PER_SWEEP: i64 = 50;
 

@@ -55,6 +55,8 @@ const EPISODE_NAMESPACE: Uuid = Uuid::from_u128(0x6a0e_51c4_92d7_4b3f_8e1a_c55d_
 const MAX_EXCERPT_CHARS: usize = 65_536;
 /// Conversations one sweep looks at, at most.
 const SWEEP_BATCH: i64 = 200;
+/// How far before a sweep's start the next sweep looks for changed conversations.
+const CHANGE_MARGIN: chrono::Duration = chrono::Duration::seconds(5);
 /// Surprise of an episode when nothing can be compared with it.
 const NEUTRAL_SURPRISE: f64 = 0.5;
 
@@ -295,14 +297,17 @@ impl Segmenter {
         let (stability, difficulty) = initial_state(surprise);
         let fingerprinted = normalize_for_fingerprint(&format!("{title}\n{summary}"));
         let extracted = metadata::extract(&summary);
-        let mut tags: Vec<String> = structured
+        let mut tags: Vec<String> = Vec::new();
+        for tag in structured
             .entities
             .iter()
             .map(|entity| entity.to_lowercase())
             .chain(extracted.tags)
-            .collect();
-        tags.dedup();
-        tags.truncate(engram_core::metadata::MAX_DERIVED_TAGS);
+        {
+            if !tags.contains(&tag) && tags.len() < engram_core::metadata::MAX_DERIVED_TAGS {
+                tags.push(tag);
+            }
+        }
         let importance = importance::classify(&summary, false, extracted.confidence).score();
         let retention: RetentionPolicy = self.writer.settings.retention();
         let now = Utc::now();
@@ -594,9 +599,11 @@ impl Segmenter {
                 tracing::warn!(%error, "segmentation sweep failed; retrying");
             }
             // Without the bus every append wakes this loop: the next pass takes what changed
-            // since this one started.
+            // since this one started. A conversation's `updated_at` is its transaction's start,
+            // so an append that began before this pass and committed during it is older than
+            // `started`: the margin takes it too (looking again at a conversation is a no-op).
             if !self.writer.hooks.publish_events {
-                changed_since = Some(started);
+                changed_since = Some(started - CHANGE_MARGIN);
             }
             tokio::select! {
                 () = wake.notified() => {}
