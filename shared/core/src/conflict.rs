@@ -319,7 +319,7 @@ fn known_subject(raw: &str) -> Option<String> {
 pub fn subject_value(fact: &str) -> Option<SubjectValue> {
     let sentence = fact
         .trim()
-        .trim_end_matches(|c: char| matches!(c, '.' | '!' | '。' | '！'))
+        .trim_end_matches(['.', '!', '。', '！'])
         .trim();
     if sentence.is_empty() || sentence.ends_with('?') || sentence.ends_with('？') {
         return None;

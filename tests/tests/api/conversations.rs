@@ -608,7 +608,10 @@ async fn forgetting_a_conversation_deletes_what_only_it_supports() {
         .append(
             &mut sandbox,
             vec![
-                user("I prefer tea over coffee, so the office tea corner is a relief.", days_ago(2, 0)),
+                user(
+                    "I prefer tea over coffee, so the office tea corner is a relief.",
+                    days_ago(2, 0),
+                ),
                 assistant("Good to know!", days_ago(2, 1)),
             ],
         )
@@ -616,7 +619,10 @@ async fn forgetting_a_conversation_deletes_what_only_it_supports() {
     other.close(&mut sandbox).await;
     chat.wait_for_episodes(&mut sandbox, 2).await;
     let facts = chat.wait_for_consolidation(&mut sandbox).await;
-    let tea = facts.iter().find(|f| f.text.contains("tea over coffee")).unwrap();
+    let tea = facts
+        .iter()
+        .find(|f| f.text.contains("tea over coffee"))
+        .unwrap();
     assert_eq!(tea.source_episode_ids.len(), 2, "{tea:?}");
 
     let receipt = sandbox
@@ -631,10 +637,19 @@ async fn forgetting_a_conversation_deletes_what_only_it_supports() {
     assert_eq!(receipt.turns_deleted, 8);
     assert_eq!(receipt.episodes_deleted, 1);
     assert!(receipt.facts_deleted >= 2, "{receipt:?}");
-    assert_eq!(receipt.facts_kept, 1, "the tea fact other episodes support: {receipt:?}");
+    assert_eq!(
+        receipt.facts_kept, 1,
+        "the tea fact other episodes support: {receipt:?}"
+    );
     let left = entries(&mut sandbox, &chat.scope).await;
-    assert!(left.iter().any(|m| m.text.contains("locker code")), "explicit saves stay");
-    assert!(!left.iter().any(|m| m.text.contains("Alice Chen")), "derived facts go");
+    assert!(
+        left.iter().any(|m| m.text.contains("locker code")),
+        "explicit saves stay"
+    );
+    assert!(
+        !left.iter().any(|m| m.text.contains("Alice Chen")),
+        "derived facts go"
+    );
     let teas: Vec<&v1::Memory> = left
         .iter()
         .filter(|m| m.kind() == v1::MemoryKind::Semantic && m.text.contains("tea over coffee"))
@@ -735,7 +750,10 @@ async fn an_llm_describes_segments_and_a_bad_answer_falls_back_to_the_local_rule
         serde_json::json!(["title", "summary", "surprise", "established"])
     );
     let system = request["messages"][0]["content"].as_str().unwrap();
-    assert!(system.contains("long-term memory") && system.contains("Never invent"), "{system}");
+    assert!(
+        system.contains("long-term memory") && system.contains("Never invent"),
+        "{system}"
+    );
     let segment = request["messages"][1]["content"].as_str().unwrap();
     assert!(segment.starts_with("## Conversation segment"), "{segment}");
     assert!(segment.contains("- user (") && segment.contains("My manager is Alice Chen"));
@@ -751,13 +769,109 @@ async fn an_llm_describes_segments_and_a_bad_answer_falls_back_to_the_local_rule
     later.append(&mut sandbox, second_session()).await;
     later.close(&mut sandbox).await;
     chat.wait_for_episodes(&mut sandbox, 2).await;
-    assert_eq!(sandbox.ingest_metrics.conversation_counts().llm_fallbacks, 1);
+    assert_eq!(
+        sandbox.ingest_metrics.conversation_counts().llm_fallbacks,
+        1
+    );
     let audit = crate::helpers::audit(&mut sandbox, &chat.scope).await;
     let described: Vec<String> = audit
         .iter()
         .filter(|e| e.action() == v1::AuditAction::Create && e.detail_json.contains("described_by"))
         .map(|e| e.detail_json.clone())
         .collect();
-    assert!(described[0].contains("\"described_by\":\"extractive\""), "{described:?}");
-    assert!(described[1].contains("\"described_by\":\"llm\""), "{described:?}");
+    assert!(
+        described[0].contains("\"described_by\":\"extractive\""),
+        "{described:?}"
+    );
+    assert!(
+        described[1].contains("\"described_by\":\"llm\""),
+        "{described:?}"
+    );
+}
+
+/// The broker goes away mid-conversation: appends still answer, their segmentation requests and
+/// the closed segments' events wait in the outbox; when it returns, everything is delivered, and
+/// the late requests find the segments already closed: no turn lost, no episode written twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_outage_mid_conversation_loses_no_turn_and_doubles_no_episode() {
+    let broker: std::net::SocketAddr = {
+        let url = url::Url::parse(&engram_e2e::amqp_url()).unwrap();
+        let host = url.host_str().unwrap().to_owned();
+        tokio::net::lookup_host((host, url.port().unwrap_or(5672)))
+            .await
+            .unwrap()
+            .next()
+            .unwrap()
+    };
+    let proxy = engram_testkit::TcpProxy::start(broker).await.unwrap();
+    let mut bus = TestBus::local();
+    let mut url = url::Url::parse(&bus.url).unwrap();
+    url.set_ip_host(proxy.address().ip()).unwrap();
+    url.set_port(Some(proxy.address().port())).unwrap();
+    bus.url = url.to_string();
+    let mut sandbox = Sandbox::start_with(SandboxOptions {
+        bus: Some(bus.clone()),
+        ..Default::default()
+    })
+    .await;
+    let chat = Chat::new("outage");
+    let session = first_session();
+    chat.append(&mut sandbox, session[..4].to_vec()).await;
+
+    proxy.cut();
+    // Turns keep arriving; the second session's first turn closes the first by the gap, and an
+    // explicit close ends the second.
+    chat.append(&mut sandbox, session[4..].to_vec()).await;
+    chat.append(&mut sandbox, second_session()).await;
+    chat.close(&mut sandbox).await;
+    // With the broker away, the sweep still closes what was asked to close.
+    chat.wait_for_episodes(&mut sandbox, 2).await;
+    let unpublished: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE published_at IS NULL")
+            .fetch_one(&sandbox.pool)
+            .await
+            .unwrap();
+    assert!(unpublished >= 3, "events wait in the outbox: {unpublished}");
+
+    proxy.restore().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let unpublished: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE published_at IS NULL")
+                .fetch_one(&sandbox.pool)
+                .await
+                .unwrap();
+        if unpublished == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{unpublished} events never published"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The late segmentation requests are consumed and change nothing.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let state = chat.state(&mut sandbox).await;
+    assert_eq!(state.turn_count, 12, "no turn lost");
+    assert_eq!(state.segmented_through, 11);
+    let turns: Vec<i32> = sqlx::query_scalar(
+        "SELECT turn_index FROM conversation_turns WHERE conversation_id = $1::uuid ORDER BY 1",
+    )
+    .bind(&chat.id)
+    .fetch_all(&sandbox.pool)
+    .await
+    .unwrap();
+    assert_eq!(turns, (0..12).collect::<Vec<_>>());
+    chat.wait_for_episodes(&mut sandbox, 2).await;
+    let segments: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_events WHERE action = 'segment' AND conversation_id = $1::uuid",
+    )
+    .bind(&chat.id)
+    .fetch_one(&sandbox.pool)
+    .await
+    .unwrap();
+    assert_eq!(segments, 2, "each segment closed once");
+    drop(sandbox);
+    crate::helpers::delete_topology(&bus).await;
 }

@@ -195,7 +195,11 @@ async fn content_calls_leave_nothing(
         .await
         .unwrap()
         .into_inner();
-    assert_ne!(appended.turns[0].outcome(), v1::TurnOutcome::Stored, "{mode}");
+    assert_ne!(
+        appended.turns[0].outcome(),
+        v1::TurnOutcome::Stored,
+        "{mode}"
+    );
     probe.leaves(&format!("{mode}: AppendMessages"), &[]).await;
     let closed = probe
         .sandbox
