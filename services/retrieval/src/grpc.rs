@@ -78,6 +78,7 @@ fn ranked_to_proto(memory: &RankedMemory) -> v1::RetrievedMemory {
         }),
         details_shown: memory.details_shown,
         messages_omitted: false,
+        history: memory.history.iter().map(memory_to_proto).collect(),
     }
 }
 

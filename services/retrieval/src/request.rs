@@ -132,12 +132,13 @@ pub fn retrieve_memory(
         recall,
     )?;
     if let Some(limit) = message.episodic_limit {
-        request.episodic_limit = within("episodic_limit", limit, 1, MAX_EPISODIC_LIMIT)? as usize;
+        request.episodic_limit = within("episodic_limit", limit, 0, MAX_EPISODIC_LIMIT)? as usize;
     }
     if let Some(limit) = message.semantic_limit {
         request.semantic_limit = within("semantic_limit", limit, 0, MAX_SEMANTIC_LIMIT)? as usize;
     }
     request.detail = parse_detail(message.detail)?;
+    request.include_history = message.include_history;
     Ok(request)
 }
 
@@ -163,5 +164,6 @@ pub fn context_pre_retrieve(
     request.episodic_limit = 0;
     request.detail = Detail::None;
     request.side_effects = false;
+    request.include_history = message.include_history;
     Ok(request)
 }

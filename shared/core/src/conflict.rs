@@ -317,10 +317,7 @@ fn known_subject(raw: &str) -> Option<String> {
 /// The subject and value a fact states, when one of the rules recognises it. A sentence of a
 /// longer text is looked at alone: pass facts, not paragraphs.
 pub fn subject_value(fact: &str) -> Option<SubjectValue> {
-    let sentence = fact
-        .trim()
-        .trim_end_matches(['.', '!', '。', '！'])
-        .trim();
+    let sentence = fact.trim().trim_end_matches(['.', '!', '。', '！']).trim();
     if sentence.is_empty() || sentence.ends_with('?') || sentence.ends_with('？') {
         return None;
     }

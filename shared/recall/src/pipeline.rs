@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use engram_core::retrieval::budget::{self, EpisodePart};
-use engram_core::retrieval::markdown::{self, Detail, EpisodeView, Provenance, Turn};
+use engram_core::retrieval::markdown::{self, Detail, Earlier, EpisodeView, Provenance, Turn};
 use engram_core::retrieval::mmr::{self, MmrItem};
 use engram_core::retrieval::query::{SearchScope, initial_scope, should_widen};
 use engram_core::retrieval::ranking::{CandidateFacts, score};
@@ -41,6 +41,8 @@ pub struct RetrieveRequest {
     pub dense: bool,
     /// Pending review, last scores and metrics (RetrieveMemory); none for ContextPreRetrieve.
     pub side_effects: bool,
+    /// Show the older facts each fact superseded.
+    pub include_history: bool,
 }
 
 /// An entry returned, with why it ranked where it did.
@@ -54,6 +56,8 @@ pub struct RankedMemory {
     pub dense: Option<LegHit>,
     /// Whether the Markdown shows the episode's conversation excerpt.
     pub details_shown: bool,
+    /// With `include_history`: the facts this one superseded, newest first.
+    pub history: Vec<MemoryRecord>,
 }
 
 /// Which path served a retrieval.
@@ -141,6 +145,7 @@ impl Recall {
             ranking: self.default_ranking,
             dense: true,
             side_effects: true,
+            include_history: false,
         }
     }
 
@@ -423,7 +428,10 @@ impl Recall {
         } else {
             Vec::new()
         };
-        let semantic = sections.pop().unwrap_or_default();
+        let mut semantic = sections.pop().unwrap_or_default();
+        if request.include_history {
+            self.attach_history(&request.scope, &mut semantic).await?;
+        }
 
         let retrieval = render(semantic, episodic, request, served_by, now);
         if request.side_effects {
@@ -449,6 +457,24 @@ impl Recall {
                 .await?;
         }
         Ok(retrieval)
+    }
+
+    /// Attaches to each fact the older facts it superseded (one level: what it replaced).
+    async fn attach_history(
+        &self,
+        scope: &Scope,
+        facts: &mut [RankedMemory],
+    ) -> Result<(), RecallError> {
+        let ids: Vec<Uuid> = facts.iter().map(|m| m.record.id).collect();
+        for earlier in store::superseded_by(&self.pool, scope, &ids).await? {
+            if let Some(fact) = facts
+                .iter_mut()
+                .find(|m| Some(m.record.id) == earlier.superseded_by)
+            {
+                fact.history.push(earlier);
+            }
+        }
+        Ok(())
     }
 
     async fn record(
@@ -571,6 +597,7 @@ fn rank_section(
                 sparse: fused.sparse,
                 dense: fused.dense,
                 details_shown: false,
+                history: Vec::new(),
             })
         })
         .collect()
@@ -617,10 +644,19 @@ fn render(
     let fact_lines: Vec<String> = semantic
         .iter()
         .map(|m| {
-            markdown::fact_line(
+            let history: Vec<Earlier> = m
+                .history
+                .iter()
+                .map(|earlier| Earlier {
+                    text: earlier.text.clone(),
+                    until: earlier.invalid_at.unwrap_or(earlier.updated_at),
+                })
+                .collect();
+            markdown::fact_line_with_history(
                 m.record.category.as_deref().unwrap_or("fact"),
                 &m.record.text,
                 provenance(&m.record),
+                &history,
             )
         })
         .collect();

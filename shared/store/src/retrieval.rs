@@ -405,3 +405,27 @@ pub async fn record(
     .await?;
     Ok(())
 }
+
+/// The facts that these facts superseded (`superseded_by` one of them), newest first.
+pub async fn superseded_by(
+    pool: &PgPool,
+    scope: &Scope,
+    facts: &[Uuid],
+) -> Result<Vec<MemoryRecord>, StoreError> {
+    if facts.is_empty() {
+        return Ok(Vec::new());
+    }
+    let records = sqlx::query_as(concat!(
+        "SELECT ",
+        memory_columns!(),
+        " FROM memories WHERE user_id = $1 AND space = $2 AND kind = 'semantic' \
+           AND superseded_by = ANY($3::uuid[]) \
+         ORDER BY invalid_at DESC, id"
+    ))
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(facts)
+    .fetch_all(pool)
+    .await?;
+    Ok(records)
+}

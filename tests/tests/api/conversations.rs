@@ -300,6 +300,33 @@ async fn a_conversation_becomes_episodes_and_facts_and_a_newer_fact_supersedes_a
     );
     assert_eq!(answer.episodic.len(), 2, "{}", answer.markdown);
 
+    // On request, a fact shows what it replaced; facts only, no episodes.
+    let history = sandbox
+        .retrieval
+        .retrieve_memory(v1::RetrieveMemoryRequest {
+            scope: Some(chat.scope.clone()),
+            query: "who is my manager?".into(),
+            episodic_limit: Some(0),
+            include_history: true,
+            ranking: Some(v1::RankingOptions {
+                sparse_only: true,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(history.episodic.is_empty());
+    let current = &history.semantic[0];
+    assert_eq!(current.history.len(), 1, "{}", history.markdown);
+    assert!(current.history[0].text.contains("Alice Chen"));
+    assert!(
+        history.markdown.contains("  - earlier (until ") && history.markdown.contains("Alice Chen"),
+        "{}",
+        history.markdown
+    );
+
     let state = chat.state(&mut sandbox).await;
     assert_eq!(state.turn_count, 12);
     assert_eq!(state.segmented_through, 11);

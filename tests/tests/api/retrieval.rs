@@ -587,13 +587,6 @@ async fn requests_out_of_bounds_are_rejected_with_the_field_named() {
         (query(&scope, &"x".repeat(2_049)), "query"),
         (
             v1::RetrieveMemoryRequest {
-                episodic_limit: Some(0),
-                ..query(&scope, "q")
-            },
-            "episodic_limit",
-        ),
-        (
-            v1::RetrieveMemoryRequest {
                 episodic_limit: Some(101),
                 ..query(&scope, "q")
             },

@@ -60,6 +60,31 @@ fn counted(n: usize, one: &str, many: &str) -> String {
     }
 }
 
+/// An older fact a fact superseded, and until when it held.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Earlier {
+    pub text: String,
+    pub until: DateTime<Utc>,
+}
+
+/// A fact line followed by what it replaced: `  - earlier (until 24 Nov 2026): My manager is …`.
+pub fn fact_line_with_history(
+    category: &str,
+    text: &str,
+    provenance: Provenance,
+    history: &[Earlier],
+) -> String {
+    let mut line = fact_line(category, text, provenance);
+    for earlier in history {
+        line.push_str(&format!(
+            "  - earlier (until {}): {}\n",
+            earlier.until.format("%-d %b %Y"),
+            one_line(&earlier.text)
+        ));
+    }
+    line
+}
+
 /// `- [preference] User prefers dark mode (sources: 2 conversations)`; a fact the user saved
 /// and pinned reads `(saved by the user; pinned)`, one with nothing to say has no parenthesis.
 pub fn fact_line(category: &str, text: &str, provenance: Provenance) -> String {
@@ -229,6 +254,26 @@ mod tests {
                 ..Provenance::default()
             }),
             "- [fact] Text (sources: 3 references)\n"
+        );
+    }
+
+    #[test]
+    fn a_fact_shows_what_it_replaced() {
+        let until = DateTime::parse_from_rfc3339("2026-11-24T09:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let line = fact_line_with_history(
+            "fact",
+            "My manager is Bob Smith",
+            Provenance::default(),
+            &[Earlier {
+                text: "My manager is\nAlice Chen".into(),
+                until,
+            }],
+        );
+        assert_eq!(
+            line,
+            "- [fact] My manager is Bob Smith\n  - earlier (until 24 Nov 2026): My manager is Alice Chen\n"
         );
     }
 
