@@ -10,7 +10,9 @@ use engram_proto::v1;
 use engram_proto::v1::retrieval_service_server::RetrievalService;
 use engram_recall::{RankedMemory, Recall, Retrieval, ServedBy};
 use engram_server::authorized_scope;
-use engram_server::convert::{category_to_proto, kind_from_proto, memory_to_proto};
+use engram_server::convert::{
+    category_to_proto, kind_from_proto, memory_to_proto, structured_summary_to_proto,
+};
 use engram_server::paging::{EntryCursor, RESPONSE_BYTE_BUDGET, fitting_count};
 use engram_server::time::to_proto_opt;
 use engram_store::memories::{self, ListFilter};
@@ -334,10 +336,19 @@ impl RetrievalService for RetrievalApi {
             recent_episodes: contents
                 .recent_episodes
                 .iter()
-                .map(|record| SummaryEpisode {
-                    title: record.title.clone().unwrap_or_default(),
-                    summary: record.text.clone(),
-                    end_at: record.end_at.unwrap_or(record.created_at),
+                .map(|record| {
+                    let established = record
+                        .structured_summary
+                        .as_ref()
+                        .map(structured_summary_to_proto)
+                        .unwrap_or_default();
+                    SummaryEpisode {
+                        title: record.title.clone().unwrap_or_default(),
+                        summary: record.text.clone(),
+                        end_at: record.end_at.unwrap_or(record.created_at),
+                        todos: established.todos,
+                        decisions: established.decisions,
+                    }
                 })
                 .collect(),
             oldest_at: counts.oldest_at,
@@ -361,6 +372,20 @@ impl RetrievalService for RetrievalApi {
             memory_enabled: overview.memory_enabled,
             oldest_at: to_proto_opt(counts.oldest_at),
             newest_at: to_proto_opt(counts.newest_at),
+            recent_episodes: contents
+                .recent_episodes
+                .iter()
+                .map(|record| v1::EpisodeDigest {
+                    id: record.id.to_string(),
+                    title: record.title.clone().unwrap_or_default(),
+                    summary: record.text.clone(),
+                    end_at: to_proto_opt(record.end_at.or(Some(record.created_at))),
+                    structured_summary: record
+                        .structured_summary
+                        .as_ref()
+                        .map(structured_summary_to_proto),
+                })
+                .collect(),
         }))
     }
 

@@ -327,6 +327,33 @@ async fn a_conversation_becomes_episodes_and_facts_and_a_newer_fact_supersedes_a
         history.markdown
     );
 
+    // The space's summary carries each recent episode's structured summary.
+    let summary = sandbox
+        .retrieval
+        .get_summary(v1::GetSummaryRequest {
+            scope: Some(chat.scope.clone()),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(summary.recent_episodes.len(), 2);
+    let established = summary.recent_episodes[1]
+        .structured_summary
+        .as_ref()
+        .unwrap();
+    assert!(
+        established
+            .todos
+            .iter()
+            .any(|t| t.contains("safety course")),
+        "{established:?}"
+    );
+    assert!(
+        summary.summary.contains("  - to do: "),
+        "{}",
+        summary.summary
+    );
+
     let state = chat.state(&mut sandbox).await;
     assert_eq!(state.turn_count, 12);
     assert_eq!(state.segmented_through, 11);

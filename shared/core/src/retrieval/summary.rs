@@ -20,6 +20,9 @@ pub struct SummaryEpisode {
     pub title: String,
     pub summary: String,
     pub end_at: DateTime<Utc>,
+    /// What the episode left open or settled (from its structured summary).
+    pub todos: Vec<String>,
+    pub decisions: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -118,6 +121,12 @@ pub fn render(overview: &SpaceOverview, now: DateTime<Utc>) -> String {
                 relative_time(episode.end_at, now),
                 shortened(&episode.summary)
             ));
+            for decision in &episode.decisions {
+                out.push_str(&format!("  - decided: {}\n", shortened(decision)));
+            }
+            for todo in &episode.todos {
+                out.push_str(&format!("  - to do: {}\n", shortened(todo)));
+            }
         }
     }
     out
@@ -179,6 +188,8 @@ mod tests {
                 title: "Planning the launch".into(),
                 summary: "Agreed on a date".into(),
                 end_at: now - Duration::days(2),
+                todos: vec!["Book the venue".into()],
+                decisions: vec!["Launch on 3 March".into()],
             }],
             oldest_at: Some(now - Duration::days(30)),
             newest_at: Some(now - Duration::hours(1)),
@@ -198,7 +209,9 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("- **Planning the launch** (2 days ago): Agreed on a date\n"),
+            text.contains(
+                "- **Planning the launch** (2 days ago): Agreed on a date\n  - decided: Launch on 3 March\n  - to do: Book the venue\n"
+            ),
             "{text}"
         );
     }
