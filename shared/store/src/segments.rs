@@ -570,3 +570,21 @@ pub async fn forget_conversation(
         pending_reviews: u64::try_from(pending).unwrap_or(0),
     }))
 }
+
+/// The texts of these valid facts of the space: `(id, text)`.
+pub async fn valid_fact_texts(
+    pool: &PgPool,
+    scope: &Scope,
+    ids: &[Uuid],
+) -> Result<Vec<(Uuid, String)>, StoreError> {
+    let texts = sqlx::query_as(
+        "SELECT id, text FROM memories WHERE user_id = $1 AND space = $2 AND id = ANY($3::uuid[]) \
+           AND kind = 'semantic' AND invalid_at IS NULL ORDER BY created_at, id",
+    )
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(ids)
+    .fetch_all(pool)
+    .await?;
+    Ok(texts)
+}

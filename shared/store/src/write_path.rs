@@ -649,3 +649,44 @@ pub async fn supersede_facts(
     .await?;
     Ok(pairs)
 }
+
+/// Supersedes facts an LLM judged contradicted by newer ones: `(older, newer)` pairs of the
+/// space. Only valid facts change; each is audited as `supersede` with who judged it. Returns the
+/// pairs applied.
+pub async fn supersede_judged(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    pairs: &[(Uuid, Uuid)],
+    judged_by: &str,
+) -> Result<Vec<(Uuid, Uuid)>, StoreError> {
+    if pairs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let older: Vec<Uuid> = pairs.iter().map(|(old, _)| *old).collect();
+    let newer: Vec<Uuid> = pairs.iter().map(|(_, new)| *new).collect();
+    let applied = sqlx::query_as(
+        "WITH judged AS (SELECT * FROM unnest($3::uuid[], $4::uuid[]) AS j(older, newer)), \
+         superseded AS ( \
+             UPDATE memories m SET invalid_at = now(), superseded_by = j.newer, updated_at = now() \
+             FROM judged j \
+             WHERE m.user_id = $1 AND m.space = $2 AND m.id = j.older AND m.kind = 'semantic' \
+               AND m.invalid_at IS NULL AND m.id <> j.newer \
+               AND EXISTS (SELECT 1 FROM memories n WHERE n.user_id = $1 AND n.space = $2 \
+                           AND n.id = j.newer AND n.invalid_at IS NULL) \
+             RETURNING m.id, j.newer, m.conversation_id), \
+         audited AS ( \
+             INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \
+             SELECT $1, $2, 'supersede', id, conversation_id, \
+                    jsonb_build_object('superseded_by', newer, 'judged_by', $5::text) \
+             FROM superseded) \
+         SELECT id, newer FROM superseded",
+    )
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(&older)
+    .bind(&newer)
+    .bind(judged_by)
+    .fetch_all(connection)
+    .await?;
+    Ok(applied)
+}

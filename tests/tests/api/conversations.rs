@@ -823,6 +823,9 @@ async fn an_llm_describes_segments_and_a_bad_answer_falls_back_to_the_local_rule
     later.append(&mut sandbox, second_session()).await;
     later.close(&mut sandbox).await;
     chat.wait_for_episodes(&mut sandbox, 2).await;
+    chat.wait_for_consolidation(&mut sandbox).await;
+    // One fallback, the episode's description. (Its facts need no conflict check: the subject
+    // rules already superseded the old manager, and no other earlier fact shares their words.)
     assert_eq!(
         sandbox.ingest_metrics.conversation_counts().llm_fallbacks,
         1
@@ -928,4 +931,107 @@ async fn a_broker_outage_mid_conversation_loses_no_turn_and_doubles_no_episode()
     assert_eq!(segments, 2, "each segment closed once");
     drop(sandbox);
     crate::helpers::delete_topology(&bus).await;
+}
+
+/// With an LLM, consolidation asks it which earlier facts the new ones make no longer true —
+/// here a move the subject rules cannot see ("The user relocated to Lisbon" against "The user
+/// lives in Paris") — and a label it invents is ignored, never guessed at.
+#[tokio::test]
+async fn an_llm_judges_conflicts_the_rules_cannot_see() {
+    let llm = engram_testkit::FakeLlm::start().await;
+    llm.set_responder(|request| {
+        let task = request["response_format"]["json_schema"]["name"]
+            .as_str()
+            .unwrap_or("");
+        let user = request["messages"][1]["content"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        match task {
+            "segment_episode" => {
+                let fact = if user.contains("Lisbon") {
+                    "The user relocated to Lisbon for the new role."
+                } else {
+                    "The user lives in Paris."
+                };
+                engram_testkit::FakeAnswer::Json(serde_json::json!({
+                    "title": "Where the user lives",
+                    "summary": fact,
+                    "surprise": 0.4,
+                    "established": {"facts": [fact], "preferences": [], "decisions": [],
+                                    "todos": [], "goals": [], "entities": []}
+                }))
+            }
+            _ => {
+                // The label of the earlier fact about Paris, and one that was never given.
+                let paris = user
+                    .lines()
+                    .find(|line| line.contains("Paris"))
+                    .and_then(|line| line.trim_start_matches("- ").split(':').next())
+                    .unwrap_or("E1")
+                    .to_owned();
+                engram_testkit::FakeAnswer::Json(serde_json::json!({
+                    "superseded": [{"new": "N1", "earlier": [paris, "E99"]}]
+                }))
+            }
+        }
+    });
+    let mut sandbox = Sandbox::start_with(SandboxOptions {
+        llm_base_url: Some(llm.base_url()),
+        ..Default::default()
+    })
+    .await;
+    let chat = Chat::new("moves");
+    chat.append(
+        &mut sandbox,
+        vec![user(
+            "I love living in Paris, the bakeries here are great.",
+            days_ago(20, 0),
+        )],
+    )
+    .await;
+    chat.close(&mut sandbox).await;
+    chat.wait_for_episodes(&mut sandbox, 1).await;
+    chat.wait_for_consolidation(&mut sandbox).await;
+    chat.append(
+        &mut sandbox,
+        vec![user(
+            "Big news: I took the job and I'm in Lisbon now.",
+            days_ago(2, 0),
+        )],
+    )
+    .await;
+    chat.close(&mut sandbox).await;
+    chat.wait_for_episodes(&mut sandbox, 2).await;
+    let valid = chat.wait_for_consolidation(&mut sandbox).await;
+    let texts: Vec<&str> = valid.iter().map(|f| f.text.as_str()).collect();
+    assert_eq!(texts, ["The user relocated to Lisbon for the new role."]);
+    let all = entries(&mut sandbox, &chat.scope).await;
+    let paris = all
+        .iter()
+        .find(|m| m.text == "The user lives in Paris.")
+        .unwrap();
+    assert!(paris.invalid_at.is_some());
+    let audit = crate::helpers::audit(&mut sandbox, &chat.scope).await;
+    let superseded = audit
+        .iter()
+        .find(|e| e.action() == v1::AuditAction::Supersede)
+        .expect("audited");
+    assert!(
+        superseded.detail_json.contains("\"judged_by\":\"llm\""),
+        "{}",
+        superseded.detail_json
+    );
+    let asked: Vec<serde_json::Value> = llm
+        .requests()
+        .into_iter()
+        .filter(|r| r["response_format"]["json_schema"]["name"] == "fact_conflicts")
+        .collect();
+    assert_eq!(
+        asked.len(),
+        1,
+        "asked once, for the episode with an earlier fact to compare"
+    );
+    let question = asked[0]["messages"][1]["content"].as_str().unwrap();
+    assert!(question.contains("## New facts") && question.contains("N1: The user relocated"));
 }

@@ -5,17 +5,19 @@
 //! through the normal write path as a Remember from the episode's conversation, so tombstones,
 //! memory off and incognito are honoured, a fact said in several episodes merges into one entry
 //! that lists every episode (`source_episode_ids`, repeat_count raised), and a fact stating a new
-//! value of a subject supersedes the older one. `consolidated_at` is set once every fact is
+//! value of a subject supersedes the older one (and, with an LLM, the LLM is asked which earlier
+//! facts the new ones make no longer true). `consolidated_at` is set once every fact is
 //! written; running it again for the same episode changes nothing (a fact whose entry already
 //! lists the episode is left as it is).
 
 use chrono::{Duration, Utc};
 use engram_core::episode::StructuredSummary;
-use engram_core::{Category, ConversationId, MemoryText, Scope, importance, metadata};
-use engram_store::memories;
-use engram_store::segments;
+use engram_core::{Category, ConversationId, MemoryKind, MemoryText, Scope, importance, metadata};
+use engram_store::retrieval::{self, Bm25, SearchFilter};
+use engram_store::{memories, segments, write_path};
 use uuid::Uuid;
 
+use super::llm::judge_conflicts;
 use super::segmentation::Segmenter;
 use crate::error::IngestError;
 use crate::write_path::{RememberCommand, RememberResult};
@@ -24,6 +26,11 @@ use crate::write_path::{RememberCommand, RememberResult};
 const MAX_FACT_KEYWORDS: usize = 8;
 /// Episodes left unconsolidated this long (a crash, a failure) are taken by the sweep.
 const LEFTOVER_AGE: Duration = Duration::seconds(10);
+/// Earlier facts looked up per new fact for the LLM's conflict check, and in all.
+const CANDIDATES_PER_FACT: i64 = 4;
+const MAX_CONFLICT_CANDIDATES: usize = 16;
+/// Okapi BM25's usual parameters, for the conflict check's lookup.
+const CONFLICT_BM25: Bm25 = Bm25 { k1: 1.2, b: 0.75 };
 /// Episodes one sweep consolidates, at most.
 const LEFTOVERS_PER_SWEEP: i64 = 50;
 
@@ -75,6 +82,7 @@ impl Segmenter {
         let conversation = episode.conversation_id.map(ConversationId::from_uuid);
         let max_chars = self.writer.settings.max_text_chars;
         let mut written = 0;
+        let mut created: Vec<(Uuid, String)> = Vec::new();
         for (text, category) in facts_of(&summary) {
             let Ok(text) = MemoryText::parse("fact", &text, max_chars) else {
                 continue;
@@ -95,18 +103,104 @@ impl Segmenter {
                     ..RememberCommand::plain(scope.clone(), text)
                 })
                 .await?;
-            if matches!(
-                result,
-                RememberResult::Created { .. } | RememberResult::Merged { .. }
-            ) {
-                written += 1;
+            match result {
+                RememberResult::Created { memory, .. } => {
+                    written += 1;
+                    created.push((memory.id, memory.text));
+                }
+                RememberResult::Merged { .. } => written += 1,
+                _ => {}
             }
+        }
+        if let Some(llm) = &self.llm
+            && !created.is_empty()
+        {
+            self.judge_conflicts(llm, scope, &created).await;
         }
         if segments::mark_consolidated(&self.pool, scope, episode.id).await? {
             self.metrics.record_facts_derived(written as u64);
             tracing::info!(episode = %episode.id, facts = written, "episode consolidated");
         }
         Ok(written)
+    }
+
+    /// With an LLM: asks which earlier facts the new ones make no longer true (beyond what the
+    /// subject rules of the write path caught), and supersedes them. A failure leaves the facts
+    /// as the rules left them (said in the log and counted): nothing is guessed.
+    async fn judge_conflicts(
+        &self,
+        llm: &engram_llm::ChatClient,
+        scope: &Scope,
+        created: &[(Uuid, String)],
+    ) {
+        let new_ids: Vec<Uuid> = created.iter().map(|(id, _)| *id).collect();
+        let filter = SearchFilter {
+            scope,
+            kind: MemoryKind::Semantic,
+            conversation: None,
+            category: None,
+        };
+        let mut candidate_ids: Vec<Uuid> = Vec::new();
+        for (_, text) in created {
+            let hits = match retrieval::sparse_search(
+                &self.pool,
+                &filter,
+                text,
+                CONFLICT_BM25,
+                CANDIDATES_PER_FACT,
+            )
+            .await
+            {
+                Ok(hits) => hits,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot look up earlier facts for the conflict check");
+                    return;
+                }
+            };
+            for (id, _) in hits {
+                if !new_ids.contains(&id) && !candidate_ids.contains(&id) {
+                    candidate_ids.push(id);
+                }
+            }
+        }
+        candidate_ids.truncate(MAX_CONFLICT_CANDIDATES);
+        if candidate_ids.is_empty() {
+            return;
+        }
+        let earlier = match segments::valid_fact_texts(&self.pool, scope, &candidate_ids).await {
+            Ok(earlier) if !earlier.is_empty() => earlier,
+            Ok(_) => return,
+            Err(error) => {
+                tracing::warn!(%error, "cannot read earlier facts for the conflict check");
+                return;
+            }
+        };
+        let judgement = match judge_conflicts(llm, created, &earlier).await {
+            Ok(judgement) => judgement,
+            Err(error) => {
+                self.metrics.record_llm_fallback("fact_conflicts");
+                tracing::warn!(%error, "the LLM could not judge conflicts; the subject rules stand");
+                return;
+            }
+        };
+        if judgement.unknown_labels > 0 {
+            tracing::warn!(
+                unknown = judgement.unknown_labels,
+                "the LLM named facts it was not given; ignored"
+            );
+        }
+        let applied = async {
+            let mut connection = self.pool.acquire().await?;
+            write_path::supersede_judged(&mut connection, scope, &judgement.pairs, "llm").await
+        }
+        .await;
+        match applied {
+            Ok(applied) if !applied.is_empty() => {
+                self.metrics.record_facts_superseded(applied.len() as u64);
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "cannot supersede the facts the LLM judged"),
+        }
     }
 
     /// Episodes a failure or a crash left unconsolidated.

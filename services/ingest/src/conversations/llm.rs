@@ -151,3 +151,103 @@ mod tests {
         check(&schema());
     }
 }
+
+const CONFLICT_PROMPT: &str = "\
+You keep a user's long-term memory consistent. You are given facts just learned from a \
+conversation (N1, N2, ...) and facts remembered before (E1, E2, ...). For each new fact, list \
+the earlier facts it makes no longer true: the same thing about the user with a different value \
+now (a new address, a new manager, a changed preference, a plan that was replaced or \
+cancelled). An earlier fact that is only related, or still true alongside the new one, is not \
+superseded. Answer with the labels given; when nothing is superseded, answer an empty list.";
+
+fn conflict_schema() -> serde_json::Value {
+    serde_json::json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["superseded"],
+        "properties": {
+            "superseded": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "additionalProperties": false,
+                    "required": ["new", "earlier"],
+                    "properties": {
+                        "new": {"type": "string"},
+                        "earlier": {"type": "array", "items": {"type": "string"}}
+                    }
+                }
+            }
+        }
+    })
+}
+
+#[derive(Debug, Deserialize)]
+struct ConflictAnswer {
+    superseded: Vec<Superseded>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Superseded {
+    new: String,
+    earlier: Vec<String>,
+}
+
+/// What the LLM judged: `(earlier, newer)` pairs, and how many labels it named that were not
+/// given (never guessed at: left out and counted).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ConflictJudgement {
+    pub pairs: Vec<(uuid::Uuid, uuid::Uuid)>,
+    pub unknown_labels: usize,
+}
+
+/// Asks which earlier facts the new ones supersede.
+pub async fn judge_conflicts(
+    client: &ChatClient,
+    new_facts: &[(uuid::Uuid, String)],
+    earlier: &[(uuid::Uuid, String)],
+) -> Result<ConflictJudgement, LlmError> {
+    let mut user = String::from("## New facts\n\n");
+    for (index, (_, text)) in new_facts.iter().enumerate() {
+        user.push_str(&format!("- N{}: {}\n", index + 1, text));
+    }
+    user.push_str("\n## Earlier facts\n\n");
+    for (index, (_, text)) in earlier.iter().enumerate() {
+        user.push_str(&format!("- E{}: {}\n", index + 1, text));
+    }
+    let schema = conflict_schema();
+    let answer = client
+        .structured::<ConflictAnswer>(&StructuredRequest {
+            task: "fact_conflicts",
+            system: CONFLICT_PROMPT,
+            user: &user,
+            schema: &schema,
+        })
+        .await?;
+    let label = |prefix: char, label: &str, of: &[(uuid::Uuid, String)]| {
+        label
+            .trim()
+            .strip_prefix(prefix)
+            .and_then(|n| n.parse::<usize>().ok())
+            .and_then(|n| n.checked_sub(1))
+            .and_then(|index| of.get(index))
+            .map(|(id, _)| *id)
+    };
+    let mut judgement = ConflictJudgement::default();
+    for superseded in answer.value.superseded {
+        let Some(newer) = label('N', &superseded.new, new_facts) else {
+            judgement.unknown_labels += 1;
+            continue;
+        };
+        for old in superseded.earlier {
+            match label('E', &old, earlier) {
+                Some(older) if !judgement.pairs.contains(&(older, newer)) => {
+                    judgement.pairs.push((older, newer));
+                }
+                Some(_) => {}
+                None => judgement.unknown_labels += 1,
+            }
+        }
+    }
+    Ok(judgement)
+}
