@@ -1035,3 +1035,34 @@ async fn an_llm_judges_conflicts_the_rules_cannot_see() {
     let question = asked[0]["messages"][1]["content"].as_str().unwrap();
     assert!(question.contains("## New facts") && question.contains("N1: The user relocated"));
 }
+
+/// A segment of nothing but greetings and thanks closes without an episode.
+#[tokio::test]
+async fn greetings_alone_make_no_episode() {
+    let mut sandbox = Sandbox::start().await;
+    let chat = Chat::new("smalltalk");
+    let now = Utc::now();
+    chat.append(
+        &mut sandbox,
+        vec![
+            user("hi!", now - chrono::Duration::minutes(3)),
+            assistant("Hello!", now - chrono::Duration::minutes(2)),
+            user("thanks, bye", now - chrono::Duration::minutes(1)),
+        ],
+    )
+    .await;
+    chat.close(&mut sandbox).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while chat.state(&mut sandbox).await.segmented_through < 2 {
+        assert!(Instant::now() < deadline, "the segment never closed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(entries(&mut sandbox, &chat.scope).await.is_empty());
+    let audit = crate::helpers::audit(&mut sandbox, &chat.scope).await;
+    assert_eq!(audit[0].action(), v1::AuditAction::Segment);
+    assert!(
+        audit[0].detail_json.contains("greetings and thanks only"),
+        "{}",
+        audit[0].detail_json
+    );
+}

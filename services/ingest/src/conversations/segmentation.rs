@@ -106,6 +106,8 @@ pub struct ClosedEpisode {
 /// A closed segment ready to write.
 struct Prepared {
     segment: ClosedSegment,
+    /// Nothing but greetings and thanks: the segment closes without an episode.
+    trivial: bool,
     episode: NewEpisode,
     context: Vec<v1::Message>,
     described_by: &'static str,
@@ -289,7 +291,20 @@ impl Segmenter {
                 spoken_at: turn.spoken_at,
             })
             .collect();
-        let (title, summary, structured, llm_surprise, described_by) = self.describe(&texts).await;
+        let trivial = texts
+            .iter()
+            .all(|turn| importance::is_chit_chat(&turn.content));
+        let (title, summary, structured, llm_surprise, described_by) = if trivial {
+            (
+                String::new(),
+                String::new(),
+                StructuredSummary::default(),
+                Some(0.0),
+                "nothing",
+            )
+        } else {
+            self.describe(&texts).await
+        };
         let surprise = match llm_surprise {
             Some(surprise) => surprise,
             None => self.surprise_from_embeddings(scope, &title, &summary).await,
@@ -324,6 +339,7 @@ impl Segmenter {
         );
         Ok(Prepared {
             segment,
+            trivial,
             episode: NewEpisode {
                 id,
                 conversation_id: conversation.as_uuid(),
@@ -466,19 +482,25 @@ impl Segmenter {
                 "described_by": prepared.described_by,
                 "derived": true,
             });
-            let written = segments::write_episode(
-                &mut transaction,
-                scope,
-                episode,
-                detail.clone(),
-                event.as_ref(),
-            )
-            .await?;
+            let written = if prepared.trivial {
+                None
+            } else {
+                Some(
+                    segments::write_episode(
+                        &mut transaction,
+                        scope,
+                        episode,
+                        detail,
+                        event.as_ref(),
+                    )
+                    .await?,
+                )
+            };
             let (episode_id, created) = match &written {
-                EpisodeWrite::Created(record) => (Some(record.id), true),
-                EpisodeWrite::Merged(record) => (Some(record.id), false),
-                EpisodeWrite::AlreadyWritten(id) => (Some(*id), false),
-                EpisodeWrite::Suppressed => (None, false),
+                Some(EpisodeWrite::Created(record)) => (Some(record.id), true),
+                Some(EpisodeWrite::Merged(record)) => (Some(record.id), false),
+                Some(EpisodeWrite::AlreadyWritten(id)) => (Some(id.to_owned()), false),
+                Some(EpisodeWrite::Suppressed) | None => (None, false),
             };
             if created {
                 self.enforce_soft_cap(&mut transaction, scope, &retention)
@@ -494,10 +516,11 @@ impl Segmenter {
                     "segment": [prepared.segment.first, prepared.segment.last],
                     "reason": prepared.segment.reason.as_str(),
                     "episode": match &written {
-                        EpisodeWrite::Created(_) => "created",
-                        EpisodeWrite::Merged(_) => "repeated",
-                        EpisodeWrite::AlreadyWritten(_) => "already written",
-                        EpisodeWrite::Suppressed => "suppressed by a tombstone",
+                        Some(EpisodeWrite::Created(_)) => "created",
+                        Some(EpisodeWrite::Merged(_)) => "repeated",
+                        Some(EpisodeWrite::AlreadyWritten(_)) => "already written",
+                        Some(EpisodeWrite::Suppressed) => "suppressed by a tombstone",
+                        None => "none: greetings and thanks only",
                     },
                 }),
             )
