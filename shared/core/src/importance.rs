@@ -142,6 +142,7 @@ static RULES: LazyLock<Rules> = LazyLock::new(|| {
             你好|您好|谢谢|多谢|好的|好|嗯|哈哈+|早上好|晚安|再见|拜拜|没事|可以
         )([\s\p{P}]+(
             hi|hello|hey|there|thanks|thank\s+you|a\s+lot|so\s+much|ok|okay|cool|lol|haha|
+            bye|goodbye|see\s+you|later|cheers|
             谢谢|好的|哈哈+|嗯|啊|呀|呢|了
         ))*[\s\p{P}\p{So}]*$",
     )
