@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backon::BackoffBuilder as _;
-use engram_bus::{Bus, BusError, Delivery, OutgoingEvent, Topology};
+use engram_bus::{Bus, BusError, Delivery, OutgoingEvent};
 use engram_core::backoff::jittered_backoff;
 use engram_proto::v1;
 use engram_store::{StoreError, embeddings, outbox};
 use prost::Message as _;
-use secrecy::{ExposeSecret as _, SecretString};
+use secrecy::ExposeSecret as _;
 use sqlx::PgPool;
 use tokio::sync::{Notify, watch};
 use uuid::Uuid;
@@ -25,6 +25,16 @@ use engram_bus::queues::{self, routes};
 
 fn retry_delay(settings: &AmqpSettings) -> Duration {
     Duration::from_millis(settings.retry_delay_ms)
+}
+
+fn consumer_settings(settings: &AmqpSettings) -> engram_bus::consumer::ConsumerSettings {
+    engram_bus::consumer::ConsumerSettings {
+        url: settings.url.expose_secret().to_owned(),
+        topology_prefix: settings.topology_prefix.clone(),
+        prefetch: settings.prefetch,
+        retry_delay: retry_delay(settings),
+        reconnect_max_backoff: Duration::from_millis(settings.reconnect_max_backoff_ms),
+    }
 }
 
 fn reconnect_backoff(settings: &AmqpSettings) -> impl Iterator<Item = Duration> {
@@ -43,15 +53,10 @@ async fn sleep_or_stop(delay: Duration, stop: &mut watch::Receiver<bool>) -> boo
     }
 }
 
-async fn connect(settings: &AmqpSettings, url: &SecretString) -> Result<Bus, BusError> {
-    let bus = Bus::connect(
-        url.expose_secret(),
-        Topology::new(settings.topology_prefix.clone()),
-    )
-    .await?;
-    // Every consumer queue, so that what the relay publishes always has a queue to wait in.
-    bus.declare(&queues::all(retry_delay(settings))).await?;
-    Ok(bus)
+/// Connects and declares every consumer queue, so that what the relay publishes always has a
+/// queue to wait in.
+async fn connect(settings: &AmqpSettings) -> Result<Bus, BusError> {
+    engram_bus::consumer::connect(&consumer_settings(settings)).await
 }
 
 /// Publishes outbox events with publisher confirms and marks them published.
@@ -68,7 +73,7 @@ impl OutboxRelay {
             if *stop.borrow() {
                 break;
             }
-            let bus = match connect(&self.settings, &self.settings.url).await {
+            let bus = match connect(&self.settings).await {
                 Ok(bus) => bus,
                 Err(error) => {
                     let delay = delays.next().unwrap_or(Duration::from_secs(10));
@@ -182,7 +187,7 @@ impl EmbeddingConsumer {
                 break;
             }
             let consumed = async {
-                let bus = connect(&self.settings, &self.settings.url).await?;
+                let bus = connect(&self.settings).await?;
                 let deliveries = bus
                     .consume(
                         &queues::embedding_requested(retry_delay(&self.settings)),
@@ -341,56 +346,13 @@ pub struct SegmentationConsumer {
 }
 
 impl SegmentationConsumer {
-    pub async fn run(self, mut stop: watch::Receiver<bool>) {
-        let mut delays = reconnect_backoff(&self.settings);
-        loop {
-            if *stop.borrow() {
-                break;
-            }
-            let consumed = async {
-                let bus = connect(&self.settings, &self.settings.url).await?;
-                let deliveries = bus
-                    .consume(
-                        &queues::segmentation_requested(retry_delay(&self.settings)),
-                        self.settings.prefetch,
-                    )
-                    .await?;
-                Ok::<_, BusError>((bus, deliveries))
-            }
-            .await;
-            let (bus, mut deliveries) = match consumed {
-                Ok(connected) => connected,
-                Err(error) => {
-                    let delay = delays.next().unwrap_or(Duration::from_secs(10));
-                    tracing::warn!(%error, ?delay, "segmentation consumer cannot reach the broker; the sweep covers meanwhile");
-                    if sleep_or_stop(delay, &mut stop).await {
-                        break;
-                    }
-                    continue;
-                }
-            };
-            delays = reconnect_backoff(&self.settings);
-            tracing::info!("segmentation consumer connected");
-            let stopped = loop {
-                let next = tokio::select! {
-                    next = deliveries.next() => next,
-                    _ = stop.changed() => break true,
-                };
-                let Some(Ok(delivery)) = next else {
-                    break false;
-                };
-                // A message in hand is finished even when stop arrives meanwhile.
-                if let Err(error) = self.handle(delivery).await {
-                    tracing::warn!(%error, "segmentation consumer lost the broker");
-                    break false;
-                }
-            };
-            bus.close().await;
-            if stopped {
-                break;
-            }
-        }
-        tracing::info!("segmentation consumer stopped");
+    pub async fn run(self, stop: watch::Receiver<bool>) {
+        let settings = consumer_settings(&self.settings);
+        let queue = queues::segmentation_requested(retry_delay(&self.settings));
+        engram_bus::consumer::consume_each(settings, queue, stop, |delivery| {
+            self.handle(delivery)
+        })
+        .await;
     }
 
     async fn handle(&self, delivery: Delivery) -> Result<(), BusError> {

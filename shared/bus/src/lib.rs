@@ -12,6 +12,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod consumer;
 mod error;
 mod publisher;
 pub mod queues;
