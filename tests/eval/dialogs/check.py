@@ -163,6 +163,7 @@ def check_file(path: Path, rep: Report) -> dict | None:
         rep.err(where, f"{len(questions)} questions, want {QUESTIONS_PER_DIALOG[0]}..{QUESTIONS_PER_DIALOG[1]}")
     cats: Counter[str] = Counter()
     seen_q = set()
+    order = {tid: i for i, tid in enumerate(turn_session)}
     for qi, q in enumerate(questions, 1):
         qw = f"{where} question {qi}"
         if not isinstance(q, dict) or list(q.keys()) != ["id", "category", "question", "answer", "evidence"]:
@@ -192,6 +193,8 @@ def check_file(path: Path, rep: Report) -> dict | None:
         if missing:
             rep.err(qw, f"evidence ids not in the dialog: {missing}")
             continue
+        if ev != sorted(ev, key=order.__getitem__):
+            rep.err(qw, "evidence must be listed in reading order")
         if len(ev) > EVIDENCE_MAX:
             rep.err(qw, f"{len(ev)} evidence turns, at most {EVIDENCE_MAX}")
         ev_sessions = {turn_session[e] for e in ev}
