@@ -16,7 +16,7 @@ LOCAL := deploy/local
 
 .PHONY: help
 help: ## List the targets
-	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-20s\033[0m %s\n", $$1, $$2}'
 
 .PHONY: up
 up: ## Bring up Postgres 18 + pgvector (port 55432) and RabbitMQ (5672), reusing what runs
@@ -92,6 +92,11 @@ eval: up models ## Retrieval quality: recall@k / nDCG@k per ranking profile and 
 	cargo build --release --bin ingest --bin retrieval --bin eval
 	@bash deploy/eval/run.sh
 
+.PHONY: eval-review
+eval-review: up models ## Review: calibrate the local grader on tests/eval/review and write docs/eval/review.md (release build)
+	cargo build --release --bin eval-review
+	$(CARGO_TARGET_DIR)/release/eval-review
+
 .PHONY: report
 report: up ## Retrieval metrics summary (hit rates, fallback and truncation shares, p95 latency) from the database
 	@bash deploy/local/report.sh
@@ -100,3 +105,8 @@ report: up ## Retrieval metrics summary (hit rates, fallback and truncation shar
 bench-embed: up models ## Embedding benchmark: raw model throughput, backfill throughput, write-to-embedding latency (release build)
 	cargo build --release --bin ingest --bin bench-embed
 	@bash deploy/bench/embed.sh
+
+.PHONY: bench-conversations
+bench-conversations: up models ## Conversations benchmark: AppendMessages at 200 turns/s, segmentation keeping up, closing turn to searchable episode (release build)
+	cargo build --release --bin ingest --bin retrieval --bin bench-conversations
+	@bash deploy/bench/conversations.sh

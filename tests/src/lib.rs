@@ -91,6 +91,10 @@ pub struct SandboxOptions {
     /// An OpenAI-compatible chat endpoint (a fake server of the test) for the LLM steps; `None`:
     /// the local rules.
     pub llm_base_url: Option<String>,
+    /// The review service leaves closed segments in its queue (a test reads them itself).
+    pub review_consumer_off: bool,
+    /// What the review service does when its LLM fails; `None`: the default (grade locally).
+    pub review_on_llm_failure: Option<engram_review::config::LlmFailure>,
     /// The services reach Postgres through a TCP proxy the test can cut (`Sandbox::database_proxy`).
     pub database_proxy: bool,
     /// The services' own request deadline; `None`: 30 s.
@@ -175,6 +179,7 @@ pub struct Sandbox {
     pub retrieval: RetrievalServiceClient<Channel>,
     pub review: ReviewServiceClient<Channel>,
     pub ingest_metrics: Arc<IngestMetrics>,
+    pub review_metrics: Arc<engram_review::metrics::ReviewMetrics>,
     pub pool: PgPool,
     pub services: Vec<RunningService>,
     pub options: SandboxOptions,
@@ -301,6 +306,54 @@ fn retrieval_settings(database_url: &str, options: &SandboxOptions) -> Retrieval
     settings
 }
 
+/// The review settings a sandbox runs with: the same embedder and LLM as ingest, the bus when
+/// the sandbox has one.
+fn review_settings(
+    database_url: &str,
+    auth: engram_server::AuthSettings,
+    options: &SandboxOptions,
+) -> ReviewSettings {
+    let mut settings: ReviewSettings =
+        engram_server::settings::load_defaults_only(ReviewSettings::defaults())
+            .expect("review defaults");
+    settings.grpc = grpc_settings(options);
+    settings.database = database_settings(database_url, false);
+    settings.auth = auth;
+    settings.embed.model_dir = local_model_dir();
+    settings.embed.provider = match &options.embedder {
+        TestEmbedder::Disabled => engram_embed::EmbedProvider::Disabled,
+        TestEmbedder::Local => engram_embed::EmbedProvider::Local,
+        TestEmbedder::OpenAi {
+            base_url,
+            dimension,
+        } => {
+            settings.embed.openai.base_url = base_url.clone();
+            settings.embed.openai.dimension = *dimension;
+            settings.embed.openai.max_retries = 1;
+            settings.embed.openai.timeout_secs = 5;
+            engram_embed::EmbedProvider::Openai
+        }
+    };
+    if let Some(base_url) = &options.llm_base_url {
+        settings.llm.provider = engram_llm::LlmProvider::Openai;
+        settings.llm.base_url = base_url.clone();
+        settings.llm.model = "fake-model".into();
+        settings.llm.timeout_secs = 5;
+        settings.llm.max_retries = 1;
+    }
+    if let Some(on_failure) = options.review_on_llm_failure {
+        settings.grading.on_llm_failure = on_failure;
+    }
+    settings.amqp.enabled = options.bus.is_some() && !options.review_consumer_off;
+    if let Some(bus) = &options.bus {
+        settings.amqp.url = SecretString::from(bus.url.clone());
+        settings.amqp.topology_prefix = bus.topology_prefix.clone();
+        settings.amqp.retry_delay_ms = 200;
+        settings.amqp.reconnect_max_backoff_ms = 500;
+    }
+    settings
+}
+
 impl Sandbox {
     pub async fn start() -> Self {
         Self::start_with(SandboxOptions::default()).await
@@ -345,14 +398,11 @@ impl Sandbox {
                 .await
         });
 
-        let review_settings = ReviewSettings {
-            grpc: grpc_settings(&options),
-            database: database_settings(services_url, false),
-            auth,
-        };
+        let review_settings = review_settings(services_url, auth, &options);
         let review_app = engram_review::App::build(review_settings)
             .await
             .expect("review starts");
+        let review_metrics = review_app.metrics();
         let review = RunningService::spawn(review_app.local_addr(), |signal| async move {
             review_app
                 .run_until(async {
@@ -366,6 +416,7 @@ impl Sandbox {
             retrieval: RetrievalServiceClient::new(retrieval.channel().await),
             review: ReviewServiceClient::new(review.channel().await),
             ingest_metrics,
+            review_metrics,
             pool,
             services: vec![ingest, retrieval, review],
             options,

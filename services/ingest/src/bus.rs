@@ -349,10 +349,8 @@ impl SegmentationConsumer {
     pub async fn run(self, stop: watch::Receiver<bool>) {
         let settings = consumer_settings(&self.settings);
         let queue = queues::segmentation_requested(retry_delay(&self.settings));
-        engram_bus::consumer::consume_each(settings, queue, stop, |delivery| {
-            self.handle(delivery)
-        })
-        .await;
+        engram_bus::consumer::consume_each(settings, queue, stop, |delivery| self.handle(delivery))
+            .await;
     }
 
     async fn handle(&self, delivery: Delivery) -> Result<(), BusError> {

@@ -243,6 +243,7 @@ fn audit_action_to_proto(stored: &str) -> v1::AuditAction {
         Some(AuditAction::Supersede) => v1::AuditAction::Supersede,
         Some(AuditAction::ForgetConversation) => v1::AuditAction::ForgetConversation,
         Some(AuditAction::Segment) => v1::AuditAction::Segment,
+        Some(AuditAction::Review) => v1::AuditAction::Review,
         None => v1::AuditAction::Unspecified,
     }
 }

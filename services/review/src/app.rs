@@ -3,14 +3,20 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use engram_proto::v1::review_service_server::ReviewServiceServer;
 use engram_server::{GrpcServer, TokenRegistry};
 use sqlx::PgPool;
+use tokio::sync::watch;
 use tonic::service::Routes;
 
-use crate::config::ReviewSettings;
+use crate::config::{LlmFailure, ReviewSettings};
+use crate::grading::Grader;
 use crate::grpc::ReviewApi;
+use crate::metrics::ReviewMetrics;
+use crate::segments::SegmentConsumer;
+use crate::service::Reviewer;
 
 pub const SERVICE_NAME: &str = "engram.v1.ReviewService";
 
@@ -18,6 +24,8 @@ pub struct App {
     server: GrpcServer,
     pool: PgPool,
     tokens: TokenRegistry,
+    reviewer: Reviewer,
+    consumer: Option<SegmentConsumer>,
 }
 
 impl App {
@@ -27,6 +35,36 @@ impl App {
             None => TokenRegistry::open(),
         };
         let pool = engram_server::database::connect(&settings.database).await?;
+        let embedder = engram_recall::load_embedder(&settings.embed.embedder_choice()).await?;
+        let llm = engram_llm::ChatClient::from_settings(&settings.llm)?;
+        match &llm {
+            Some(client) => tracing::info!(
+                model = client.model(),
+                on_failure = ?settings.grading.on_llm_failure,
+                "memories are graded by an LLM"
+            ),
+            None => tracing::info!(
+                embedder = embedder.as_ref().map(|e| e.model_id().to_owned()),
+                "no LLM configured: memories are graded by the local grader"
+            ),
+        }
+        let metrics = Arc::new(ReviewMetrics::default());
+        let reviewer = Reviewer {
+            pool: pool.clone(),
+            grader: Grader {
+                llm,
+                embedder,
+                thresholds: settings.grading.thresholds(),
+                fall_back_locally: settings.grading.on_llm_failure == LlmFailure::Local,
+                metrics: metrics.clone(),
+            },
+            desired_retention: settings.grading.desired_retention,
+            metrics,
+        };
+        let consumer = settings.amqp.enabled.then(|| SegmentConsumer {
+            reviewer: reviewer.clone(),
+            settings: settings.amqp.clone(),
+        });
         let server = GrpcServer::bind(&settings.grpc)
             .await?
             .watching_database(pool.clone());
@@ -34,6 +72,8 @@ impl App {
             server,
             pool,
             tokens,
+            reviewer,
+            consumer,
         })
     }
 
@@ -41,12 +81,27 @@ impl App {
         self.server.local_addr()
     }
 
+    pub fn metrics(&self) -> Arc<ReviewMetrics> {
+        self.reviewer.metrics.clone()
+    }
+
+    /// Serves until `shutdown` resolves; the consumer finishes the segment in hand first.
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-        let routes = Routes::new(ReviewServiceServer::new(ReviewApi::new(self.pool.clone())));
+        let (stop_background, background_stop) = watch::channel(false);
+        let consumer = self
+            .consumer
+            .map(|consumer| tokio::spawn(consumer.run(background_stop)));
+        let routes = Routes::new(ReviewServiceServer::new(ReviewApi::new(self.reviewer)));
         let served = self
             .server
             .serve(routes, &[SERVICE_NAME], self.tokens, shutdown)
             .await;
+        let _ = stop_background.send(true);
+        if let Some(consumer) = consumer
+            && let Err(error) = consumer.await
+        {
+            tracing::error!(%error, "the segment consumer failed");
+        }
         self.pool.close().await;
         served
     }

@@ -1,5 +1,7 @@
-//! Settings of the review service.
+//! Settings of the review service (see the README's configuration table).
 
+use engram_core::review::GraderThresholds;
+use engram_recall::EmbedConfig;
 use engram_server::settings::common_defaults;
 use engram_server::{AuthSettings, DatabaseSettings, GrpcSettings};
 use serde::Deserialize;
@@ -12,6 +14,63 @@ pub struct ReviewSettings {
     pub database: DatabaseSettings,
     #[serde(default)]
     pub auth: AuthSettings,
+    /// The local grader's embedder: the same model settings as the other services.
+    pub embed: EmbedConfig,
+    /// The LLM grader (none by default: the local grader).
+    pub llm: engram_llm::LlmSettings,
+    pub amqp: ReviewBusSettings,
+    pub grading: GradingSettings,
+}
+
+/// The consumer of closed segments (`amqp.*`, the keys ingest reads too).
+#[derive(Debug, Clone, Deserialize)]
+pub struct ReviewBusSettings {
+    /// Off: segments are not consumed (GradeMemories still works).
+    pub enabled: bool,
+    pub url: secrecy::SecretString,
+    pub topology_prefix: String,
+    pub prefetch: u16,
+    /// Deliveries of a message before it is dead-lettered.
+    pub max_attempts: u32,
+    pub retry_delay_ms: u64,
+    pub reconnect_max_backoff_ms: u64,
+}
+
+/// How memories are graded and what a grade does (`grading.*`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct GradingSettings {
+    /// The retention FSRS schedules for.
+    pub desired_retention: f32,
+    /// When the LLM fails: `local` grades with the local grader (and says so in the audit),
+    /// `retry` leaves the message for a later delivery (and the dead-letter queue in the end).
+    pub on_llm_failure: LlmFailure,
+    /// The local grader's evidence bands and the term overlap's share of the evidence
+    /// (calibrated on tests/eval/review: docs/eval/review.md).
+    pub local_hard: f64,
+    pub local_good: f64,
+    pub local_easy: f64,
+    pub local_overlap_weight: f64,
+    /// Cosine to the conversation from which an unused memory counts as on the topic (Hard).
+    pub local_topic: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LlmFailure {
+    Local,
+    Retry,
+}
+
+impl GradingSettings {
+    pub fn thresholds(&self) -> GraderThresholds {
+        GraderThresholds {
+            hard: self.local_hard,
+            good: self.local_good,
+            easy: self.local_easy,
+            overlap_weight: self.local_overlap_weight,
+            topic: self.local_topic,
+        }
+    }
 }
 
 impl ReviewSettings {
@@ -20,6 +79,26 @@ impl ReviewSettings {
     }
 
     pub fn defaults() -> Vec<(&'static str, config::Value)> {
-        common_defaults(DEFAULT_PORT)
+        let mut defaults = common_defaults(DEFAULT_PORT);
+        defaults.extend([
+            ("amqp.enabled", true.into()),
+            ("amqp.url", "amqp://guest:guest@127.0.0.1:5672/%2f".into()),
+            ("amqp.topology_prefix", "engram".into()),
+            ("amqp.prefetch", 16i64.into()),
+            ("amqp.max_attempts", 5i64.into()),
+            ("amqp.retry_delay_ms", 2_000i64.into()),
+            ("amqp.reconnect_max_backoff_ms", 10_000i64.into()),
+            ("grading.desired_retention", 0.9.into()),
+            ("grading.on_llm_failure", "local".into()),
+            // Calibrated by `make eval-review` on tests/eval/review (docs/eval/review.md).
+            ("grading.local_hard", 0.16.into()),
+            ("grading.local_good", 0.28.into()),
+            ("grading.local_easy", 0.40.into()),
+            ("grading.local_overlap_weight", 0.5.into()),
+            ("grading.local_topic", 0.14.into()),
+        ]);
+        defaults.extend(engram_recall::embed_defaults());
+        defaults.extend(engram_llm::LlmSettings::defaults());
+        defaults
     }
 }

@@ -14,6 +14,9 @@ pub enum ReviewError {
     FailedPrecondition(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A dependency (the LLM) failed and the review was not to fall back: retry later.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 impl From<ReviewError> for Status {
@@ -23,6 +26,7 @@ impl From<ReviewError> for Status {
             ReviewError::NotFound(message) => Status::not_found(message),
             ReviewError::FailedPrecondition(message) => Status::failed_precondition(message),
             ReviewError::Store(error) => engram_server::status::from_store_error(&error),
+            ReviewError::Unavailable(message) => Status::unavailable(message),
         }
     }
 }

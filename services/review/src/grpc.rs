@@ -1,27 +1,128 @@
 //! The gRPC edge of the review service.
 
 use chrono::Utc;
-use engram_core::MemoryId;
+use engram_core::episode::SegmentTurn;
 use engram_core::memory_state::{days_since, retrievability};
+use engram_core::review::{FsrsState, Rating, ReviewTarget, aggregate};
+use engram_core::{MemoryId, MemoryText, ValidationError};
 use engram_proto::v1;
 use engram_proto::v1::review_service_server::ReviewService;
 use engram_server::authorized_scope;
-use engram_server::time::to_proto;
+use engram_server::convert::role_from_proto;
+use engram_server::time::{from_proto_opt, to_proto};
 use engram_store::memories;
 use sqlx::PgPool;
 use tonic::{Request, Response, Status};
 
+use crate::apply::{ReviewOrigin, apply};
 use crate::error::ReviewError;
+use crate::grading::{GraderChoice, MemoryForGrading};
+use crate::service::Reviewer;
 
 #[derive(Debug, Clone)]
 pub struct ReviewApi {
     pool: PgPool,
+    reviewer: Reviewer,
 }
 
 impl ReviewApi {
-    pub fn new(pool: PgPool) -> Self {
-        Self { pool }
+    pub fn new(reviewer: Reviewer) -> Self {
+        Self {
+            pool: reviewer.pool.clone(),
+            reviewer,
+        }
     }
+}
+
+const MAX_CONTEXT_TURNS: usize = 200;
+const MAX_MEMORIES_PER_GRADING: usize = 100;
+/// Characters of a context turn the grader reads, as a conversation turn may hold.
+const MAX_TURN_CHARS: usize = 8_192;
+
+fn rating_to_proto(rating: Rating) -> v1::ReviewRating {
+    match rating {
+        Rating::Again => v1::ReviewRating::Again,
+        Rating::Hard => v1::ReviewRating::Hard,
+        Rating::Good => v1::ReviewRating::Good,
+        Rating::Easy => v1::ReviewRating::Easy,
+    }
+}
+
+fn state_to_proto(state: Option<FsrsState>) -> Option<v1::FsrsState> {
+    state.map(|state| v1::FsrsState {
+        stability: state.stability,
+        difficulty: state.difficulty,
+        last_reviewed_at: None,
+    })
+}
+
+/// Validates a GradeMemories request: the context, the memories (deduplicated), the grader.
+fn parse_grading(
+    message: &v1::GradeMemoriesRequest,
+) -> Result<(Vec<SegmentTurn>, Vec<ReviewTarget>, GraderChoice), ValidationError> {
+    if message.context.is_empty() || message.context.len() > MAX_CONTEXT_TURNS {
+        return Err(ValidationError::new(
+            "context",
+            format!(
+                "must hold 1 to {MAX_CONTEXT_TURNS} turns, has {}",
+                message.context.len()
+            ),
+        ));
+    }
+    let context = message
+        .context
+        .iter()
+        .enumerate()
+        .map(|(index, turn)| {
+            let field = format!("context[{index}]");
+            Ok(SegmentTurn {
+                role: role_from_proto(&format!("{field}.role"), turn.role)?,
+                content: MemoryText::parse(
+                    &format!("{field}.content"),
+                    &turn.content,
+                    MAX_TURN_CHARS,
+                )?
+                .into_string(),
+            })
+        })
+        .collect::<Result<Vec<_>, ValidationError>>()?;
+    if message.memories.is_empty() || message.memories.len() > MAX_MEMORIES_PER_GRADING {
+        return Err(ValidationError::new(
+            "memories",
+            format!(
+                "must hold 1 to {MAX_MEMORIES_PER_GRADING} memories, has {}",
+                message.memories.len()
+            ),
+        ));
+    }
+    let mut reviews: Vec<(String, Vec<uuid::Uuid>)> = Vec::new();
+    for (index, memory) in message.memories.iter().enumerate() {
+        let id = MemoryId::parse(&format!("memories[{index}].memory_id"), &memory.memory_id)?;
+        let queries = if memory.queries.is_empty() {
+            vec![String::new()]
+        } else {
+            memory.queries.clone()
+        };
+        for query in queries {
+            reviews.push((query, vec![id.as_uuid()]));
+        }
+    }
+    let mut targets = aggregate(reviews.iter().map(|(q, ids)| (q.as_str(), ids.as_slice())));
+    for target in &mut targets {
+        target.queries.retain(|query| !query.is_empty());
+    }
+    let grader = match v1::Grader::try_from(message.grader) {
+        Ok(v1::Grader::Unspecified) => GraderChoice::Configured,
+        Ok(v1::Grader::Local) => GraderChoice::Local,
+        Ok(v1::Grader::Llm) => GraderChoice::Llm,
+        Err(_) => {
+            return Err(ValidationError::new(
+                "grader",
+                format!("{} is not a known grader", message.grader),
+            ));
+        }
+    };
+    Ok((context, targets, grader))
 }
 
 #[tonic::async_trait]
@@ -70,6 +171,132 @@ impl ReviewService for ReviewApi {
             retrievability: retrievability(stability, difficulty, days),
             days_since_review: days,
             computed_at: Some(to_proto(now)),
+        }))
+    }
+
+    async fn grade_memories(
+        &self,
+        request: Request<v1::GradeMemoriesRequest>,
+    ) -> Result<Response<v1::GradeMemoriesResponse>, Status> {
+        let scope = authorized_scope(&request, request.get_ref().scope.clone())?;
+        let message = request.into_inner();
+        let (context, targets, grader) = parse_grading(&message).map_err(ReviewError::from)?;
+        let ids: Vec<uuid::Uuid> = targets.iter().map(|t| t.memory_id).collect();
+        let stored = engram_store::reviews::memories(&self.pool, &scope, &ids)
+            .await
+            .map_err(ReviewError::from)?;
+        if let Some(missing) = ids.iter().find(|id| !stored.iter().any(|m| m.id == **id)) {
+            return Err(ReviewError::NotFound(format!(
+                "no memory {missing} in space {:?} of this user",
+                scope.space.as_str()
+            ))
+            .into());
+        }
+        let memories: Vec<MemoryForGrading> = targets
+            .iter()
+            .filter_map(|target| {
+                let memory = stored.iter().find(|m| m.id == target.memory_id)?;
+                Some(MemoryForGrading {
+                    id: memory.id,
+                    title: memory.title.clone(),
+                    text: memory.text.clone(),
+                    queries: target.queries.clone(),
+                })
+            })
+            .collect();
+        let graded = self
+            .reviewer
+            .grader
+            .grade(&context, &memories, grader)
+            .await?;
+        let origin = ReviewOrigin {
+            // A review asked for by an operator is its own segment.
+            segment_id: uuid::Uuid::now_v7(),
+            conversation_id: None,
+            reviewed_at: Utc::now(),
+        };
+        let queries_of = |id: uuid::Uuid| {
+            targets
+                .iter()
+                .find(|t| t.memory_id == id)
+                .map(|t| t.queries.clone())
+                .unwrap_or_default()
+        };
+        let outcomes = apply(
+            &self.pool,
+            &scope,
+            origin,
+            &graded,
+            queries_of,
+            self.reviewer.desired_retention,
+            &self.reviewer.metrics,
+            message.dry_run,
+        )
+        .await?;
+        Ok(Response::new(v1::GradeMemoriesResponse {
+            graded: outcomes
+                .into_iter()
+                .map(|outcome| v1::GradedMemory {
+                    memory_id: outcome.memory_id.to_string(),
+                    rating: rating_to_proto(outcome.rating).into(),
+                    graded_by: outcome.graded_by,
+                    evidence: outcome.evidence.unwrap_or_default(),
+                    applied: outcome.applied,
+                    skipped_reason: outcome.skipped_reason.unwrap_or_default().to_owned(),
+                    before: state_to_proto(outcome.before),
+                    after: state_to_proto(outcome.after),
+                })
+                .collect(),
+        }))
+    }
+
+    async fn get_review_stats(
+        &self,
+        request: Request<v1::GetReviewStatsRequest>,
+    ) -> Result<Response<v1::GetReviewStatsResponse>, Status> {
+        let scope = authorized_scope(&request, request.get_ref().scope.clone())?;
+        let message = request.into_inner();
+        let since = from_proto_opt("since", message.since.as_ref()).map_err(ReviewError::from)?;
+        let until = from_proto_opt("until", message.until.as_ref()).map_err(ReviewError::from)?;
+        if let (Some(since), Some(until)) = (since, until)
+            && since > until
+        {
+            return Err(ReviewError::from(ValidationError::new(
+                "since",
+                "must not be after until",
+            ))
+            .into());
+        }
+        let stats = engram_store::reviews::stats(&self.pool, &scope, since, until)
+            .await
+            .map_err(ReviewError::from)?;
+        let count = |n: i64| u32::try_from(n).unwrap_or(u32::MAX);
+        let again = stats
+            .ratings
+            .iter()
+            .find(|(rating, _)| rating == "again")
+            .map_or(0, |(_, n)| *n);
+        Ok(Response::new(v1::GetReviewStatsResponse {
+            graded: count(stats.graded),
+            applied: count(stats.applied),
+            ratings: stats
+                .ratings
+                .iter()
+                .filter_map(|(rating, n)| {
+                    Some(v1::RatingCount {
+                        rating: rating_to_proto(Rating::parse(rating)?).into(),
+                        count: count(*n),
+                    })
+                })
+                .collect(),
+            again_share: if stats.graded > 0 {
+                again as f64 / stats.graded as f64
+            } else {
+                0.0
+            },
+            segments: count(stats.segments),
+            graded_by_llm: count(stats.graded_by_llm),
+            graded_locally: count(stats.graded - stats.graded_by_llm),
         }))
     }
 }

@@ -28,7 +28,11 @@ pub struct ConsumerSettings {
 /// Connects and declares every queue of the bus (so that whoever connects first leaves them
 /// ready for the rest).
 pub async fn connect(settings: &ConsumerSettings) -> Result<Bus, BusError> {
-    let bus = Bus::connect(&settings.url, Topology::new(settings.topology_prefix.clone())).await?;
+    let bus = Bus::connect(
+        &settings.url,
+        Topology::new(settings.topology_prefix.clone()),
+    )
+    .await?;
     bus.declare(&queues::all(settings.retry_delay)).await?;
     Ok(bus)
 }
@@ -44,9 +48,8 @@ pub async fn consume_each<F, Fut>(
     F: Fn(Delivery) -> Fut,
     Fut: Future<Output = Result<(), BusError>>,
 {
-    let backoff = || {
-        jittered_backoff(Duration::from_millis(100), settings.reconnect_max_backoff).build()
-    };
+    let backoff =
+        || jittered_backoff(Duration::from_millis(100), settings.reconnect_max_backoff).build();
     let mut delays = backoff();
     loop {
         if *stop.borrow() {
@@ -77,7 +80,9 @@ pub async fn consume_each<F, Fut>(
                 next = deliveries.next() => next,
                 _ = stop.changed() => break true,
             };
-            let Some(Ok(delivery)) = next else { break false };
+            let Some(Ok(delivery)) = next else {
+                break false;
+            };
             // A delivery in hand is finished even when stop arrives meanwhile.
             if let Err(error) = handle(delivery).await {
                 tracing::warn!(%error, queue = queue.name, "consumer lost the broker; reconnecting");

@@ -580,6 +580,17 @@ fn is_cjk_term(bigram: &str) -> bool {
     function_chars < 2
 }
 
+/// The distinct salient terms of a text — lowercased content words (no stop words) and CJK
+/// bigrams (no particles or function characters) — as the summary weighs them; the review
+/// grader compares a memory's with what the assistant said.
+pub fn content_terms(text: &str) -> Vec<String> {
+    let spans = spans(text);
+    terms(text, &spans)
+        .into_iter()
+        .map(Cow::into_owned)
+        .collect()
+}
+
 /// The distinct terms of a sentence: lowercased content words and CJK bigrams.
 fn terms<'a>(text: &'a str, spans: &[Span]) -> Vec<Cow<'a, str>> {
     let mut found: Vec<Cow<'a, str>> = Vec::new();

@@ -16,6 +16,7 @@ pub mod memory_state;
 pub mod metadata;
 pub mod normalize;
 pub mod retrieval;
+pub mod review;
 pub mod sanitize;
 pub mod segmentation;
 pub mod simhash;

@@ -27,6 +27,8 @@ pub enum AuditAction {
     ForgetConversation,
     /// Segmentation closed a segment (and wrote its episode).
     Segment,
+    /// The review service graded a memory (and updated its FSRS state).
+    Review,
 }
 
 impl AuditAction {
@@ -46,6 +48,7 @@ impl AuditAction {
             AuditAction::Supersede => "supersede",
             AuditAction::ForgetConversation => "forget_conversation",
             AuditAction::Segment => "segment",
+            AuditAction::Review => "review",
         }
     }
 
@@ -66,6 +69,7 @@ impl AuditAction {
             Supersede,
             ForgetConversation,
             Segment,
+            Review,
         ]
         .into_iter()
         .find(|action| action.as_str() == stored)

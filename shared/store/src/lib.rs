@@ -15,6 +15,7 @@ pub mod error;
 pub mod memories;
 pub mod outbox;
 pub mod retrieval;
+pub mod reviews;
 pub mod spaces;
 pub mod summary;
 #[macro_use]

@@ -560,6 +560,8 @@ async fn a_closed_segment_takes_its_pending_reviews_and_announces_them() {
     let bus = TestBus::local();
     let mut sandbox = Sandbox::start_with(SandboxOptions {
         bus: Some(bus.clone()),
+        // The test reads the review service's queue itself.
+        review_consumer_off: true,
         ..Default::default()
     })
     .await;

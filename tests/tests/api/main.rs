@@ -19,6 +19,7 @@ mod read_services;
 mod readiness;
 mod response_size;
 mod retrieval;
+mod review;
 mod transfer;
 mod validation;
 mod write_path;

@@ -1,0 +1,222 @@
+//! Applying ratings: each memory's FSRS state moves by its rating through FSRS-6, once per
+//! segment, never backwards in time.
+//!
+//! In one transaction, for each graded memory: its row is locked; the review is recorded under
+//! (segment, memory) — recorded before means this is a redelivery, and nothing more happens; a
+//! review whose time is not after the memory's last review changes nothing (stale skip); a fact
+//! is recorded but not reviewed (facts do not decay: FSRS belongs to episodes); otherwise
+//! stability, difficulty and last_reviewed_at become FSRS's answer for the rating and the days
+//! elapsed since the last review. Every applied rating is audited with the state before and
+//! after.
+
+use chrono::{DateTime, Utc};
+use engram_core::review::{FsrsState, Rating, next_state};
+use engram_core::{MemoryKind, Scope};
+use engram_store::audit::{self, AuditAction};
+use engram_store::reviews::{self, ReviewRecord};
+use serde_json::json;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::error::ReviewError;
+use crate::grading::Graded;
+use crate::metrics::ReviewMetrics;
+
+/// Where a review comes from.
+#[derive(Debug, Clone, Copy)]
+pub struct ReviewOrigin {
+    /// The segment's id (from SegmentClosed), or a fresh id for a GradeMemories call.
+    pub segment_id: Uuid,
+    pub conversation_id: Option<Uuid>,
+    /// The review's time: a memory last reviewed at or after it is left alone.
+    pub reviewed_at: DateTime<Utc>,
+}
+
+/// What became of one rating.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub memory_id: Uuid,
+    pub rating: Rating,
+    pub graded_by: String,
+    pub evidence: Option<f64>,
+    pub applied: bool,
+    pub skipped_reason: Option<&'static str>,
+    pub before: Option<FsrsState>,
+    pub after: Option<FsrsState>,
+}
+
+/// Why a rating changed nothing.
+const REDELIVERED: &str = "this segment's review of the memory was applied before";
+const STALE: &str = "the memory was reviewed at or after this review's time";
+const NOT_AN_EPISODE: &str = "facts do not decay: FSRS state belongs to episodes";
+const GONE: &str = "the memory is gone (forgotten or trimmed since it was retrieved)";
+const DRY_RUN: &str = "dry run";
+
+fn outcome(graded: &Graded, before: Option<FsrsState>) -> Outcome {
+    Outcome {
+        memory_id: graded.memory_id,
+        rating: graded.rating,
+        graded_by: graded.graded_by.clone(),
+        evidence: graded.evidence,
+        applied: false,
+        skipped_reason: None,
+        before,
+        after: None,
+    }
+}
+
+/// Whole days between the last review and this one (FSRS counts days).
+fn days_between(last: DateTime<Utc>, now: DateTime<Utc>) -> u32 {
+    u32::try_from((now - last).num_days().max(0)).unwrap_or(u32::MAX)
+}
+
+/// Applies the ratings (see the module documentation); `queries` gives each memory's queries.
+/// A dry run computes the same outcomes (the state each rating would lead to) and changes
+/// nothing.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the review's parts, each needed once"
+)]
+pub async fn apply(
+    pool: &PgPool,
+    scope: &Scope,
+    origin: ReviewOrigin,
+    graded: &[Graded],
+    queries: impl Fn(Uuid) -> Vec<String>,
+    desired_retention: f32,
+    metrics: &ReviewMetrics,
+    dry_run: bool,
+) -> Result<Vec<Outcome>, ReviewError> {
+    let mut transaction = pool.begin().await.map_err(engram_store::StoreError::from)?;
+    let mut outcomes = Vec::with_capacity(graded.len());
+    for graded in graded {
+        let Some(memory) = reviews::lock_state(&mut transaction, scope, graded.memory_id).await?
+        else {
+            let mut gone = outcome(graded, None);
+            gone.skipped_reason = Some(GONE);
+            outcomes.push(gone);
+            continue;
+        };
+        let before = match (memory.stability, memory.difficulty) {
+            (Some(stability), Some(difficulty)) => Some(FsrsState {
+                stability,
+                difficulty,
+            }),
+            _ => None,
+        };
+        let mut result = outcome(graded, before);
+        let episode = MemoryKind::from_stored(&memory.kind) == Some(MemoryKind::Episodic);
+        let stale = memory
+            .last_reviewed_at
+            .is_some_and(|last| origin.reviewed_at <= last);
+        if !episode {
+            result.skipped_reason = Some(NOT_AN_EPISODE);
+        } else if stale {
+            result.skipped_reason = Some(STALE);
+        } else {
+            let elapsed = memory
+                .last_reviewed_at
+                .map_or(0, |last| days_between(last, origin.reviewed_at));
+            let after = next_state(before, graded.rating, elapsed, desired_retention).map_err(
+                |reason| {
+                    ReviewError::FailedPrecondition(format!("FSRS refused the review: {reason}"))
+                },
+            )?;
+            result.after = Some(after);
+            result.applied = true;
+        }
+        if dry_run {
+            result.applied = false;
+            result.skipped_reason = result.skipped_reason.or(Some(DRY_RUN));
+            outcomes.push(result);
+            continue;
+        }
+        let memory_queries = queries(graded.memory_id);
+        let recorded = reviews::record(
+            &mut transaction,
+            scope,
+            &ReviewRecord {
+                segment_id: origin.segment_id,
+                memory_id: graded.memory_id,
+                conversation_id: origin.conversation_id,
+                rating: graded.rating.as_str(),
+                graded_by: &graded.graded_by,
+                applied: result.applied,
+                stability_before: before.map(|s| s.stability),
+                stability_after: result.after.map(|s| s.stability),
+                difficulty_before: before.map(|s| s.difficulty),
+                difficulty_after: result.after.map(|s| s.difficulty),
+                queries: &memory_queries,
+                reviewed_at: origin.reviewed_at,
+            },
+        )
+        .await?;
+        if !recorded {
+            metrics.record_redelivered();
+            result.applied = false;
+            result.after = None;
+            result.skipped_reason = Some(REDELIVERED);
+            outcomes.push(result);
+            continue;
+        }
+        if let Some(after) = result.after {
+            reviews::update_state(
+                &mut transaction,
+                scope,
+                graded.memory_id,
+                after.stability,
+                after.difficulty,
+                origin.reviewed_at,
+            )
+            .await?;
+        }
+        audit::append(
+            &mut transaction,
+            scope,
+            AuditAction::Review,
+            Some(graded.memory_id),
+            origin
+                .conversation_id
+                .map(engram_core::ConversationId::from_uuid),
+            json!({
+                "rating": graded.rating.as_str(),
+                "graded_by": graded.graded_by,
+                "evidence": graded.evidence,
+                "segment": origin.segment_id,
+                "applied": result.applied,
+                "skipped": result.skipped_reason,
+                "stability_before": before.map(|s| s.stability),
+                "stability_after": result.after.map(|s| s.stability),
+                "difficulty_before": before.map(|s| s.difficulty),
+                "difficulty_after": result.after.map(|s| s.difficulty),
+            }),
+        )
+        .await?;
+        metrics.record_graded(graded.rating.as_str(), result.applied);
+        outcomes.push(result);
+    }
+    if dry_run {
+        transaction
+            .rollback()
+            .await
+            .map_err(engram_store::StoreError::from)?;
+    } else {
+        transaction
+            .commit()
+            .await
+            .map_err(engram_store::StoreError::from)?;
+    }
+    Ok(outcomes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn days_elapsed_are_whole_days_and_never_negative() {
+        let now = Utc::now();
+        assert_eq!(days_between(now - chrono::Duration::hours(47), now), 1);
+        assert_eq!(days_between(now + chrono::Duration::hours(3), now), 0);
+    }
+}

@@ -1,0 +1,415 @@
+//! Grading: how useful each retrieved memory was in a conversation, Again / Hard / Good / Easy.
+//!
+//! With an LLM (any OpenAI-compatible endpoint), the conversation and the memories go to it as
+//! Markdown and it answers one rating per memory (a strict JSON schema). Memories it leaves out,
+//! and labels it invents, are logged and counted, never guessed: the local grader rates what it
+//! left out. When it fails (down, slow, garbage after the client's retries), the local grader
+//! rates everything and says so — or, configured so, the failure goes back to the caller (a bus
+//! message is then retried and, in the end, dead-lettered).
+//!
+//! The local grader judges from what the assistant said (`engram_core::review`): the highest
+//! cosine of the memory to one of the assistant's turns and the share of its salient terms the
+//! assistant used, weighted into an evidence score, banded by calibrated thresholds.
+
+use std::sync::Arc;
+
+use engram_core::SpeakerRole;
+use engram_core::episode::SegmentTurn;
+use engram_core::review::{GradeSignals, GraderThresholds, Rating, grade, term_overlap};
+use engram_embed::{Embedder, cosine};
+use engram_llm::{ChatClient, LlmError, StructuredRequest};
+use serde::Deserialize;
+use uuid::Uuid;
+
+use crate::error::ReviewError;
+use crate::metrics::ReviewMetrics;
+
+/// A memory as the graders read it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryForGrading {
+    pub id: Uuid,
+    pub title: Option<String>,
+    pub text: String,
+    pub queries: Vec<String>,
+}
+
+impl MemoryForGrading {
+    /// Title and summary (facts: their text), as the memory is compared with the conversation.
+    fn content(&self) -> String {
+        match &self.title {
+            Some(title) if !title.is_empty() => format!("{title}\n{}", self.text),
+            _ => self.text.clone(),
+        }
+    }
+}
+
+/// A rating and who gave it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Graded {
+    pub memory_id: Uuid,
+    pub rating: Rating,
+    /// `llm`, `local`, or `local: <why the LLM did not>`.
+    pub graded_by: String,
+    /// The local grader's evidence, when it graded.
+    pub evidence: Option<f64>,
+}
+
+/// Which grader a request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GraderChoice {
+    /// The LLM when one is configured, the local grader otherwise.
+    Configured,
+    Local,
+    Llm,
+}
+
+/// Grades memories; cheap to clone.
+#[derive(Clone)]
+pub struct Grader {
+    pub llm: Option<ChatClient>,
+    pub embedder: Option<Arc<dyn Embedder>>,
+    pub thresholds: GraderThresholds,
+    /// When the LLM fails: grade locally (true) or fail the review (false).
+    pub fall_back_locally: bool,
+    pub metrics: Arc<ReviewMetrics>,
+}
+
+impl std::fmt::Debug for Grader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Grader")
+            .field("llm", &self.llm.as_ref().map(ChatClient::model))
+            .field("thresholds", &self.thresholds)
+            .finish()
+    }
+}
+
+impl Grader {
+    pub async fn grade(
+        &self,
+        context: &[SegmentTurn],
+        memories: &[MemoryForGrading],
+        choice: GraderChoice,
+    ) -> Result<Vec<Graded>, ReviewError> {
+        if memories.is_empty() {
+            return Ok(Vec::new());
+        }
+        let llm = match (choice, &self.llm) {
+            (GraderChoice::Local, _) | (GraderChoice::Configured, None) => None,
+            (GraderChoice::Llm, None) => {
+                return Err(ReviewError::FailedPrecondition(
+                    "no LLM is configured for grading (ENGRAM_LLM__PROVIDER); ask for the local grader".into(),
+                ));
+            }
+            (_, Some(llm)) => Some(llm),
+        };
+        let Some(llm) = llm else {
+            return Ok(self.grade_locally(context, memories, "local").await);
+        };
+        match ask_llm(llm, context, memories).await {
+            Ok(answer) => {
+                if answer.unknown_labels > 0 {
+                    self.metrics.record_invented(answer.unknown_labels as u64);
+                    tracing::warn!(
+                        unknown = answer.unknown_labels,
+                        "the LLM rated memories it was not given; ignored"
+                    );
+                }
+                let left_out: Vec<MemoryForGrading> = memories
+                    .iter()
+                    .filter(|m| !answer.ratings.iter().any(|(id, _)| *id == m.id))
+                    .cloned()
+                    .collect();
+                let mut graded: Vec<Graded> = answer
+                    .ratings
+                    .into_iter()
+                    .map(|(memory_id, rating)| Graded {
+                        memory_id,
+                        rating,
+                        graded_by: "llm".into(),
+                        evidence: None,
+                    })
+                    .collect();
+                if !left_out.is_empty() {
+                    self.metrics.record_omitted(left_out.len() as u64);
+                    tracing::warn!(
+                        omitted = left_out.len(),
+                        "the LLM left memories unrated; the local grader rates them"
+                    );
+                    graded.extend(
+                        self.grade_locally(context, &left_out, "local: the LLM left it out")
+                            .await,
+                    );
+                }
+                // In the order asked.
+                graded.sort_by_key(|g| memories.iter().position(|m| m.id == g.memory_id));
+                Ok(graded)
+            }
+            Err(error) if self.fall_back_locally => {
+                self.metrics.record_llm_fallback();
+                tracing::warn!(%error, "the LLM could not grade; the local grader rates the memories");
+                Ok(self
+                    .grade_locally(context, memories, "local: the LLM failed")
+                    .await)
+            }
+            Err(error) => Err(ReviewError::Unavailable(format!(
+                "the LLM could not grade: {error}"
+            ))),
+        }
+    }
+
+    /// The local grade of each memory: from the assistant's turns (all turns if the assistant
+    /// said nothing).
+    async fn grade_locally(
+        &self,
+        context: &[SegmentTurn],
+        memories: &[MemoryForGrading],
+        graded_by: &str,
+    ) -> Vec<Graded> {
+        let assistant: Vec<&str> = context
+            .iter()
+            .filter(|turn| turn.role == SpeakerRole::Assistant)
+            .map(|turn| turn.content.as_str())
+            .collect();
+        let said: Vec<&str> = if assistant.is_empty() {
+            context.iter().map(|turn| turn.content.as_str()).collect()
+        } else {
+            assistant
+        };
+        let said_text = said.join("\n");
+        let everything: Vec<&str> = context.iter().map(|turn| turn.content.as_str()).collect();
+        let similarities = self.similarities(&said, &everything, memories).await;
+        memories
+            .iter()
+            .zip(similarities)
+            .map(|(memory, (similarity, topic))| {
+                let signals = GradeSignals {
+                    similarity,
+                    overlap: term_overlap(&memory.content(), &said_text),
+                    topic,
+                };
+                Graded {
+                    memory_id: memory.id,
+                    rating: grade(&signals, &self.thresholds),
+                    graded_by: graded_by.to_owned(),
+                    evidence: Some(signals.evidence(&self.thresholds)),
+                }
+            })
+            .collect()
+    }
+
+    /// For each memory, its highest cosine to one of the turns said (the assistant's) and to any
+    /// turn of the conversation; 0 without an embedder or when it fails (the term overlap then
+    /// carries the grade alone).
+    async fn similarities(
+        &self,
+        said: &[&str],
+        everything: &[&str],
+        memories: &[MemoryForGrading],
+    ) -> Vec<(f64, f64)> {
+        let none = vec![(0.0, 0.0); memories.len()];
+        let Some(embedder) = &self.embedder else {
+            return none;
+        };
+        if everything.is_empty() {
+            return none;
+        }
+        let texts: Vec<String> = memories
+            .iter()
+            .map(MemoryForGrading::content)
+            .chain(everything.iter().map(|turn| (*turn).to_owned()))
+            .collect();
+        let vectors = match embedder.embed(&texts).await {
+            Ok(vectors) if vectors.len() == texts.len() => vectors,
+            Ok(_) => return none,
+            Err(error) => {
+                tracing::warn!(%error, "cannot embed for grading; term overlap alone decides");
+                return none;
+            }
+        };
+        let (memory_vectors, turn_vectors) = vectors.split_at(memories.len());
+        memory_vectors
+            .iter()
+            .map(|memory| {
+                let mut used = 0.0f64;
+                let mut topic = 0.0f64;
+                for (turn, vector) in everything.iter().zip(turn_vectors) {
+                    let similarity = f64::from(cosine(memory, vector));
+                    topic = topic.max(similarity);
+                    if said.contains(turn) {
+                        used = used.max(similarity);
+                    }
+                }
+                (used, topic)
+            })
+            .collect()
+    }
+}
+
+const SYSTEM_PROMPT: &str = "\
+You review the long-term memory of an assistant. During the conversation below, the assistant \
+was handed some memories about the user. Rate how useful each one really was:
+- again: not used at all; noise for this conversation;
+- hard: related to the topic, but the assistant did not use it, or connecting it takes real \
+inference;
+- good: directly relevant; the assistant's replies visibly reflect it;
+- easy: a core pillar; the conversation could not have gone as it did without it.
+Judge by what the assistant actually said and did, not by the topic alone. A memory that \
+several queries retrieved may matter more, but only its use decides. Rate every memory, by its \
+label.";
+
+fn schema() -> serde_json::Value {
+    serde_json::json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["ratings"],
+        "properties": {
+            "ratings": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "additionalProperties": false,
+                    "required": ["memory", "rating"],
+                    "properties": {
+                        "memory": {"type": "string"},
+                        "rating": {"type": "string", "enum": ["again", "hard", "good", "easy"]}
+                    }
+                }
+            }
+        }
+    })
+}
+
+#[derive(Debug, Deserialize)]
+struct Answer {
+    ratings: Vec<AnswerRating>,
+}
+
+#[derive(Debug, Deserialize)]
+struct AnswerRating {
+    memory: String,
+    rating: String,
+}
+
+struct LlmRatings {
+    ratings: Vec<(Uuid, Rating)>,
+    unknown_labels: usize,
+}
+
+/// The conversation and the memories as the reviewer reads them.
+fn render(context: &[SegmentTurn], memories: &[MemoryForGrading]) -> String {
+    let mut markdown = String::from("## Conversation\n\n");
+    for turn in context {
+        markdown.push_str(&format!(
+            "- {}: \"{}\"\n",
+            turn.role.as_str(),
+            turn.content
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        ));
+    }
+    markdown.push_str("\n## Memories handed to the assistant\n");
+    for (index, memory) in memories.iter().enumerate() {
+        markdown.push_str(&format!("\n### M{}\n", index + 1));
+        if let Some(title) = memory.title.as_deref().filter(|t| !t.is_empty()) {
+            markdown.push_str(&format!("**Title:** {title}\n"));
+        }
+        markdown.push_str(&format!(
+            "**Summary:** {}\n",
+            memory.text.split_whitespace().collect::<Vec<_>>().join(" ")
+        ));
+        if !memory.queries.is_empty() {
+            let queries: Vec<String> = memory.queries.iter().map(|q| format!("\"{q}\"")).collect();
+            markdown.push_str(&format!("**Retrieved by:** {}\n", queries.join(", ")));
+        }
+    }
+    markdown
+}
+
+async fn ask_llm(
+    client: &ChatClient,
+    context: &[SegmentTurn],
+    memories: &[MemoryForGrading],
+) -> Result<LlmRatings, LlmError> {
+    let schema = schema();
+    let user = render(context, memories);
+    let answer = client
+        .structured::<Answer>(&StructuredRequest {
+            task: "memory_review",
+            system: SYSTEM_PROMPT,
+            user: &user,
+            schema: &schema,
+        })
+        .await?;
+    let mut ratings: Vec<(Uuid, Rating)> = Vec::new();
+    let mut unknown_labels = 0;
+    for rated in answer.value.ratings {
+        let memory = rated
+            .memory
+            .trim()
+            .trim_start_matches(['M', 'm'])
+            .parse::<usize>()
+            .ok()
+            .and_then(|n| n.checked_sub(1))
+            .and_then(|index| memories.get(index));
+        let rating = Rating::parse(&rated.rating);
+        match (memory, rating) {
+            (Some(memory), Some(rating)) if !ratings.iter().any(|(id, _)| *id == memory.id) => {
+                ratings.push((memory.id, rating));
+            }
+            (Some(_), Some(_)) => {}
+            // A label it was not given, or a rating outside the four: never guessed at.
+            _ => unknown_labels += 1,
+        }
+    }
+    Ok(LlmRatings {
+        ratings,
+        unknown_labels,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reviewer_reads_labels_summaries_and_queries() {
+        let context = vec![
+            SegmentTurn {
+                role: SpeakerRole::User,
+                content: "Lifetimes confuse me".into(),
+            },
+            SegmentTurn {
+                role: SpeakerRole::Assistant,
+                content: "You said you learn best by building things".into(),
+            },
+        ];
+        let memories = vec![MemoryForGrading {
+            id: Uuid::from_u128(1),
+            title: Some("Learning style".into()),
+            text: "The user prefers hands-on projects".into(),
+            queries: vec!["learning preferences".into()],
+        }];
+        let markdown = render(&context, &memories);
+        assert!(
+            markdown.contains("- user: \"Lifetimes confuse me\""),
+            "{markdown}"
+        );
+        assert!(
+            markdown.contains("### M1\n**Title:** Learning style\n"),
+            "{markdown}"
+        );
+        assert!(markdown.contains("**Retrieved by:** \"learning preferences\""));
+    }
+
+    #[test]
+    fn the_schema_is_strict_and_names_the_four_ratings() {
+        let schema = schema();
+        let item = &schema["properties"]["ratings"]["items"];
+        assert_eq!(item["additionalProperties"], false);
+        assert_eq!(
+            item["properties"]["rating"]["enum"],
+            serde_json::json!(["again", "hard", "good", "easy"])
+        );
+    }
+}

@@ -1,0 +1,202 @@
+//! Reviewing closed segments: SegmentClosed from the bus, graded and applied.
+//!
+//! A message is acknowledged only after its review committed; a failure (the database away, the
+//! LLM failing with `grading.on_llm_failure = retry`) sends it back for a delayed retry, and
+//! after `amqp.max_attempts` deliveries to the dead-letter queue with the reason. A malformed
+//! message is dead-lettered at once. The same segment delivered twice applies nothing twice: each
+//! (segment, memory) review is recorded once.
+
+use std::time::Duration;
+
+use engram_bus::consumer::{ConsumerSettings, consume_each};
+use engram_bus::queues::{self, routes};
+use engram_bus::{BusError, Delivery};
+use engram_core::episode::SegmentTurn;
+use engram_core::review::{ReviewTarget, aggregate};
+use engram_core::{Scope, SpeakerRole};
+use engram_proto::v1;
+use prost::Message as _;
+use secrecy::ExposeSecret as _;
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use crate::apply::{ReviewOrigin, apply};
+use crate::config::ReviewBusSettings;
+use crate::error::ReviewError;
+use crate::grading::{GraderChoice, MemoryForGrading};
+use crate::service::Reviewer;
+
+/// A SegmentClosed message, read.
+#[derive(Debug, Clone)]
+pub struct ClosedSegment {
+    pub scope: Scope,
+    pub origin: ReviewOrigin,
+    pub context: Vec<SegmentTurn>,
+    pub targets: Vec<ReviewTarget>,
+}
+
+/// Reads a SegmentClosed message, or says why it is not one.
+pub fn decode(delivery_type: Option<&str>, payload: &[u8]) -> Result<ClosedSegment, String> {
+    if delivery_type != Some(routes::SEGMENT_CLOSED_TYPE) {
+        return Err(format!("unexpected message type {delivery_type:?}"));
+    }
+    let event =
+        v1::SegmentClosed::decode(payload).map_err(|e| format!("malformed payload: {e}"))?;
+    let scope = engram_server::convert::scope_from_proto(event.scope)
+        .map_err(|e| format!("bad scope: {e}"))?;
+    let segment_id = Uuid::parse_str(&event.segment_id)
+        .map_err(|_| format!("segment_id {:?} is not a UUID", event.segment_id))?;
+    let conversation_id = Uuid::parse_str(&event.conversation_id).ok();
+    let reviewed_at = event
+        .reviewed_at
+        .as_ref()
+        .and_then(|at| engram_server::time::from_proto("reviewed_at", at).ok())
+        .ok_or("reviewed_at is missing or invalid")?;
+    let reviews: Vec<(String, Vec<Uuid>)> = event
+        .pending_reviews
+        .iter()
+        .map(|review| {
+            let ids = review
+                .memory_ids
+                .iter()
+                .map(|id| {
+                    Uuid::parse_str(id).map_err(|_| format!("memory id {id:?} is not a UUID"))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok((review.query.clone(), ids))
+        })
+        .collect::<Result<_, String>>()?;
+    let targets = aggregate(
+        reviews
+            .iter()
+            .map(|(query, ids)| (query.as_str(), ids.as_slice())),
+    );
+    let context = event
+        .context
+        .iter()
+        .map(|message| SegmentTurn {
+            role: match v1::SpeakerRole::try_from(message.role) {
+                Ok(v1::SpeakerRole::Assistant) => SpeakerRole::Assistant,
+                Ok(v1::SpeakerRole::System) => SpeakerRole::System,
+                _ => SpeakerRole::User,
+            },
+            content: message.content.clone(),
+        })
+        .collect();
+    Ok(ClosedSegment {
+        scope,
+        origin: ReviewOrigin {
+            segment_id,
+            conversation_id,
+            reviewed_at,
+        },
+        context,
+        targets,
+    })
+}
+
+impl Reviewer {
+    /// Grades and applies a closed segment's reviews; returns how many memories were graded.
+    #[tracing::instrument(skip_all, fields(segment = %segment.origin.segment_id, memories = segment.targets.len()), err(Display))]
+    pub async fn review_segment(&self, segment: &ClosedSegment) -> Result<usize, ReviewError> {
+        let ids: Vec<Uuid> = segment.targets.iter().map(|t| t.memory_id).collect();
+        // Memories forgotten or trimmed since they were retrieved are simply not there.
+        let stored = engram_store::reviews::memories(&self.pool, &segment.scope, &ids).await?;
+        let memories: Vec<MemoryForGrading> = segment
+            .targets
+            .iter()
+            .filter_map(|target| {
+                let memory = stored.iter().find(|m| m.id == target.memory_id)?;
+                Some(MemoryForGrading {
+                    id: memory.id,
+                    title: memory.title.clone(),
+                    text: memory.text.clone(),
+                    queries: target.queries.clone(),
+                })
+            })
+            .collect();
+        if memories.is_empty() {
+            return Ok(0);
+        }
+        let graded = self
+            .grader
+            .grade(&segment.context, &memories, GraderChoice::Configured)
+            .await?;
+        let queries_of = |id: Uuid| {
+            segment
+                .targets
+                .iter()
+                .find(|t| t.memory_id == id)
+                .map(|t| t.queries.clone())
+                .unwrap_or_default()
+        };
+        let outcomes = apply(
+            &self.pool,
+            &segment.scope,
+            segment.origin,
+            &graded,
+            queries_of,
+            self.desired_retention,
+            &self.metrics,
+            false,
+        )
+        .await?;
+        Ok(outcomes.len())
+    }
+}
+
+/// Consumes SegmentClosed until stopped.
+pub struct SegmentConsumer {
+    pub reviewer: Reviewer,
+    pub settings: ReviewBusSettings,
+}
+
+impl SegmentConsumer {
+    pub async fn run(self, stop: watch::Receiver<bool>) {
+        let retry_delay = Duration::from_millis(self.settings.retry_delay_ms);
+        let settings = ConsumerSettings {
+            url: self.settings.url.expose_secret().to_owned(),
+            topology_prefix: self.settings.topology_prefix.clone(),
+            prefetch: self.settings.prefetch,
+            retry_delay,
+            reconnect_max_backoff: Duration::from_millis(self.settings.reconnect_max_backoff_ms),
+        };
+        consume_each(
+            settings,
+            queues::segment_closed(retry_delay),
+            stop,
+            |delivery| self.handle(delivery),
+        )
+        .await;
+    }
+
+    async fn handle(&self, delivery: Delivery) -> Result<(), BusError> {
+        use tracing::Instrument as _;
+        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+        let span = tracing::info_span!("review.segment", otel.kind = "consumer");
+        let _ = span.set_parent(delivery.trace_context());
+        async {
+            let segment = match decode(delivery.type_name(), delivery.payload()) {
+                Ok(segment) => segment,
+                Err(reason) => return delivery.dead_letter(&reason).await,
+            };
+            match self.reviewer.review_segment(&segment).await {
+                Ok(_) => delivery.ack().await,
+                Err(error) if delivery.attempts() + 1 >= self.settings.max_attempts => {
+                    delivery
+                        .dead_letter(&format!(
+                            "gave up after {} attempts: {error}",
+                            self.settings.max_attempts
+                        ))
+                        .await
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "review failed; retrying later");
+                    delivery.retry_later().await
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+}
