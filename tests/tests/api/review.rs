@@ -486,3 +486,171 @@ async fn grade_memories_on_request() {
     let status = sandbox.review.grade_memories(llm).await.unwrap_err();
     assert_status(status, Code::FailedPrecondition, "no LLM is configured");
 }
+
+/// An LLM answering garbage: after the client's retry the local grader rates the memories, and
+/// says so; configured to retry instead, the review fails with UNAVAILABLE (a bus message is then
+/// retried later, and dead-lettered in the end).
+#[tokio::test]
+async fn a_failing_llm_falls_back_to_the_local_grader_or_fails_the_review() {
+    let llm = engram_testkit::FakeLlm::start().await;
+    llm.set_responder(|_| engram_testkit::FakeAnswer::RawContent("I'd rather not say".into()));
+    let mut sandbox = Sandbox::start_with(SandboxOptions {
+        llm_base_url: Some(llm.base_url()),
+        ..Default::default()
+    })
+    .await;
+    let chat = Chat::new("fallback");
+    import(&mut sandbox, &chat.scope, trip_episodes(&chat)).await;
+    let episode = crate::helpers::entries(&mut sandbox, &chat.scope)
+        .await
+        .into_iter()
+        .find(|m| m.kind() == v1::MemoryKind::Episodic)
+        .unwrap();
+    let request = v1::GradeMemoriesRequest {
+        scope: Some(chat.scope.clone()),
+        context: vec![v1::Message {
+            role: v1::SpeakerRole::Assistant.into(),
+            content: "Shall we plan the Lisbon trip?".into(),
+        }],
+        memories: vec![v1::MemoryToGrade {
+            memory_id: episode.id.clone(),
+            queries: vec![],
+        }],
+        dry_run: false,
+        grader: v1::Grader::Unspecified.into(),
+    };
+    let graded = sandbox
+        .review
+        .grade_memories(request.clone())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(graded.graded[0].graded_by, "local: the LLM failed");
+    assert!(graded.graded[0].applied);
+    assert_eq!(sandbox.review_metrics.counts().llm_fallbacks, 1);
+    assert_eq!(llm.requests().len(), 2, "the client tried again once");
+
+    let mut strict = Sandbox::start_with(SandboxOptions {
+        llm_base_url: Some(llm.base_url()),
+        review_on_llm_failure: Some(engram_review::config::LlmFailure::Retry),
+        ..Default::default()
+    })
+    .await;
+    import(&mut strict, &chat.scope, trip_episodes(&chat)).await;
+    let status = strict.review.grade_memories(request).await.unwrap_err();
+    assert_status(status, Code::Unavailable, "the LLM could not grade");
+    let recorded: i64 = sqlx::query_scalar("SELECT count(*) FROM applied_reviews")
+        .fetch_one(&strict.pool)
+        .await
+        .unwrap();
+    assert_eq!(recorded, 0, "nothing applied when the review fails");
+}
+
+/// The broker goes away while segments close: their SegmentClosed events wait in the outbox, and
+/// when it returns every review is applied, each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_outage_loses_no_review_and_applies_none_twice() {
+    let broker: std::net::SocketAddr = {
+        let url = url::Url::parse(&engram_e2e::amqp_url()).unwrap();
+        let host = url.host_str().unwrap().to_owned();
+        tokio::net::lookup_host((host, url.port().unwrap_or(5672)))
+            .await
+            .unwrap()
+            .next()
+            .unwrap()
+    };
+    let proxy = engram_testkit::TcpProxy::start(broker).await.unwrap();
+    let mut bus = TestBus::local();
+    let mut url = url::Url::parse(&bus.url).unwrap();
+    url.set_ip_host(proxy.address().ip()).unwrap();
+    url.set_port(Some(proxy.address().port())).unwrap();
+    bus.url = url.to_string();
+    let mut sandbox = Sandbox::start_with(SandboxOptions {
+        bus: Some(bus.clone()),
+        ..Default::default()
+    })
+    .await;
+    let chat = Chat::new("outage");
+    import(&mut sandbox, &chat.scope, trip_episodes(&chat)).await;
+    proxy.cut();
+    converse_and_close(&mut sandbox, &chat).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM applied_reviews")
+        .fetch_one(&sandbox.pool)
+        .await
+        .unwrap();
+    assert_eq!(applied, 0, "nothing reaches review while the broker is away");
+    proxy.restore().await.unwrap();
+    wait_for_reviews(&sandbox, 4).await;
+    // Whatever the reconnections redelivered was recognised.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    wait_for_reviews(&sandbox, 4).await;
+    let audited: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE action = 'review'")
+            .fetch_one(&sandbox.pool)
+            .await
+            .unwrap();
+    assert_eq!(audited, 4);
+    drop(sandbox);
+    crate::helpers::delete_topology(&bus).await;
+}
+
+/// The database away while a segment is reviewed: the message goes back for a later delivery
+/// instead of being acknowledged, and the review lands once the database answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_outage_retries_the_review_instead_of_dropping_it() {
+    let bus = TestBus::local();
+    let mut sandbox = Sandbox::start_with(SandboxOptions {
+        bus: Some(bus.clone()),
+        database_proxy: true,
+        ..Default::default()
+    })
+    .await;
+    let chat = Chat::new("dbdown");
+    import(&mut sandbox, &chat.scope, trip_episodes(&chat)).await;
+    let retrieved = converse_and_close(&mut sandbox, &chat).await;
+    // Cut the database before the review can land (or, if it already did, the check below
+    // still holds: every review exactly once).
+    let proxy = sandbox.database_proxy.as_ref().unwrap();
+    proxy.cut();
+    // A copy of the segment's event, delivered while the database is away.
+    let event = v1::SegmentClosed {
+        scope: Some(chat.scope.clone()),
+        conversation_id: chat.id.clone(),
+        segment_id: Uuid::new_v4().to_string(),
+        reviewed_at: Some(engram_server::time::to_proto(Utc::now())),
+        context: vec![v1::Message {
+            role: v1::SpeakerRole::Assistant.into(),
+            content: "Your Lisbon trip notes say you loved the trams".into(),
+        }],
+        pending_reviews: vec![v1::PendingReview {
+            query: "Lisbon trip".into(),
+            memory_ids: retrieved.values().cloned().collect(),
+            retrieved_at: None,
+        }],
+        ..Default::default()
+    };
+    let broker = Bus::connect(&bus.url, Topology::new(bus.topology_prefix.clone()))
+        .await
+        .unwrap();
+    broker
+        .publisher()
+        .await
+        .unwrap()
+        .publish(&OutgoingEvent {
+            routing_key: engram_bus::queues::routes::SEGMENT_CLOSED.into(),
+            message_id: Uuid::new_v4(),
+            type_name: engram_bus::queues::routes::SEGMENT_CLOSED_TYPE.into(),
+            payload: event.encode_to_vec(),
+            trace_headers: Default::default(),
+        })
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.restore().await.unwrap();
+    // Both segments' reviews land: the one the segment closed and the copy, four memories each.
+    wait_for_reviews(&sandbox, 8).await;
+    broker.close().await;
+    drop(sandbox);
+    crate::helpers::delete_topology(&bus).await;
+}
