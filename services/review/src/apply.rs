@@ -1,7 +1,8 @@
 //! Applying ratings: each memory's FSRS state moves by its rating through FSRS-6, once per
 //! segment, never backwards in time.
 //!
-//! In one transaction, for each graded memory: its row is locked; the review is recorded under
+//! In one transaction (a fixed handful of statements, however many memories), for each graded
+//! memory: its row is locked; the review is recorded under
 //! (segment, memory) — recorded before means this is a redelivery, and nothing more happens; a
 //! review whose time is not after the memory's last review changes nothing (stale skip); a fact
 //! is recorded but not reviewed (facts do not decay: FSRS belongs to episodes); otherwise
@@ -13,7 +14,7 @@ use chrono::{DateTime, Utc};
 use engram_core::review::{FsrsState, Rating, next_state};
 use engram_core::{MemoryKind, Scope};
 use engram_store::audit::{self, AuditAction};
-use engram_store::reviews::{self, ReviewRecord};
+use engram_store::reviews::{self, NewState, ReviewRecord, SegmentReviews};
 use serde_json::json;
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -87,11 +88,24 @@ pub async fn apply(
     metrics: &ReviewMetrics,
     dry_run: bool,
 ) -> Result<Vec<Outcome>, ReviewError> {
+    let mut ids: Vec<Uuid> = Vec::with_capacity(graded.len());
+    let graded: Vec<&Graded> = graded
+        .iter()
+        .filter(|g| {
+            let first = !ids.contains(&g.memory_id);
+            if first {
+                ids.push(g.memory_id);
+            }
+            first
+        })
+        .collect();
+    // A handful of statements whatever the number of memories: lock every state, record every
+    // review, update the states that changed, audit them.
     let mut transaction = pool.begin().await.map_err(engram_store::StoreError::from)?;
+    let states = reviews::lock_states(&mut transaction, scope, &ids).await?;
     let mut outcomes = Vec::with_capacity(graded.len());
-    for graded in graded {
-        let Some(memory) = reviews::lock_state(&mut transaction, scope, graded.memory_id).await?
-        else {
+    for graded in &graded {
+        let Some(memory) = states.iter().find(|state| state.id == graded.memory_id) else {
             let mut gone = outcome(graded, None);
             gone.skipped_reason = Some(GONE);
             outcomes.push(gone);
@@ -125,74 +139,6 @@ pub async fn apply(
             result.after = Some(after);
             result.applied = true;
         }
-        if dry_run {
-            result.applied = false;
-            result.skipped_reason = result.skipped_reason.or(Some(DRY_RUN));
-            outcomes.push(result);
-            continue;
-        }
-        let memory_queries = queries(graded.memory_id);
-        let recorded = reviews::record(
-            &mut transaction,
-            scope,
-            &ReviewRecord {
-                segment_id: origin.segment_id,
-                memory_id: graded.memory_id,
-                conversation_id: origin.conversation_id,
-                rating: graded.rating.as_str(),
-                graded_by: &graded.graded_by,
-                applied: result.applied,
-                stability_before: before.map(|s| s.stability),
-                stability_after: result.after.map(|s| s.stability),
-                difficulty_before: before.map(|s| s.difficulty),
-                difficulty_after: result.after.map(|s| s.difficulty),
-                queries: &memory_queries,
-                reviewed_at: origin.reviewed_at,
-            },
-        )
-        .await?;
-        if !recorded {
-            metrics.record_redelivered();
-            result.applied = false;
-            result.after = None;
-            result.skipped_reason = Some(REDELIVERED);
-            outcomes.push(result);
-            continue;
-        }
-        if let Some(after) = result.after {
-            reviews::update_state(
-                &mut transaction,
-                scope,
-                graded.memory_id,
-                after.stability,
-                after.difficulty,
-                origin.reviewed_at,
-            )
-            .await?;
-        }
-        audit::append(
-            &mut transaction,
-            scope,
-            AuditAction::Review,
-            Some(graded.memory_id),
-            origin
-                .conversation_id
-                .map(engram_core::ConversationId::from_uuid),
-            json!({
-                "rating": graded.rating.as_str(),
-                "graded_by": graded.graded_by,
-                "evidence": graded.evidence,
-                "segment": origin.segment_id,
-                "applied": result.applied,
-                "skipped": result.skipped_reason,
-                "stability_before": before.map(|s| s.stability),
-                "stability_after": result.after.map(|s| s.stability),
-                "difficulty_before": before.map(|s| s.difficulty),
-                "difficulty_after": result.after.map(|s| s.difficulty),
-            }),
-        )
-        .await?;
-        metrics.record_graded(graded.rating.as_str(), result.applied);
         outcomes.push(result);
     }
     if dry_run {
@@ -200,11 +146,106 @@ pub async fn apply(
             .rollback()
             .await
             .map_err(engram_store::StoreError::from)?;
-    } else {
-        transaction
-            .commit()
-            .await
-            .map_err(engram_store::StoreError::from)?;
+        for result in &mut outcomes {
+            result.applied = false;
+            result.skipped_reason = result.skipped_reason.or(Some(DRY_RUN));
+        }
+        return Ok(outcomes);
+    }
+
+    // Gone memories have nothing to record against.
+    let present: Vec<usize> = (0..outcomes.len())
+        .filter(|&index| outcomes[index].skipped_reason != Some(GONE))
+        .collect();
+    let memory_queries: Vec<Vec<String>> = present
+        .iter()
+        .map(|&index| queries(outcomes[index].memory_id))
+        .collect();
+    let records = present
+        .iter()
+        .zip(&memory_queries)
+        .map(|(&index, queries)| {
+            let result = &outcomes[index];
+            ReviewRecord {
+                memory_id: result.memory_id,
+                rating: result.rating.as_str(),
+                graded_by: &result.graded_by,
+                applied: result.applied,
+                stability_before: result.before.map(|s| s.stability),
+                stability_after: result.after.map(|s| s.stability),
+                difficulty_before: result.before.map(|s| s.difficulty),
+                difficulty_after: result.after.map(|s| s.difficulty),
+                queries,
+            }
+        })
+        .collect();
+    let recorded = reviews::record(
+        &mut transaction,
+        scope,
+        &SegmentReviews {
+            segment_id: origin.segment_id,
+            conversation_id: origin.conversation_id,
+            reviewed_at: origin.reviewed_at,
+            reviews: records,
+        },
+    )
+    .await?;
+
+    let mut new_states = Vec::new();
+    let mut audited = Vec::new();
+    for &index in &present {
+        let result = &mut outcomes[index];
+        if !recorded.contains(&result.memory_id) {
+            metrics.record_redelivered();
+            result.applied = false;
+            result.after = None;
+            result.skipped_reason = Some(REDELIVERED);
+            continue;
+        }
+        if let Some(after) = result.after {
+            new_states.push(NewState {
+                memory_id: result.memory_id,
+                stability: after.stability,
+                difficulty: after.difficulty,
+            });
+        }
+        audited.push((
+            result.memory_id,
+            json!({
+                "rating": result.rating.as_str(),
+                "graded_by": result.graded_by,
+                "evidence": result.evidence,
+                "segment": origin.segment_id,
+                "applied": result.applied,
+                "skipped": result.skipped_reason,
+                "stability_before": result.before.map(|s| s.stability),
+                "stability_after": result.after.map(|s| s.stability),
+                "difficulty_before": result.before.map(|s| s.difficulty),
+                "difficulty_after": result.after.map(|s| s.difficulty),
+            }),
+        ));
+    }
+    reviews::update_states(&mut transaction, scope, &new_states, origin.reviewed_at).await?;
+    audit::append_each(
+        &mut transaction,
+        scope,
+        AuditAction::Review,
+        origin
+            .conversation_id
+            .map(engram_core::ConversationId::from_uuid),
+        &audited,
+    )
+    .await?;
+    transaction
+        .commit()
+        .await
+        .map_err(engram_store::StoreError::from)?;
+    // Counted once committed: a failed transaction graded nothing that stays.
+    for &index in &present {
+        let result = &outcomes[index];
+        if recorded.contains(&result.memory_id) {
+            metrics.record_graded(result.rating.as_str(), result.applied);
+        }
     }
     Ok(outcomes)
 }

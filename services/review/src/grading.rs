@@ -31,6 +31,8 @@ pub struct MemoryForGrading {
     pub title: Option<String>,
     pub text: String,
     pub queries: Vec<String>,
+    /// Its stored embedding (of [`Self::content`]), when it has one.
+    pub embedding: Option<Vec<f32>>,
 }
 
 impl MemoryForGrading {
@@ -84,9 +86,12 @@ impl std::fmt::Debug for Grader {
 }
 
 impl Grader {
+    /// Grades `memories` against `context`; `turn_vectors` holds the turns' stored embeddings
+    /// where known (in the order of `context`; may be shorter or empty).
     pub async fn grade(
         &self,
         context: &[SegmentTurn],
+        turn_vectors: &[Option<Vec<f32>>],
         memories: &[MemoryForGrading],
         choice: GraderChoice,
     ) -> Result<Vec<Graded>, ReviewError> {
@@ -103,7 +108,9 @@ impl Grader {
             (_, Some(llm)) => Some(llm),
         };
         let Some(llm) = llm else {
-            return Ok(self.grade_locally(context, memories, "local").await);
+            return Ok(self
+                .grade_locally(context, turn_vectors, memories, "local")
+                .await);
         };
         match ask_llm(llm, context, memories).await {
             Ok(answer) => {
@@ -136,8 +143,13 @@ impl Grader {
                         "the LLM left memories unrated; the local grader rates them"
                     );
                     graded.extend(
-                        self.grade_locally(context, &left_out, "local: the LLM left it out")
-                            .await,
+                        self.grade_locally(
+                            context,
+                            turn_vectors,
+                            &left_out,
+                            "local: the LLM left it out",
+                        )
+                        .await,
                     );
                 }
                 // In the order asked.
@@ -148,7 +160,7 @@ impl Grader {
                 self.metrics.record_llm_fallback();
                 tracing::warn!(%error, "the LLM could not grade; the local grader rates the memories");
                 Ok(self
-                    .grade_locally(context, memories, "local: the LLM failed")
+                    .grade_locally(context, turn_vectors, memories, "local: the LLM failed")
                     .await)
             }
             Err(error) => Err(ReviewError::Unavailable(format!(
@@ -162,22 +174,26 @@ impl Grader {
     async fn grade_locally(
         &self,
         context: &[SegmentTurn],
+        turn_vectors: &[Option<Vec<f32>>],
         memories: &[MemoryForGrading],
         graded_by: &str,
     ) -> Vec<Graded> {
-        let assistant: Vec<&str> = context
-            .iter()
-            .filter(|turn| turn.role == SpeakerRole::Assistant)
-            .map(|turn| turn.content.as_str())
+        let assistant: Vec<usize> = (0..context.len())
+            .filter(|&index| context[index].role == SpeakerRole::Assistant)
             .collect();
-        let said: Vec<&str> = if assistant.is_empty() {
-            context.iter().map(|turn| turn.content.as_str()).collect()
+        let said: Vec<usize> = if assistant.is_empty() {
+            (0..context.len()).collect()
         } else {
             assistant
         };
-        let said_text = said.join("\n");
-        let everything: Vec<&str> = context.iter().map(|turn| turn.content.as_str()).collect();
-        let similarities = self.similarities(&said, &everything, memories).await;
+        let said_text = said
+            .iter()
+            .map(|&index| context[index].content.as_str())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let similarities = self
+            .similarities(context, turn_vectors, &said, memories)
+            .await;
         memories
             .iter()
             .zip(similarities)
@@ -197,45 +213,75 @@ impl Grader {
             .collect()
     }
 
-    /// For each memory, its highest cosine to one of the turns said (the assistant's) and to any
-    /// turn of the conversation; 0 without an embedder or when it fails (the term overlap then
-    /// carries the grade alone).
+    /// For each memory, its highest cosine to one of the turns `said` (indexes into `context`)
+    /// and to any turn of the conversation. Vectors Engram already stored (the memory's
+    /// embedding, the turns segmentation embedded) are used as they are; only the rest goes
+    /// through the model, so a segment of stored turns and memories costs no inference. A memory
+    /// without a vector (no embedder, or it failed) scores 0 and the term overlap carries its
+    /// grade alone.
     async fn similarities(
         &self,
-        said: &[&str],
-        everything: &[&str],
+        context: &[SegmentTurn],
+        turn_vectors: &[Option<Vec<f32>>],
+        said: &[usize],
         memories: &[MemoryForGrading],
     ) -> Vec<(f64, f64)> {
-        let none = vec![(0.0, 0.0); memories.len()];
-        let Some(embedder) = &self.embedder else {
-            return none;
-        };
-        if everything.is_empty() {
-            return none;
-        }
-        let texts: Vec<String> = memories
-            .iter()
-            .map(MemoryForGrading::content)
-            .chain(everything.iter().map(|turn| (*turn).to_owned()))
+        let mut memory_vectors: Vec<Option<Vec<f32>>> =
+            memories.iter().map(|m| m.embedding.clone()).collect();
+        let mut turn_vectors: Vec<Option<Vec<f32>>> = (0..context.len())
+            .map(|index| turn_vectors.get(index).cloned().flatten())
             .collect();
-        let vectors = match embedder.embed(&texts).await {
-            Ok(vectors) if vectors.len() == texts.len() => vectors,
-            Ok(_) => return none,
-            Err(error) => {
-                tracing::warn!(%error, "cannot embed for grading; term overlap alone decides");
-                return none;
+        let missing_memories: Vec<usize> = (0..memories.len())
+            .filter(|&index| memory_vectors[index].is_none())
+            .collect();
+        let missing_turns: Vec<usize> = (0..context.len())
+            .filter(|&index| turn_vectors[index].is_none())
+            .collect();
+        if let Some(embedder) = &self.embedder
+            && !context.is_empty()
+            && (!missing_memories.is_empty() || !missing_turns.is_empty())
+        {
+            let texts: Vec<String> = missing_memories
+                .iter()
+                .map(|&index| memories[index].content())
+                .chain(
+                    missing_turns
+                        .iter()
+                        .map(|&index| context[index].content.clone()),
+                )
+                .collect();
+            match embedder.embed(&texts).await {
+                Ok(vectors) if vectors.len() == texts.len() => {
+                    let mut vectors = vectors.into_iter();
+                    for (&index, vector) in missing_memories.iter().zip(vectors.by_ref()) {
+                        memory_vectors[index] = Some(vector);
+                    }
+                    for (&index, vector) in missing_turns.iter().zip(vectors) {
+                        turn_vectors[index] = Some(vector);
+                    }
+                }
+                Ok(_) => tracing::warn!("the embedder answered the wrong number of vectors"),
+                Err(error) => {
+                    tracing::warn!(%error, "cannot embed for grading; stored vectors and term overlap decide");
+                }
             }
-        };
-        let (memory_vectors, turn_vectors) = vectors.split_at(memories.len());
+        }
         memory_vectors
             .iter()
             .map(|memory| {
+                let Some(memory) = memory else {
+                    return (0.0, 0.0);
+                };
                 let mut used = 0.0f64;
                 let mut topic = 0.0f64;
-                for (turn, vector) in everything.iter().zip(turn_vectors) {
-                    let similarity = f64::from(cosine(memory, vector));
+                for (index, turn) in turn_vectors.iter().enumerate() {
+                    // A vector of another model (its length differs) is not comparable.
+                    let Some(turn) = turn.as_ref().filter(|turn| turn.len() == memory.len()) else {
+                        continue;
+                    };
+                    let similarity = f64::from(cosine(memory, turn));
                     topic = topic.max(similarity);
-                    if said.contains(turn) {
+                    if said.contains(&index) {
                         used = used.max(similarity);
                     }
                 }
@@ -389,6 +435,7 @@ mod tests {
             title: Some("Learning style".into()),
             text: "The user prefers hands-on projects".into(),
             queries: vec!["learning preferences".into()],
+            embedding: None,
         }];
         let markdown = render(&context, &memories);
         assert!(
@@ -400,6 +447,81 @@ mod tests {
             "{markdown}"
         );
         assert!(markdown.contains("**Retrieved by:** \"learning preferences\""));
+    }
+
+    fn local_grader() -> Grader {
+        Grader {
+            llm: None,
+            embedder: None,
+            thresholds: GraderThresholds {
+                hard: 0.16,
+                good: 0.28,
+                easy: 0.40,
+                overlap_weight: 0.5,
+                topic: 0.14,
+            },
+            fall_back_locally: true,
+            metrics: Arc::new(ReviewMetrics::default()),
+        }
+    }
+
+    fn memory(id: u128, text: &str, embedding: Option<Vec<f32>>) -> MemoryForGrading {
+        MemoryForGrading {
+            id: Uuid::from_u128(id),
+            title: None,
+            text: text.into(),
+            queries: Vec::new(),
+            embedding,
+        }
+    }
+
+    #[tokio::test]
+    async fn stored_vectors_grade_without_a_model() {
+        let context = vec![
+            SegmentTurn {
+                role: SpeakerRole::User,
+                content: "what should I cook tonight".into(),
+            },
+            SegmentTurn {
+                role: SpeakerRole::Assistant,
+                content: "something quick".into(),
+            },
+        ];
+        // The assistant's turn points where the first memory does; the user's where the second
+        // does; the third memory has no vector and shares no word.
+        let turn_vectors = vec![Some(vec![0.0, 1.0, 0.0]), Some(vec![1.0, 0.0, 0.0])];
+        let memories = vec![
+            memory(1, "likes pasta", Some(vec![1.0, 0.0, 0.0])),
+            memory(2, "vegetarian since May", Some(vec![0.0, 1.0, 0.0])),
+            memory(3, "owns a bicycle", None),
+        ];
+        let graded = local_grader()
+            .grade(&context, &turn_vectors, &memories, GraderChoice::Configured)
+            .await
+            .unwrap();
+        let ratings: Vec<Rating> = graded.iter().map(|g| g.rating).collect();
+        // Used by the assistant (cosine 1, evidence 0.5); on the topic but unused; neither.
+        assert_eq!(ratings, vec![Rating::Easy, Rating::Hard, Rating::Again]);
+        assert!(graded.iter().all(|g| g.graded_by == "local"));
+    }
+
+    #[tokio::test]
+    async fn a_vector_of_another_length_is_not_compared() {
+        let context = vec![SegmentTurn {
+            role: SpeakerRole::Assistant,
+            content: "something quick".into(),
+        }];
+        let graded = local_grader()
+            .grade(
+                &context,
+                &[Some(vec![1.0, 0.0])],
+                &[memory(1, "likes pasta", Some(vec![1.0, 0.0, 0.0]))],
+                GraderChoice::Local,
+            )
+            .await
+            .unwrap();
+        assert_eq!(graded[0].rating, Rating::Again);
+        assert_eq!(graded[0].evidence, Some(0.0));
     }
 
     #[test]

@@ -201,13 +201,14 @@ impl ReviewService for ReviewApi {
                     title: memory.title.clone(),
                     text: memory.text.clone(),
                     queries: target.queries.clone(),
+                    embedding: memory.embedding.clone(),
                 })
             })
             .collect();
         let graded = self
             .reviewer
             .grader
-            .grade(&context, &memories, grader)
+            .grade(&context, &[], &memories, grader)
             .await?;
         let origin = ReviewOrigin {
             // A review asked for by an operator is its own segment.

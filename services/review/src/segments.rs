@@ -32,6 +32,8 @@ pub struct ClosedSegment {
     pub scope: Scope,
     pub origin: ReviewOrigin,
     pub context: Vec<SegmentTurn>,
+    /// The conversation's turn index of `context[0]` (the rest follow in order).
+    pub first_turn_index: i32,
     pub targets: Vec<ReviewTarget>,
 }
 
@@ -91,6 +93,12 @@ pub fn decode(delivery_type: Option<&str>, payload: &[u8]) -> Result<ClosedSegme
             reviewed_at,
         },
         context,
+        first_turn_index: i32::try_from(event.first_turn_index).map_err(|_| {
+            format!(
+                "first_turn_index {} is out of range",
+                event.first_turn_index
+            )
+        })?,
         targets,
     })
 }
@@ -102,6 +110,23 @@ impl Reviewer {
         let ids: Vec<Uuid> = segment.targets.iter().map(|t| t.memory_id).collect();
         // Memories forgotten or trimmed since they were retrieved are simply not there.
         let stored = engram_store::reviews::memories(&self.pool, &segment.scope, &ids).await?;
+        // The turns segmentation embedded: grading them costs no inference.
+        let turn_vectors = match (segment.origin.conversation_id, segment.context.len()) {
+            (Some(conversation), turns) if turns > 0 => {
+                let last = segment
+                    .first_turn_index
+                    .saturating_add(i32::try_from(turns).unwrap_or(i32::MAX).saturating_sub(1));
+                engram_store::reviews::turn_embeddings(
+                    &self.pool,
+                    &segment.scope,
+                    conversation,
+                    segment.first_turn_index,
+                    last,
+                )
+                .await?
+            }
+            _ => Vec::new(),
+        };
         let memories: Vec<MemoryForGrading> = segment
             .targets
             .iter()
@@ -112,6 +137,7 @@ impl Reviewer {
                     title: memory.title.clone(),
                     text: memory.text.clone(),
                     queries: target.queries.clone(),
+                    embedding: memory.embedding.clone(),
                 })
             })
             .collect();
@@ -120,7 +146,12 @@ impl Reviewer {
         }
         let graded = self
             .grader
-            .grade(&segment.context, &memories, GraderChoice::Configured)
+            .grade(
+                &segment.context,
+                &turn_vectors,
+                &memories,
+                GraderChoice::Configured,
+            )
             .await?;
         let queries_of = |id: Uuid| {
             segment

@@ -109,6 +109,39 @@ pub async fn append(
     Ok(())
 }
 
+/// Appends one event of `action` per (memory, detail), in one statement.
+pub async fn append_each(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    action: AuditAction,
+    conversation: Option<ConversationId>,
+    events: &[(Uuid, serde_json::Value)],
+) -> Result<(), StoreError> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \
+         SELECT $1, $2, $3, e.memory_id, $4, e.detail \
+         FROM unnest($5::uuid[], $6::jsonb[]) WITH ORDINALITY AS e(memory_id, detail, position) \
+         ORDER BY e.position",
+    )
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(action.as_str())
+    .bind(conversation.map(|c| c.as_uuid()))
+    .bind(events.iter().map(|(id, _)| *id).collect::<Vec<_>>())
+    .bind(
+        events
+            .iter()
+            .map(|(_, detail)| detail.clone())
+            .collect::<Vec<_>>(),
+    )
+    .execute(connection)
+    .await?;
+    Ok(())
+}
+
 /// Events of the space, newest first, with ids below `before_id` when given.
 pub async fn list(
     pool: &PgPool,

@@ -4,21 +4,20 @@
 
 use chrono::{DateTime, Utc};
 use engram_core::Scope;
+use pgvector::Vector;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use crate::StoreError;
 
-/// What grading needs of a memory, and its FSRS state.
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
-pub struct ReviewedMemory {
+/// What grading needs of a memory: its content and, when it is current, its embedding.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryToGrade {
     pub id: Uuid,
-    pub kind: String,
     pub title: Option<String>,
     pub text: String,
-    pub stability: Option<f64>,
-    pub difficulty: Option<f64>,
-    pub last_reviewed_at: Option<DateTime<Utc>>,
+    /// The stored embedding of title and text; `None` while the entry waits for one.
+    pub embedding: Option<Vec<f32>>,
 }
 
 /// The memories of the space among `ids` (those forgotten or trimmed since are simply absent).
@@ -26,44 +25,106 @@ pub async fn memories(
     pool: &PgPool,
     scope: &Scope,
     ids: &[Uuid],
-) -> Result<Vec<ReviewedMemory>, StoreError> {
-    let memories = sqlx::query_as(
-        "SELECT id, kind, title, text, stability, difficulty, last_reviewed_at FROM memories \
-         WHERE user_id = $1 AND space = $2 AND id = ANY($3::uuid[])",
+) -> Result<Vec<MemoryToGrade>, StoreError> {
+    let rows: Vec<(Uuid, Option<String>, String, Option<Vector>)> = sqlx::query_as(
+        "SELECT m.id, m.title, m.text, CASE WHEN m.needs_embedding THEN NULL ELSE e.embedding END \
+         FROM memories m LEFT JOIN memory_embeddings e ON e.memory_id = m.id \
+         WHERE m.user_id = $1 AND m.space = $2 AND m.id = ANY($3::uuid[])",
     )
     .bind(scope.user_id.as_uuid())
     .bind(scope.space.as_str())
     .bind(ids)
     .fetch_all(pool)
     .await?;
-    Ok(memories)
+    Ok(rows
+        .into_iter()
+        .map(|(id, title, text, embedding)| MemoryToGrade {
+            id,
+            title,
+            text,
+            embedding: embedding.map(|vector| vector.to_vec()),
+        })
+        .collect())
 }
 
-/// The memory's state, locked until the transaction ends (reviews of one memory apply one
-/// after another); `None` when it is gone.
-pub async fn lock_state(
-    connection: &mut PgConnection,
+/// The stored embeddings of a conversation's turns `first..=last`, in turn order; `None` for a
+/// turn segmentation did not embed.
+pub async fn turn_embeddings(
+    pool: &PgPool,
     scope: &Scope,
-    id: Uuid,
-) -> Result<Option<ReviewedMemory>, StoreError> {
-    let memory = sqlx::query_as(
-        "SELECT id, kind, title, text, stability, difficulty, last_reviewed_at FROM memories \
-         WHERE user_id = $1 AND space = $2 AND id = $3 FOR UPDATE",
+    conversation_id: Uuid,
+    first: i32,
+    last: i32,
+) -> Result<Vec<Option<Vec<f32>>>, StoreError> {
+    if last < first {
+        return Ok(Vec::new());
+    }
+    let rows: Vec<(i32, Vector)> = sqlx::query_as(
+        "SELECT turn_index, embedding FROM conversation_turn_embeddings \
+         WHERE user_id = $1 AND space = $2 AND conversation_id = $3 AND turn_index BETWEEN $4 AND $5",
     )
     .bind(scope.user_id.as_uuid())
     .bind(scope.space.as_str())
-    .bind(id)
-    .fetch_optional(connection)
+    .bind(conversation_id)
+    .bind(first)
+    .bind(last)
+    .fetch_all(pool)
     .await?;
-    Ok(memory)
+    let mut vectors = vec![None; usize::try_from(last - first).unwrap_or(0) + 1];
+    for (index, vector) in rows {
+        if let Some(slot) = usize::try_from(index - first)
+            .ok()
+            .and_then(|offset| vectors.get_mut(offset))
+        {
+            *slot = Some(vector.to_vec());
+        }
+    }
+    Ok(vectors)
 }
 
-/// One review to record.
+/// A memory's FSRS state, as a review reads it.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct ReviewState {
+    pub id: Uuid,
+    pub kind: String,
+    pub stability: Option<f64>,
+    pub difficulty: Option<f64>,
+    pub last_reviewed_at: Option<DateTime<Utc>>,
+}
+
+/// The states of the space's memories among `ids`, locked until the transaction ends (reviews
+/// of one memory apply one after another; locked in id order, so two reviews of overlapping
+/// memories cannot deadlock). Memories gone since are absent.
+pub async fn lock_states(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    ids: &[Uuid],
+) -> Result<Vec<ReviewState>, StoreError> {
+    let states = sqlx::query_as(
+        "SELECT id, kind, stability, difficulty, last_reviewed_at FROM memories \
+         WHERE user_id = $1 AND space = $2 AND id = ANY($3::uuid[]) ORDER BY id FOR UPDATE",
+    )
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(ids)
+    .fetch_all(connection)
+    .await?;
+    Ok(states)
+}
+
+/// The reviews of one segment, to record together.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SegmentReviews<'a> {
+    pub segment_id: Uuid,
+    pub conversation_id: Option<Uuid>,
+    pub reviewed_at: DateTime<Utc>,
+    pub reviews: Vec<ReviewRecord<'a>>,
+}
+
+/// One memory's review.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReviewRecord<'a> {
-    pub segment_id: Uuid,
     pub memory_id: Uuid,
-    pub conversation_id: Option<Uuid>,
     pub rating: &'a str,
     pub graded_by: &'a str,
     pub applied: bool,
@@ -72,60 +133,87 @@ pub struct ReviewRecord<'a> {
     pub difficulty_before: Option<f64>,
     pub difficulty_after: Option<f64>,
     pub queries: &'a [String],
-    pub reviewed_at: DateTime<Utc>,
 }
 
-/// Records a review; false when this segment's review of the memory was recorded before (a
-/// redelivery: the caller applies nothing).
+/// Records a segment's reviews in one statement; returns the memories whose review is new. A
+/// memory missing from the answer had this segment's review recorded before (a redelivery: the
+/// caller applies nothing to it).
 pub async fn record(
     connection: &mut PgConnection,
     scope: &Scope,
-    review: &ReviewRecord<'_>,
-) -> Result<bool, StoreError> {
-    let inserted = sqlx::query(
+    segment: &SegmentReviews<'_>,
+) -> Result<Vec<Uuid>, StoreError> {
+    let reviews = &segment.reviews;
+    let column = |f: fn(&ReviewRecord<'_>) -> Option<f64>| -> Vec<Option<f64>> {
+        reviews.iter().map(f).collect()
+    };
+    let inserted: Vec<Uuid> = sqlx::query_scalar(
         "INSERT INTO applied_reviews (segment_id, memory_id, user_id, space, conversation_id, rating, \
              graded_by, applied, stability_before, stability_after, difficulty_before, difficulty_after, \
              queries, reviewed_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
-         ON CONFLICT (segment_id, memory_id) DO NOTHING",
+         SELECT $1, r.memory_id, $2, $3, $4, r.rating, r.graded_by, r.applied, r.stability_before, \
+             r.stability_after, r.difficulty_before, r.difficulty_after, \
+             ARRAY(SELECT jsonb_array_elements_text(r.queries)), $5 \
+         FROM unnest($6::uuid[], $7::text[], $8::text[], $9::bool[], $10::float8[], $11::float8[], \
+             $12::float8[], $13::float8[], $14::jsonb[]) \
+             AS r(memory_id, rating, graded_by, applied, stability_before, stability_after, \
+                  difficulty_before, difficulty_after, queries) \
+         ON CONFLICT (segment_id, memory_id) DO NOTHING \
+         RETURNING memory_id",
     )
-    .bind(review.segment_id)
-    .bind(review.memory_id)
+    .bind(segment.segment_id)
     .bind(scope.user_id.as_uuid())
     .bind(scope.space.as_str())
-    .bind(review.conversation_id)
-    .bind(review.rating)
-    .bind(review.graded_by)
-    .bind(review.applied)
-    .bind(review.stability_before)
-    .bind(review.stability_after)
-    .bind(review.difficulty_before)
-    .bind(review.difficulty_after)
-    .bind(review.queries)
-    .bind(review.reviewed_at)
-    .execute(connection)
+    .bind(segment.conversation_id)
+    .bind(segment.reviewed_at)
+    .bind(reviews.iter().map(|r| r.memory_id).collect::<Vec<_>>())
+    .bind(reviews.iter().map(|r| r.rating).collect::<Vec<_>>())
+    .bind(reviews.iter().map(|r| r.graded_by).collect::<Vec<_>>())
+    .bind(reviews.iter().map(|r| r.applied).collect::<Vec<_>>())
+    .bind(column(|r| r.stability_before))
+    .bind(column(|r| r.stability_after))
+    .bind(column(|r| r.difficulty_before))
+    .bind(column(|r| r.difficulty_after))
+    .bind(
+        reviews
+            .iter()
+            .map(|r| serde_json::json!(r.queries))
+            .collect::<Vec<_>>(),
+    )
+    .fetch_all(connection)
     .await?;
-    Ok(inserted.rows_affected() == 1)
+    Ok(inserted)
 }
 
-/// Sets a memory's FSRS state after a review at `reviewed_at`.
-pub async fn update_state(
+/// A memory's FSRS state after a review.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NewState {
+    pub memory_id: Uuid,
+    pub stability: f64,
+    pub difficulty: f64,
+}
+
+/// Sets the memories' FSRS states after a review at `reviewed_at`, in one statement.
+pub async fn update_states(
     connection: &mut PgConnection,
     scope: &Scope,
-    id: Uuid,
-    stability: f64,
-    difficulty: f64,
+    states: &[NewState],
     reviewed_at: DateTime<Utc>,
 ) -> Result<(), StoreError> {
+    if states.is_empty() {
+        return Ok(());
+    }
     sqlx::query(
-        "UPDATE memories SET stability = $4, difficulty = $5, last_reviewed_at = $6, updated_at = now() \
-         WHERE user_id = $1 AND space = $2 AND id = $3",
+        "UPDATE memories m SET stability = s.stability, difficulty = s.difficulty, \
+             last_reviewed_at = $6, updated_at = now() \
+         FROM unnest($3::uuid[], $4::float8[], $5::float8[]) AS s(id, stability, difficulty) \
+         WHERE m.user_id = $1 AND m.space = $2 AND m.id = s.id",
     )
     .bind(scope.user_id.as_uuid())
     .bind(scope.space.as_str())
-    .bind(id)
-    .bind(stability)
-    .bind(difficulty)
+    .bind(states.iter().map(|s| s.memory_id).collect::<Vec<_>>())
+    .bind(states.iter().map(|s| s.stability).collect::<Vec<_>>())
+    .bind(states.iter().map(|s| s.difficulty).collect::<Vec<_>>())
     .bind(reviewed_at)
     .execute(connection)
     .await?;
