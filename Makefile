@@ -88,8 +88,8 @@ bench-retrieval: up models ## Retrieval benchmark: 1M memories / 10k spaces; Ret
 	@bash deploy/bench/retrieval.sh
 
 .PHONY: eval
-eval: up models ## Retrieval quality: recall@k / nDCG@k per ranking profile and parameter sweeps (release build)
-	cargo build --release --bin ingest --bin retrieval --bin eval
+eval: up models ## Retrieval quality: recall@k / nDCG@k per ranking profile and parameter sweeps, and on the multi-session dialogs (release build)
+	cargo build --release --bin ingest --bin retrieval --bin eval --bin eval-dialogs
 	@bash deploy/eval/run.sh
 
 .PHONY: eval-review
@@ -105,6 +105,11 @@ report: up ## Retrieval metrics summary (hit rates, fallback and truncation shar
 bench-embed: up models ## Embedding benchmark: raw model throughput, backfill throughput, write-to-embedding latency (release build)
 	cargo build --release --bin ingest --bin bench-embed
 	@bash deploy/bench/embed.sh
+
+.PHONY: bench-review
+bench-review: up models ## Review benchmark: a segment of 50 memories graded and applied (p95), the consumer's segments/s through the bus (release build)
+	cargo build --release --bin ingest --bin review --bin bench-review
+	@bash deploy/bench/review.sh
 
 .PHONY: bench-conversations
 bench-conversations: up models ## Conversations benchmark: AppendMessages at 200 turns/s, segmentation keeping up, closing turn to searchable episode (release build)

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# make eval: a fresh evaluation database, a release ingest service (local embedder, backfill on)
-# and a release retrieval service on it, then the evaluation binary: imports tests/eval/tasks.json
-# over gRPC, waits for the embeddings, runs every configuration and writes docs/eval/retrieval.md.
+# make eval: a fresh evaluation database, a release ingest service (local embedder, backfill on,
+# bus off: the sweeps embed and a local worker segments conversations) and a release retrieval
+# service on it, then the two evaluation binaries: `eval` imports tests/eval/tasks.json over gRPC,
+# waits for the embeddings, runs every configuration and writes docs/eval/retrieval.md;
+# `eval-dialogs` loads tests/eval/dialogs as turns and as conversations and writes
+# docs/eval/dialogs.md.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -20,8 +23,12 @@ pg_psql postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABA
 ENGRAM_DATABASE__URL="$url" "$bin/ingest" migrate
 
 common_env=(ENGRAM_DATABASE__URL="$url" ENGRAM_EMBED__PROVIDER=local ENGRAM_EMBED__MODEL_DIR="$model_dir" RUST_LOG=warn)
+# Segments close by the rules and CloseSegment, never because the evaluation paused between
+# sessions; eval-dialogs reads the same settings to know when segmentation is done.
+segmentation_env=(ENGRAM_SEGMENTATION__IDLE_CLOSE_SECS=86400)
 log "starting release ingest (127.0.0.1:$ingest_port) and retrieval (127.0.0.1:$retrieval_port) services"
-env "${common_env[@]}" ENGRAM_GRPC__LISTEN_ADDR="127.0.0.1:$ingest_port" \
+env "${common_env[@]}" "${segmentation_env[@]}" ENGRAM_AMQP__ENABLED=false \
+    ENGRAM_GRPC__LISTEN_ADDR="127.0.0.1:$ingest_port" \
     "$bin/ingest" >"$ENGRAM_LOG_DIR/eval-ingest.log" 2>&1 &
 ingest=$!
 env "${common_env[@]}" ENGRAM_GRPC__LISTEN_ADDR="127.0.0.1:$retrieval_port" \
@@ -35,3 +42,6 @@ mkdir -p "$repo/docs/eval"
 "$bin/eval" --tasks "$repo/tests/eval/tasks.json" \
     --ingest "http://127.0.0.1:$ingest_port" --retrieval "http://127.0.0.1:$retrieval_port" \
     --report "$repo/docs/eval/retrieval.md" --command-line "make eval"
+env "${segmentation_env[@]}" "$bin/eval-dialogs" --dialogs "$repo/tests/eval/dialogs" \
+    --ingest "http://127.0.0.1:$ingest_port" --retrieval "http://127.0.0.1:$retrieval_port" \
+    --database-url "$url" --report "$repo/docs/eval/dialogs.md" --command-line "make eval"

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bench;
+pub mod eval;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -32,6 +32,8 @@ fn consumer_settings(settings: &AmqpSettings) -> engram_bus::consumer::ConsumerS
         url: settings.url.expose_secret().to_owned(),
         topology_prefix: settings.topology_prefix.clone(),
         prefetch: settings.prefetch,
+        // Embedding batches its own work and segmentation works a conversation at a time.
+        concurrency: 1,
         retry_delay: retry_delay(settings),
         reconnect_max_backoff: Duration::from_millis(settings.reconnect_max_backoff_ms),
     }

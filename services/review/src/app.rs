@@ -64,6 +64,7 @@ impl App {
         let consumer = settings.amqp.enabled.then(|| SegmentConsumer {
             reviewer: reviewer.clone(),
             settings: settings.amqp.clone(),
+            spaces_in_review: Default::default(),
         });
         let server = GrpcServer::bind(&settings.grpc)
             .await?
@@ -79,6 +80,11 @@ impl App {
 
     pub fn local_addr(&self) -> SocketAddr {
         self.server.local_addr()
+    }
+
+    /// What the consumer and the RPCs run (the review benchmark times it in process).
+    pub fn reviewer(&self) -> &Reviewer {
+        &self.reviewer
     }
 
     pub fn metrics(&self) -> Arc<ReviewMetrics> {

@@ -30,6 +30,9 @@ pub struct ReviewBusSettings {
     pub url: secrecy::SecretString,
     pub topology_prefix: String,
     pub prefetch: u16,
+    /// Segments reviewed at once (of different spaces; a space's wait their turn). Reviews
+    /// mostly wait on the database's commit, so a few at a time multiply the throughput.
+    pub review_concurrency: u16,
     /// Deliveries of a message before it is dead-lettered.
     pub max_attempts: u32,
     pub retry_delay_ms: u64,
@@ -85,6 +88,7 @@ impl ReviewSettings {
             ("amqp.url", "amqp://guest:guest@127.0.0.1:5672/%2f".into()),
             ("amqp.topology_prefix", "engram".into()),
             ("amqp.prefetch", 16i64.into()),
+            ("amqp.review_concurrency", 4i64.into()),
             ("amqp.max_attempts", 5i64.into()),
             ("amqp.retry_delay_ms", 2_000i64.into()),
             ("amqp.reconnect_max_backoff_ms", 10_000i64.into()),

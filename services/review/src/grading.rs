@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use engram_core::SpeakerRole;
 use engram_core::episode::SegmentTurn;
-use engram_core::review::{GradeSignals, GraderThresholds, Rating, grade, term_overlap};
+use engram_core::review::{GradeSignals, GraderThresholds, Rating, SaidTerms, grade};
 use engram_embed::{Embedder, cosine};
 use engram_llm::{ChatClient, LlmError, StructuredRequest};
 use serde::Deserialize;
@@ -186,11 +186,13 @@ impl Grader {
         } else {
             assistant
         };
-        let said_text = said
-            .iter()
-            .map(|&index| context[index].content.as_str())
-            .collect::<Vec<_>>()
-            .join("\n");
+        let said_terms = SaidTerms::of(
+            &said
+                .iter()
+                .map(|&index| context[index].content.as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
+        );
         let similarities = self
             .similarities(context, turn_vectors, &said, memories)
             .await;
@@ -200,7 +202,7 @@ impl Grader {
             .map(|(memory, (similarity, topic))| {
                 let signals = GradeSignals {
                     similarity,
-                    overlap: term_overlap(&memory.content(), &said_text),
+                    overlap: said_terms.overlap(&memory.content()),
                     topic,
                 };
                 Graded {

@@ -6,6 +6,8 @@
 //! message is dead-lettered at once. The same segment delivered twice applies nothing twice: each
 //! (segment, memory) review is recorded once.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use engram_bus::consumer::{ConsumerSettings, consume_each};
@@ -176,10 +178,60 @@ impl Reviewer {
     }
 }
 
-/// Consumes SegmentClosed until stopped.
+/// Consumes SegmentClosed until stopped, `amqp.review_concurrency` segments at a time.
 pub struct SegmentConsumer {
     pub reviewer: Reviewer,
     pub settings: ReviewBusSettings,
+    pub spaces_in_review: SpacesInReview,
+}
+
+/// One space's segments are reviewed one after another, in delivery order, while other spaces'
+/// run beside them: a memory belongs to one space, so two reviews of it never race, and an
+/// older review is not skipped as stale because a newer one overtook it. (The wait queue of a
+/// tokio mutex is first come, first served.)
+#[derive(Debug, Default)]
+pub struct SpacesInReview(std::sync::Mutex<HashMap<Scope, Arc<tokio::sync::Mutex<()>>>>);
+
+impl SpacesInReview {
+    async fn enter(&self, scope: &Scope) -> InReview<'_> {
+        let turn = self
+            .0
+            .lock()
+            .expect("the map of spaces in review is never left poisoned")
+            .entry(scope.clone())
+            .or_default()
+            .clone();
+        InReview {
+            spaces: self,
+            scope: scope.clone(),
+            guard: Some(turn.lock_owned().await),
+        }
+    }
+}
+
+/// A space's turn; leaving it lets the space's next segment in, and forgets the space when no
+/// segment of it waits.
+struct InReview<'a> {
+    spaces: &'a SpacesInReview,
+    scope: Scope,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for InReview<'_> {
+    fn drop(&mut self) {
+        self.guard.take();
+        let mut spaces = self
+            .spaces
+            .0
+            .lock()
+            .expect("the map of spaces in review is never left poisoned");
+        if spaces
+            .get(&self.scope)
+            .is_some_and(|turn| Arc::strong_count(turn) == 1)
+        {
+            spaces.remove(&self.scope);
+        }
+    }
 }
 
 impl SegmentConsumer {
@@ -189,6 +241,7 @@ impl SegmentConsumer {
             url: self.settings.url.expose_secret().to_owned(),
             topology_prefix: self.settings.topology_prefix.clone(),
             prefetch: self.settings.prefetch,
+            concurrency: usize::from(self.settings.review_concurrency),
             retry_delay,
             reconnect_max_backoff: Duration::from_millis(self.settings.reconnect_max_backoff_ms),
         };
@@ -211,7 +264,11 @@ impl SegmentConsumer {
                 Ok(segment) => segment,
                 Err(reason) => return delivery.dead_letter(&reason).await,
             };
-            match self.reviewer.review_segment(&segment).await {
+            let reviewed = {
+                let _turn = self.spaces_in_review.enter(&segment.scope).await;
+                self.reviewer.review_segment(&segment).await
+            };
+            match reviewed {
                 Ok(_) => delivery.ack().await,
                 Err(error) if delivery.attempts() + 1 >= self.settings.max_attempts => {
                     delivery
@@ -229,5 +286,48 @@ impl SegmentConsumer {
         }
         .instrument(span)
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scope(space: &str) -> Scope {
+        Scope::parse("scope", "00000000-0000-4000-8000-000000000001", space).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_space_reviews_one_segment_at_a_time_in_arrival_order_and_others_run_beside() {
+        let spaces = Arc::new(SpacesInReview::default());
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let first = spaces.enter(&scope("a")).await;
+        // Queued behind the first, in this order.
+        let mut waiting = Vec::new();
+        for n in 1..=3 {
+            let (spaces, order) = (spaces.clone(), order.clone());
+            waiting.push(tokio::spawn(async move {
+                let _turn = spaces.enter(&scope("a")).await;
+                order.lock().unwrap().push(n);
+            }));
+            tokio::task::yield_now().await;
+        }
+        // Another space does not wait.
+        let other = tokio::time::timeout(Duration::from_secs(1), spaces.enter(&scope("b"))).await;
+        assert!(other.is_ok(), "another space waited for space a");
+        drop(other);
+        assert!(
+            order.lock().unwrap().is_empty(),
+            "nobody overtook the first segment"
+        );
+        drop(first);
+        for task in waiting {
+            task.await.unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), vec![1, 2, 3]);
+        assert!(
+            spaces.0.lock().unwrap().is_empty(),
+            "spaces nobody waits for are forgotten"
+        );
     }
 }

@@ -1,12 +1,14 @@
 //! A consumer that stays connected: connects, declares every queue, consumes one queue and hands
-//! each delivery to its handler; reconnects with capped jittered backoff when the broker goes
-//! away, and stops (after the delivery in hand) when asked to.
+//! each delivery to its handler (a few at a time when asked); reconnects with capped jittered
+//! backoff when the broker goes away, and stops (after the deliveries in hand) when asked to.
 
 use std::future::Future;
 use std::time::Duration;
 
 use backon::BackoffBuilder as _;
 use engram_core::backoff::jittered_backoff;
+use futures::StreamExt as _;
+use futures::stream::FuturesUnordered;
 use tokio::sync::watch;
 
 use crate::{Bus, BusError, Delivery, QueueSpec, Topology, queues};
@@ -19,6 +21,9 @@ pub struct ConsumerSettings {
     pub topology_prefix: String,
     /// Unacknowledged messages it holds.
     pub prefetch: u16,
+    /// Deliveries handled at once (at least 1; at most `prefetch` are ever in hand). Handlers
+    /// that must keep an order among some messages serialize those themselves.
+    pub concurrency: usize,
     /// Every queue's delayed-retry time (declared the same by every service).
     pub retry_delay: Duration,
     /// Longest wait between reconnection attempts.
@@ -37,8 +42,10 @@ pub async fn connect(settings: &ConsumerSettings) -> Result<Bus, BusError> {
     Ok(bus)
 }
 
-/// Consumes `queue` until `stop` turns true, one delivery at a time: `handle` acks, retries or
-/// dead-letters each (it returns an error only when the broker is gone, which reconnects).
+/// Consumes `queue` until `stop` turns true, up to `settings.concurrency` deliveries at a time
+/// (polled together in this task, so handlers may borrow): `handle` acks, retries or
+/// dead-letters each (it returns an error only when the broker is gone, which reconnects once
+/// the deliveries in hand are finished).
 pub async fn consume_each<F, Fut>(
     settings: ConsumerSettings,
     queue: QueueSpec,
@@ -50,6 +57,7 @@ pub async fn consume_each<F, Fut>(
 {
     let backoff =
         || jittered_backoff(Duration::from_millis(100), settings.reconnect_max_backoff).build();
+    let concurrency = settings.concurrency.max(1);
     let mut delays = backoff();
     loop {
         if *stop.borrow() {
@@ -74,21 +82,34 @@ pub async fn consume_each<F, Fut>(
             }
         };
         delays = backoff();
-        tracing::info!(queue = queue.name, "consumer connected");
+        tracing::info!(queue = queue.name, concurrency, "consumer connected");
+        let mut in_hand = FuturesUnordered::new();
         let stopped = loop {
-            let next = tokio::select! {
-                next = deliveries.next() => next,
+            tokio::select! {
+                // Finished deliveries first: they free room for the next ones.
+                biased;
+                Some(handled) = in_hand.next(), if !in_hand.is_empty() => {
+                    if let Err(error) = handled {
+                        tracing::warn!(%error, queue = queue.name, "consumer lost the broker; reconnecting");
+                        break false;
+                    }
+                }
                 _ = stop.changed() => break true,
-            };
-            let Some(Ok(delivery)) = next else {
-                break false;
-            };
-            // A delivery in hand is finished even when stop arrives meanwhile.
-            if let Err(error) = handle(delivery).await {
-                tracing::warn!(%error, queue = queue.name, "consumer lost the broker; reconnecting");
-                break false;
+                next = deliveries.next(), if in_hand.len() < concurrency => {
+                    let Some(Ok(delivery)) = next else {
+                        break false;
+                    };
+                    in_hand.push(handle(delivery));
+                }
             }
         };
+        // Deliveries in hand are finished even when stop arrives meanwhile (an unfinished one
+        // would be redelivered; finishing it spares the repeat).
+        while let Some(handled) = in_hand.next().await {
+            if let Err(error) = handled {
+                tracing::warn!(%error, queue = queue.name, "consumer lost the broker while finishing");
+            }
+        }
         bus.close().await;
         if stopped {
             break;

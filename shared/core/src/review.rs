@@ -184,19 +184,34 @@ fn stems(text: &str) -> HashSet<String> {
         .collect()
 }
 
-/// Share of the memory's salient terms (title and summary) that `said` contains, compared by
-/// stem; 0 when the memory has none.
-pub fn term_overlap(memory: &str, said: &str) -> f64 {
-    let memory_terms = stems(memory);
-    if memory_terms.is_empty() {
-        return 0.0;
+/// The stemmed salient terms of what was said, computed once for every memory graded against it.
+#[derive(Debug, Clone, Default)]
+pub struct SaidTerms(HashSet<String>);
+
+impl SaidTerms {
+    pub fn of(said: &str) -> Self {
+        Self(stems(said))
     }
-    let said_terms = stems(said);
-    let found = memory_terms
-        .iter()
-        .filter(|term| said_terms.contains(*term))
-        .count();
-    found as f64 / memory_terms.len() as f64
+
+    /// Share of the memory's salient terms (title and summary) found among these, compared by
+    /// stem; 0 when the memory has none.
+    pub fn overlap(&self, memory: &str) -> f64 {
+        let memory_terms = stems(memory);
+        if memory_terms.is_empty() {
+            return 0.0;
+        }
+        let found = memory_terms
+            .iter()
+            .filter(|term| self.0.contains(*term))
+            .count();
+        found as f64 / memory_terms.len() as f64
+    }
+}
+
+/// Share of the memory's salient terms (title and summary) that `said` contains, compared by
+/// stem; 0 when the memory has none. Grading many memories against one text: [`SaidTerms`].
+pub fn term_overlap(memory: &str, said: &str) -> f64 {
+    SaidTerms::of(said).overlap(memory)
 }
 
 #[cfg(test)]

@@ -20,14 +20,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
+use engram_e2e::eval::{eval_scope, merge_by_heads, ndcg_at, wait_for_embeddings, write_report};
 use engram_proto::v1;
 use engram_proto::v1::ingest_service_client::IngestServiceClient;
 use engram_proto::v1::retrieval_service_client::RetrievalServiceClient;
+use engram_server::time::to_proto;
 use serde::Deserialize;
 use tonic::transport::Channel;
 
-/// The user every evaluation space belongs to.
-const EVAL_USER: &str = "0e5a1e00-0000-4000-8000-000000000001";
 /// Namespace of the evaluation's conversation ids (UUIDv5 of task and memory key).
 const CONVERSATION_NAMESPACE: uuid::Uuid =
     uuid::Uuid::from_u128(0x0e5a_1e00_c0de_4000_8000_0000_0000_0002);
@@ -158,25 +158,6 @@ impl Scores {
 
 /// Metrics of one ranked list against graded judgements.
 fn score_ranking(ranked: &[String], relevant: &BTreeMap<String, u32>) -> Scores {
-    let gain = |grade: u32| f64::from((1u32 << grade) - 1);
-    let dcg = |keys: &mut dyn Iterator<Item = u32>, k: usize| -> f64 {
-        keys.take(k)
-            .enumerate()
-            .map(|(position, grade)| gain(grade) / ((position + 2) as f64).log2())
-            .sum()
-    };
-    let mut ideal: Vec<u32> = relevant.values().copied().collect();
-    ideal.sort_unstable_by(|a, b| b.cmp(a));
-    let ndcg = |k: usize| {
-        let actual = dcg(
-            &mut ranked
-                .iter()
-                .map(|key| relevant.get(key).copied().unwrap_or(0)),
-            k,
-        );
-        let best = dcg(&mut ideal.iter().copied(), k);
-        if best > 0.0 { actual / best } else { 0.0 }
-    };
     let recall = |k: usize| {
         let found = ranked
             .iter()
@@ -192,8 +173,8 @@ fn score_ranking(ranked: &[String], relevant: &BTreeMap<String, u32>) -> Scores 
     Scores {
         recall_5: recall(5),
         recall_10: recall(10),
-        ndcg_5: ndcg(5),
-        ndcg_10: ndcg(10),
+        ndcg_5: ndcg_at(ranked, relevant, 5),
+        ndcg_10: ndcg_at(ranked, relevant, 10),
         mrr,
         queries: 1,
     }
@@ -213,18 +194,8 @@ fn category(name: Option<&str>) -> anyhow::Result<v1::Category> {
     })
 }
 
-fn timestamp(at: chrono::DateTime<chrono::Utc>) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: at.timestamp(),
-        nanos: at.timestamp_subsec_nanos() as i32,
-    }
-}
-
 fn scope(task: &Task) -> v1::Scope {
-    v1::Scope {
-        user_id: EVAL_USER.into(),
-        space: format!("eval/{}", task.id),
-    }
+    eval_scope(format!("eval/{}", task.id))
 }
 
 fn import_entry(
@@ -239,7 +210,7 @@ fn import_entry(
         tags: memory.tags.clone(),
         importance: memory.importance,
         pinned: memory.pinned,
-        created_at: Some(timestamp(created)),
+        created_at: Some(to_proto(created)),
         ..Default::default()
     };
     match memory.kind.as_str() {
@@ -275,8 +246,8 @@ fn import_entry(
                 .collect();
             // The excerpt took about a minute per turn, ending when the episode was made.
             let turns = memory.messages.len().max(1) as i64;
-            entry.start_at = Some(timestamp(created - chrono::Duration::minutes(turns)));
-            entry.end_at = Some(timestamp(created));
+            entry.start_at = Some(to_proto(created - chrono::Duration::minutes(turns)));
+            entry.end_at = Some(to_proto(created));
         }
         other => bail!("unknown memory kind {other:?}"),
     }
@@ -324,53 +295,6 @@ async fn load_tasks<'a>(
     Ok(loaded)
 }
 
-/// Waits until the ingest backfill has embedded every entry of every task.
-async fn wait_for_embeddings(
-    retrieval: &mut RetrievalServiceClient<Channel>,
-    tasks: &[LoadedTask<'_>],
-    timeout: Duration,
-) -> anyhow::Result<()> {
-    let deadline = Instant::now() + timeout;
-    for loaded in tasks {
-        loop {
-            let mut stream = retrieval
-                .export_space(v1::ExportSpaceRequest {
-                    scope: Some(scope(loaded.task)),
-                    include_embeddings: false,
-                    page_size: 1000,
-                })
-                .await?
-                .into_inner();
-            let (mut total, mut embedded) = (0usize, 0usize);
-            while let Some(page) = stream.message().await? {
-                total += page.memories.len();
-                embedded += page
-                    .memories
-                    .iter()
-                    .filter(|exported| {
-                        exported
-                            .memory
-                            .as_ref()
-                            .is_some_and(|memory| !memory.needs_embedding)
-                    })
-                    .count();
-            }
-            if total == loaded.key_of.len() && embedded == total {
-                break;
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "task {}: {embedded} of {total} entries embedded after {} s; is the ingest backfill running?",
-                    loaded.task.id,
-                    timeout.as_secs()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-    }
-    Ok(())
-}
-
 /// The ranked memory keys RetrieveMemory answers for a query under a configuration.
 async fn ranked_keys(
     retrieval: &mut RetrievalServiceClient<Channel>,
@@ -406,23 +330,6 @@ async fn ranked_keys(
     let merged = merge_by_heads(section(&response.semantic), section(&response.episodic));
     let path = response.served_by.map(|s| s.path).unwrap_or_default();
     Ok((merged, path))
-}
-
-/// Merges two ranked lists, each kept in its own order, taking the higher-scored head each time.
-fn merge_by_heads(first: Vec<(f64, String)>, second: Vec<(f64, String)>) -> Vec<String> {
-    let mut merged = Vec::with_capacity(first.len() + second.len());
-    let (mut a, mut b) = (first.into_iter().peekable(), second.into_iter().peekable());
-    loop {
-        let take_first = match (a.peek(), b.peek()) {
-            (Some(x), Some(y)) => x.0 >= y.0,
-            (Some(_), None) => true,
-            (None, Some(_)) => false,
-            (None, None) => break,
-        };
-        let next = if take_first { a.next() } else { b.next() };
-        merged.extend(next.map(|(_, key)| key));
-    }
-    merged
 }
 
 fn ranking(profile: v1::RankingProfile) -> v1::RankingOptions {
@@ -793,9 +700,13 @@ async fn main() -> anyhow::Result<()> {
     eprintln!("importing {} tasks", file.tasks.len());
     let loaded = load_tasks(&mut ingest, &file.tasks).await?;
     eprintln!("waiting for the backfill to embed every entry");
+    let spaces: Vec<(v1::Scope, Option<usize>)> = loaded
+        .iter()
+        .map(|task| (scope(task.task), Some(task.key_of.len())))
+        .collect();
     wait_for_embeddings(
         &mut retrieval,
-        &loaded,
+        &spaces,
         Duration::from_secs(cli.embed_timeout_secs),
     )
     .await?;
@@ -807,13 +718,7 @@ async fn main() -> anyhow::Result<()> {
         results.push(result);
     }
     let text = report(&results, &file.tasks, &cli.command_line, started.elapsed());
-    if let Some(parent) = cli.report.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    std::fs::write(&cli.report, text)
-        .with_context(|| format!("writing {}", cli.report.display()))?;
-    eprintln!("report written to {}", cli.report.display());
-    Ok(())
+    write_report(&cli.report, &text)
 }
 
 #[cfg(test)]
@@ -831,13 +736,6 @@ mod tests {
         assert_eq!(missing.ndcg_10, 0.0);
         assert_eq!(missing.recall_10, 0.0);
         assert_eq!(missing.mrr, 0.0);
-    }
-
-    #[test]
-    fn merging_keeps_each_sections_order() {
-        let facts = vec![(0.9, "f1".to_owned()), (0.2, "f2".to_owned())];
-        let episodes = vec![(0.5, "e1".to_owned()), (0.6, "e2".to_owned())];
-        assert_eq!(merge_by_heads(facts, episodes), ["f1", "e1", "e2", "f2"]);
     }
 
     #[test]

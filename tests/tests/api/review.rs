@@ -579,7 +579,10 @@ async fn a_broker_outage_loses_no_review_and_applies_none_twice() {
         .fetch_one(&sandbox.pool)
         .await
         .unwrap();
-    assert_eq!(applied, 0, "nothing reaches review while the broker is away");
+    assert_eq!(
+        applied, 0,
+        "nothing reaches review while the broker is away"
+    );
     proxy.restore().await.unwrap();
     wait_for_reviews(&sandbox, 4).await;
     // Whatever the reconnections redelivered was recognised.

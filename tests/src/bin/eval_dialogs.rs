@@ -1,0 +1,1797 @@
+//! Dialog retrieval evaluation of `make eval` (docs/eval/dialogs.md).
+//!
+//! Loads the multi-session dialogs of `tests/eval/dialogs` as a client would, each in two spaces
+//! of the evaluation user:
+//! - **turns**: every turn one fact through ImportMemories (`"<Speaker>: <text>"`, created at
+//!   the session's date plus a minute per turn), the protocol of the held-out benchmark;
+//! - **conversation**: the dialog appended through AppendMessages session by session (the first
+//!   speaker as USER, the second as ASSISTANT), then CloseSegment; the ingest service segments it
+//!   into episodes and consolidates them into facts by its default rules.
+//!
+//! Then asks every question through RetrieveMemory under each configuration (profiles, storage
+//! ways, with large limits and within token budgets) and scores what came back against the
+//! question's evidence turns: which turns each returned item covers is known from the load (a
+//! turn memory its turn, an episode its segment's turns, a fact the turn it was copied from).
+//!
+//! The conversation is appended one session at a time, and the next session waits until the
+//! ingest service has nothing left to do with the last one: every open turn embedded, no segment
+//! the rules would close still open (the rules are `engram_core::segmentation`'s, with the
+//! settings the ingest service reads from the same `ENGRAM_*` environment), every episode
+//! consolidated. So every run segments and consolidates the same way, however the service's
+//! passes happen to be timed.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt::Write as _;
+use std::ops::RangeInclusive;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, anyhow, bail};
+use chrono::{DateTime, Utc};
+use clap::Parser;
+use engram_core::segmentation::{SegmentationRules, TurnView, close_segments};
+use engram_core::{ConversationId, SpeakerRole};
+use engram_e2e::eval::{
+    eval_scope, export_space, merge_by_heads, ndcg_at, wait_for_embeddings, write_report,
+};
+use engram_proto::v1;
+use engram_proto::v1::ingest_service_client::IngestServiceClient;
+use engram_proto::v1::retrieval_service_client::RetrievalServiceClient;
+use engram_server::time::to_proto;
+use futures::{StreamExt as _, TryStreamExt as _};
+use serde::Deserialize;
+use sqlx::PgPool;
+use tonic::transport::Channel;
+use uuid::Uuid;
+
+/// Namespace of the dialogs' conversation ids (UUIDv5 of the dialog id).
+const CONVERSATION_NAMESPACE: Uuid = Uuid::from_u128(0x0e5a_1e00_c0de_4000_8000_0000_0000_0003);
+/// The per-space soft cap set before loading: above any dialog's turns, episodes and facts, so
+/// that nothing is trimmed (the default, 200, would trim the longer dialogs' turns).
+const SOFT_CAP: u32 = 10_000;
+/// Results asked for per section with large limits (RetrieveMemory's maximum), and a budget
+/// that cuts nothing.
+const DEEP_LIMIT: u32 = 100;
+const DEEP_BUDGET: u32 = 32_000;
+/// The Markdown budgets of the token-budget comparison.
+const BUDGETS: [u32; 2] = [1_000, 2_000];
+/// RetrieveMemory's default budget.
+const DEFAULT_BUDGET: u32 = 2_000;
+const RECALL_KS: [usize; 4] = [5, 10, 25, 50];
+/// The answerable categories, in report order; adversarial questions have no evidence.
+const CATEGORIES: [&str; 4] = ["single_hop", "multi_hop", "temporal", "preference_change"];
+const ADVERSARIAL: &str = "adversarial";
+/// RetrieveMemory calls in flight at once.
+const IN_FLIGHT: usize = 4;
+
+#[derive(Parser)]
+#[command(about = "Engram retrieval evaluation on the multi-session dialogs")]
+struct Cli {
+    #[arg(long, default_value = "tests/eval/dialogs")]
+    dialogs: PathBuf,
+    #[arg(long, default_value = "http://127.0.0.1:50071")]
+    ingest: String,
+    #[arg(long, default_value = "http://127.0.0.1:50072")]
+    retrieval: String,
+    /// The database the ingest service writes: segmentation progress and consolidation are
+    /// watched there.
+    #[arg(long)]
+    database_url: String,
+    #[arg(long)]
+    report: PathBuf,
+    /// The command line to record in the report.
+    #[arg(long, default_value = "make eval")]
+    command_line: String,
+    /// Longest wait for segmentation, consolidation and the embedding backfill.
+    #[arg(long, default_value_t = 900)]
+    load_timeout_secs: u64,
+}
+
+#[derive(Deserialize)]
+struct Dialog {
+    id: String,
+    speakers: Vec<String>,
+    relationship: String,
+    sessions: Vec<Session>,
+    questions: Vec<Question>,
+}
+
+#[derive(Deserialize)]
+struct Session {
+    date: DateTime<Utc>,
+    turns: Vec<DialogTurn>,
+}
+
+#[derive(Deserialize)]
+struct DialogTurn {
+    id: String,
+    speaker: String,
+    text: String,
+}
+
+#[derive(Deserialize)]
+struct Question {
+    category: String,
+    question: String,
+    evidence: Vec<String>,
+}
+
+/// A dialog's turn as Engram stores it.
+struct Turn {
+    id: String,
+    /// Index of its session in the dialog.
+    session: usize,
+    /// 0 for the first speaker (USER), 1 for the second (ASSISTANT).
+    speaker: usize,
+    /// `"<Speaker>: <text>"`.
+    content: String,
+    /// The session's date plus a minute per turn before it in the session.
+    at: DateTime<Utc>,
+}
+
+/// A dialog with its turns in order (a turn's index is its turn index in the conversation).
+struct Prepared {
+    dialog: Dialog,
+    turns: Vec<Turn>,
+    /// Each question's evidence as turn indexes.
+    evidence: Vec<BTreeSet<usize>>,
+}
+
+impl Prepared {
+    fn new(dialog: Dialog) -> anyhow::Result<Self> {
+        if dialog.speakers.len() != 2 {
+            bail!("dialog {}: two speakers expected", dialog.id);
+        }
+        let mut turns = Vec::new();
+        for (session_index, session) in dialog.sessions.iter().enumerate() {
+            for (position, turn) in session.turns.iter().enumerate() {
+                let speaker = dialog
+                    .speakers
+                    .iter()
+                    .position(|name| *name == turn.speaker)
+                    .with_context(|| format!("turn {}: unknown speaker", turn.id))?;
+                turns.push(Turn {
+                    id: turn.id.clone(),
+                    session: session_index,
+                    speaker,
+                    content: format!("{}: {}", turn.speaker, turn.text),
+                    at: session.date + chrono::Duration::minutes(position as i64),
+                });
+            }
+        }
+        let index_of: HashMap<&str, usize> = turns
+            .iter()
+            .enumerate()
+            .map(|(index, turn)| (turn.id.as_str(), index))
+            .collect();
+        let evidence = dialog
+            .questions
+            .iter()
+            .map(|question| {
+                question
+                    .evidence
+                    .iter()
+                    .map(|id| {
+                        index_of
+                            .get(id.as_str())
+                            .copied()
+                            .with_context(|| format!("evidence {id}: no such turn"))
+                    })
+                    .collect::<anyhow::Result<BTreeSet<usize>>>()
+            })
+            .collect::<anyhow::Result<_>>()?;
+        Ok(Self {
+            dialog,
+            turns,
+            evidence,
+        })
+    }
+
+    fn turns_scope(&self) -> v1::Scope {
+        eval_scope(format!("dialogs/turns/{}", self.dialog.id))
+    }
+
+    fn conversation_scope(&self) -> v1::Scope {
+        eval_scope(format!("dialogs/conversation/{}", self.dialog.id))
+    }
+
+    fn conversation_id(&self) -> Uuid {
+        Uuid::new_v5(&CONVERSATION_NAMESPACE, self.dialog.id.as_bytes())
+    }
+}
+
+fn read_dialogs(directory: &Path) -> anyhow::Result<Vec<Prepared>> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(directory)
+        .with_context(|| format!("reading {}", directory.display()))?
+        .map(|entry| entry.map(|entry| entry.path()))
+        .collect::<Result<_, _>>()?;
+    paths.retain(|path| {
+        path.extension().is_some_and(|ext| ext == "json")
+            && path
+                .file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| name.starts_with('d'))
+    });
+    paths.sort();
+    paths
+        .iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let dialog: Dialog = serde_json::from_str(&text)
+                .with_context(|| format!("parsing {}", path.display()))?;
+            Prepared::new(dialog).with_context(|| format!("{}", path.display()))
+        })
+        .collect()
+}
+
+/// The dialog turns each stored item (by memory id) covers.
+type Coverage = HashMap<String, Vec<usize>>;
+
+/// What segmentation and consolidation made of a conversation.
+#[derive(Default, Clone)]
+struct ConversationStats {
+    segments: usize,
+    reasons: BTreeMap<String, usize>,
+    /// Segments with turns of more than one session, and segments that are exactly a session.
+    spanning_sessions: usize,
+    exact_sessions: usize,
+    episodes: usize,
+    /// Segments whose episode was a near-duplicate of an earlier one (repeated, not written).
+    repeated: usize,
+    /// Segments of greetings and thanks only (no episode).
+    trivial: usize,
+    /// Episodes whose excerpt is not the turns of their segment.
+    excerpt_mismatches: usize,
+    facts: usize,
+    superseded_facts: usize,
+    /// Valid facts whose sentence is in no turn of their speaker.
+    unmapped_facts: usize,
+    /// Turns that were memory commands ("remember that ...") and did something.
+    commands: usize,
+}
+
+impl ConversationStats {
+    fn add(&mut self, other: &ConversationStats) {
+        self.segments += other.segments;
+        for (reason, n) in &other.reasons {
+            *self.reasons.entry(reason.clone()).or_default() += n;
+        }
+        self.spanning_sessions += other.spanning_sessions;
+        self.exact_sessions += other.exact_sessions;
+        self.episodes += other.episodes;
+        self.repeated += other.repeated;
+        self.trivial += other.trivial;
+        self.excerpt_mismatches += other.excerpt_mismatches;
+        self.facts += other.facts;
+        self.superseded_facts += other.superseded_facts;
+        self.unmapped_facts += other.unmapped_facts;
+        self.commands += other.commands;
+    }
+}
+
+/// A dialog as loaded: what each stored item covers, in both spaces.
+struct Loaded {
+    prepared: Prepared,
+    turn_memories: Coverage,
+    episodes: Coverage,
+    facts: Coverage,
+    stats: ConversationStats,
+}
+
+async fn set_soft_cap(
+    ingest: &mut IngestServiceClient<Channel>,
+    scope: &v1::Scope,
+) -> anyhow::Result<()> {
+    ingest
+        .update_settings(v1::UpdateSettingsRequest {
+            scope: Some(scope.clone()),
+            soft_cap: Some(SOFT_CAP),
+            ..Default::default()
+        })
+        .await
+        .with_context(|| format!("setting the soft cap of {}", scope.space))?;
+    Ok(())
+}
+
+/// Every turn one fact through ImportMemories; returns what each memory covers (its turn).
+async fn load_turns(
+    ingest: &mut IngestServiceClient<Channel>,
+    prepared: &Prepared,
+) -> anyhow::Result<Coverage> {
+    let scope = prepared.turns_scope();
+    set_soft_cap(ingest, &scope).await?;
+    let index_of: HashMap<&str, usize> = prepared
+        .turns
+        .iter()
+        .enumerate()
+        .map(|(index, turn)| (turn.id.as_str(), index))
+        .collect();
+    let memories: Vec<v1::ImportedMemory> = prepared
+        .turns
+        .iter()
+        .map(|turn| v1::ImportedMemory {
+            client_id: turn.id.clone(),
+            kind: v1::MemoryKind::Semantic.into(),
+            text: turn.content.clone(),
+            created_at: Some(to_proto(turn.at)),
+            ..Default::default()
+        })
+        .collect();
+    let mut coverage = Coverage::new();
+    for batch in memories.chunks(500) {
+        let response = ingest
+            .import_memories(v1::ImportMemoriesRequest {
+                scope: Some(scope.clone()),
+                memories: batch.to_vec(),
+            })
+            .await
+            .with_context(|| format!("importing the turns of {}", prepared.dialog.id))?
+            .into_inner();
+        for entry in response.entries {
+            if entry.suppressed_by_tombstone || entry.skipped_incognito {
+                bail!("turn {} was not stored", entry.client_id);
+            }
+            let index = index_of
+                .get(entry.client_id.as_str())
+                .copied()
+                .with_context(|| format!("unknown client id {}", entry.client_id))?;
+            coverage.entry(entry.id).or_default().push(index);
+        }
+    }
+    Ok(coverage)
+}
+
+/// The service's view of the conversation: the rules, and where to watch its progress.
+#[derive(Clone)]
+struct Segmentation {
+    pool: PgPool,
+    rules: SegmentationRules,
+    timeout: Duration,
+}
+
+impl Segmentation {
+    /// Waits until the ingest service has nothing left to do for the conversation: every open
+    /// turn embedded (a segmentation pass read them), nothing the rules would close left open,
+    /// every episode of the space consolidated.
+    async fn settle(&self, prepared: &Prepared) -> anyhow::Result<()> {
+        let scope = prepared.conversation_scope();
+        let core_scope = engram_core::Scope::parse("scope", &scope.user_id, &scope.space)?;
+        let conversation = ConversationId::from_uuid(prepared.conversation_id());
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            // The open tail first: an episode committed after this read is still seen
+            // unconsolidated below.
+            if self.segmented(&core_scope, conversation).await?
+                && self.unconsolidated(&scope).await? == 0
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "dialog {}: segmentation or consolidation did not finish within {} s (see the ingest log)",
+                    prepared.dialog.id,
+                    self.timeout.as_secs()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Whether every open turn has its embedding and no segment of the open tail is due.
+    async fn segmented(
+        &self,
+        scope: &engram_core::Scope,
+        conversation: ConversationId,
+    ) -> anyhow::Result<bool> {
+        let tail = engram_store::segments::open_tail(&self.pool, scope, conversation)
+            .await?
+            .context("the conversation is not stored")?;
+        let mut views = Vec::with_capacity(tail.turns.len());
+        for turn in &tail.turns {
+            let Some(embedding) = tail.embeddings.get(&turn.turn_index) else {
+                return Ok(false);
+            };
+            views.push(TurnView {
+                index: turn.turn_index,
+                role: SpeakerRole::from_stored(&turn.role).unwrap_or_default(),
+                spoken_at: turn.spoken_at,
+                received_at: turn.created_at,
+                tokens: u32::try_from(turn.tokens).unwrap_or(0),
+                embedding: Some(embedding.clone()),
+            });
+        }
+        Ok(close_segments(
+            &views,
+            &self.rules,
+            tail.close_requested_through,
+            Utc::now(),
+        )
+        .is_empty())
+    }
+
+    async fn unconsolidated(&self, scope: &v1::Scope) -> anyhow::Result<i64> {
+        let user = Uuid::parse_str(&scope.user_id)?;
+        let (count,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM memories WHERE user_id = $1 AND space = $2 \
+             AND kind = 'episodic' AND consolidated_at IS NULL",
+        )
+        .bind(user)
+        .bind(&scope.space)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(count)
+    }
+}
+
+/// Appends the dialog session by session, closes the last segment and waits for segmentation
+/// and consolidation; returns the number of memory commands the turns ran.
+async fn append_conversation(
+    ingest: &mut IngestServiceClient<Channel>,
+    segmentation: &Segmentation,
+    prepared: &Prepared,
+) -> anyhow::Result<usize> {
+    let scope = prepared.conversation_scope();
+    let conversation_id = prepared.conversation_id().to_string();
+    set_soft_cap(ingest, &scope).await?;
+    let mut commands = 0;
+    let mut next_index = 0usize;
+    for session in 0..prepared.dialog.sessions.len() {
+        let turns: Vec<(usize, &Turn)> = prepared
+            .turns
+            .iter()
+            .enumerate()
+            .filter(|(_, turn)| turn.session == session)
+            .collect();
+        let response = ingest
+            .append_messages(v1::AppendMessagesRequest {
+                scope: Some(scope.clone()),
+                conversation_id: conversation_id.clone(),
+                messages: turns
+                    .iter()
+                    .map(|(_, turn)| v1::ConversationMessage {
+                        role: if turn.speaker == 0 {
+                            v1::SpeakerRole::User
+                        } else {
+                            v1::SpeakerRole::Assistant
+                        }
+                        .into(),
+                        content: turn.content.clone(),
+                        at: Some(to_proto(turn.at)),
+                        client_message_id: turn.id.clone(),
+                    })
+                    .collect(),
+                close_segment: false,
+            })
+            .await
+            .with_context(|| {
+                format!(
+                    "appending session {} of {}",
+                    session + 1,
+                    prepared.dialog.id
+                )
+            })?
+            .into_inner();
+        if response.turns.len() != turns.len() {
+            bail!(
+                "session {} of {}: {} turns sent, {} answered",
+                session + 1,
+                prepared.dialog.id,
+                turns.len(),
+                response.turns.len()
+            );
+        }
+        for ((index, turn), appended) in turns.iter().zip(&response.turns) {
+            let stored = appended.outcome == i32::from(v1::TurnOutcome::Stored)
+                || appended.outcome == i32::from(v1::TurnOutcome::Duplicate);
+            if !stored || appended.turn_index as usize != *index || *index != next_index {
+                bail!(
+                    "turn {}: outcome {}, turn index {} (expected {index})",
+                    turn.id,
+                    appended.outcome,
+                    appended.turn_index
+                );
+            }
+            next_index += 1;
+            if appended.command.as_ref().is_some_and(|command| {
+                command.action != i32::from(v1::CommandAction::NoCommand) && command.applied
+            }) {
+                commands += 1;
+            }
+        }
+        segmentation.settle(prepared).await?;
+    }
+    ingest
+        .close_segment(v1::CloseSegmentRequest {
+            scope: Some(scope.clone()),
+            conversation_id: conversation_id.clone(),
+        })
+        .await
+        .context("closing the last segment")?;
+    segmentation.settle(prepared).await?;
+    let state = ingest
+        .get_conversation(v1::GetConversationRequest {
+            scope: Some(scope),
+            conversation_id,
+            page_size: 1,
+            page_token: String::new(),
+        })
+        .await?
+        .into_inner();
+    let last = prepared.turns.len() as i32 - 1;
+    if state.segmented_through != last {
+        bail!(
+            "dialog {}: segmented through turn {} of {last}",
+            prepared.dialog.id,
+            state.segmented_through
+        );
+    }
+    Ok(commands)
+}
+
+/// A closed segment, from the audit trail.
+struct SegmentEvent {
+    turns: RangeInclusive<usize>,
+    reason: String,
+    episode: Option<String>,
+    outcome: String,
+}
+
+async fn segment_events(
+    ingest: &mut IngestServiceClient<Channel>,
+    scope: &v1::Scope,
+) -> anyhow::Result<Vec<SegmentEvent>> {
+    let mut events = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = ingest
+            .list_audit(v1::ListAuditRequest {
+                scope: Some(scope.clone()),
+                page_size: 500,
+                page_token,
+            })
+            .await?
+            .into_inner();
+        for event in page.events {
+            if event.action != i32::from(v1::AuditAction::Segment) {
+                continue;
+            }
+            let detail: serde_json::Value = serde_json::from_str(&event.detail_json)?;
+            let bound = |i: usize| {
+                detail["segment"][i]
+                    .as_u64()
+                    .map(|v| v as usize)
+                    .ok_or_else(|| anyhow!("segment event without its turns: {detail}"))
+            };
+            events.push(SegmentEvent {
+                turns: bound(0)?..=bound(1)?,
+                reason: detail["reason"].as_str().unwrap_or("?").to_owned(),
+                episode: (!event.memory_id.is_empty()).then_some(event.memory_id),
+                outcome: detail["episode"].as_str().unwrap_or("?").to_owned(),
+            });
+        }
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    events.sort_by_key(|event| *event.turns.start());
+    Ok(events)
+}
+
+/// A sentence as compared: lowercase, single spaces, no closing punctuation.
+fn normalise_sentence(text: &str) -> String {
+    let words: Vec<String> = text.split_whitespace().map(str::to_lowercase).collect();
+    words
+        .join(" ")
+        .trim_end_matches(|c: char| ".!?。！？…;；,，:：".contains(c) || c.is_whitespace())
+        .to_owned()
+}
+
+/// The turns a fact was copied from: turns of the fact's speaker whose text holds the fact's
+/// sentence, those of its source episodes first.
+fn fact_turns(
+    fact: &v1::Memory,
+    turns: &[Turn],
+    normalised_turns: &[String],
+    episode_turns: &HashMap<String, RangeInclusive<usize>>,
+) -> Vec<usize> {
+    let needle = normalise_sentence(&fact.text);
+    if needle.is_empty() {
+        return Vec::new();
+    }
+    let speaker = usize::from(fact.role == i32::from(v1::SpeakerRole::Assistant));
+    let holds = |index: &usize| {
+        turns[*index].speaker == speaker && normalised_turns[*index].contains(&needle)
+    };
+    let mut within: Vec<usize> = fact
+        .source_episode_ids
+        .iter()
+        .filter_map(|episode| episode_turns.get(episode))
+        .flat_map(|range| range.clone())
+        .filter(holds)
+        .collect();
+    within.sort_unstable();
+    within.dedup();
+    if !within.is_empty() {
+        return within;
+    }
+    (0..turns.len()).filter(holds).collect()
+}
+
+/// What segmentation and consolidation stored for the conversation, mapped to the dialog's turns.
+async fn map_conversation(
+    ingest: &mut IngestServiceClient<Channel>,
+    retrieval: &mut RetrievalServiceClient<Channel>,
+    prepared: &Prepared,
+    stats: &mut ConversationStats,
+) -> anyhow::Result<(Coverage, Coverage)> {
+    let scope = prepared.conversation_scope();
+    let events = segment_events(ingest, &scope).await?;
+    let memories = export_space(retrieval, &scope).await?;
+    let by_id: HashMap<&str, &v1::Memory> = memories.iter().map(|m| (m.id.as_str(), m)).collect();
+    let turns = &prepared.turns;
+    let is_session_start = |i: usize| i == 0 || turns[i - 1].session != turns[i].session;
+    let is_session_end =
+        |i: usize| i + 1 == turns.len() || turns[i + 1].session != turns[i].session;
+
+    let mut episode_turns: HashMap<String, RangeInclusive<usize>> = HashMap::new();
+    for event in &events {
+        let (first, last) = (*event.turns.start(), *event.turns.end());
+        if last >= turns.len() {
+            bail!("a segment ends at turn {last}, past the dialog's end");
+        }
+        stats.segments += 1;
+        *stats.reasons.entry(event.reason.clone()).or_default() += 1;
+        if turns[first].session != turns[last].session {
+            stats.spanning_sessions += 1;
+        } else if is_session_start(first) && is_session_end(last) {
+            stats.exact_sessions += 1;
+        }
+        match (event.outcome.as_str(), &event.episode) {
+            ("created", Some(id)) => {
+                stats.episodes += 1;
+                let excerpt: Vec<&str> = by_id
+                    .get(id.as_str())
+                    .map(|m| m.messages.iter().map(|m| m.content.as_str()).collect())
+                    .unwrap_or_default();
+                let expected: Vec<&str> = turns[first..=last]
+                    .iter()
+                    .map(|t| t.content.as_str())
+                    .collect();
+                if excerpt != expected {
+                    stats.excerpt_mismatches += 1;
+                }
+                episode_turns.insert(id.clone(), event.turns.clone());
+            }
+            ("repeated", _) => stats.repeated += 1,
+            _ if event.outcome.starts_with("none") => stats.trivial += 1,
+            _ => {}
+        }
+    }
+    let episodes: Coverage = episode_turns
+        .iter()
+        .map(|(id, range)| (id.clone(), range.clone().collect()))
+        .collect();
+
+    let normalised: Vec<String> = turns
+        .iter()
+        .map(|t| normalise_sentence(&t.content))
+        .collect();
+    let mut facts = Coverage::new();
+    for memory in memories
+        .iter()
+        .filter(|m| m.kind == i32::from(v1::MemoryKind::Semantic))
+    {
+        if memory.invalid_at.is_some() {
+            stats.superseded_facts += 1;
+            continue;
+        }
+        stats.facts += 1;
+        let covered = fact_turns(memory, turns, &normalised, &episode_turns);
+        if covered.is_empty() {
+            stats.unmapped_facts += 1;
+        } else {
+            facts.insert(memory.id.clone(), covered);
+        }
+    }
+    Ok((episodes, facts))
+}
+
+/// How a dialog is stored in the space a configuration asks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Storage {
+    Turns,
+    Episodes,
+    Facts,
+    Both,
+}
+
+impl Storage {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Turns => "turns",
+            Self::Episodes => "episodes only",
+            Self::Facts => "facts only",
+            Self::Both => "episodes + facts",
+        }
+    }
+
+    /// (episodes, facts) asked for.
+    fn sections(self) -> (bool, bool) {
+        match self {
+            Self::Turns | Self::Facts => (false, true),
+            Self::Episodes => (true, false),
+            Self::Both => (true, true),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Config {
+    storage: Storage,
+    label: String,
+    ranking: v1::RankingOptions,
+}
+
+fn profile_name(profile: v1::RankingProfile) -> &'static str {
+    match profile {
+        v1::RankingProfile::Fsrs => "fsrs",
+        v1::RankingProfile::Triscore => "triscore",
+        v1::RankingProfile::Unspecified => "default",
+    }
+}
+
+/// The configurations: both profiles and BM25 alone on the turns; each storage way of the
+/// conversation with both profiles, the service's default first.
+fn configurations(default_profile: &str) -> Vec<Config> {
+    let with_profile = |profile: v1::RankingProfile| v1::RankingOptions {
+        profile: profile.into(),
+        ..Default::default()
+    };
+    let label = |profile: v1::RankingProfile| {
+        let name = profile_name(profile);
+        if name == default_profile {
+            format!("{name} (default)")
+        } else {
+            name.to_owned()
+        }
+    };
+    let mut profiles = [v1::RankingProfile::Triscore, v1::RankingProfile::Fsrs];
+    profiles.sort_by_key(|profile| profile_name(*profile) != default_profile);
+    let mut configs = Vec::new();
+    for profile in profiles {
+        configs.push(Config {
+            storage: Storage::Turns,
+            label: format!("turns, {}", label(profile)),
+            ranking: with_profile(profile),
+        });
+    }
+    configs.push(Config {
+        storage: Storage::Turns,
+        label: "turns, BM25 alone (fsrs, sparse only, MMR off)".into(),
+        ranking: v1::RankingOptions {
+            sparse_only: true,
+            mmr_lambda: Some(1.0),
+            ..with_profile(v1::RankingProfile::Fsrs)
+        },
+    });
+    for storage in [Storage::Episodes, Storage::Facts, Storage::Both] {
+        for profile in profiles {
+            configs.push(Config {
+                storage,
+                label: format!("{}, {}", storage.name(), label(profile)),
+                ranking: with_profile(profile),
+            });
+        }
+    }
+    configs
+}
+
+/// How a question is asked: with the largest limits and a budget that cuts nothing, or within
+/// a Markdown budget, with the default limits or the largest.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ask {
+    Deep,
+    Budget { tokens: u32, limits: Limits },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Limits {
+    /// The service's defaults (5 episodes, 20 facts).
+    Default,
+    /// 100 of each: the budget alone decides what fits.
+    Largest,
+}
+
+fn retrieve_request(
+    config: &Config,
+    ask: Ask,
+    scope: v1::Scope,
+    query: &str,
+) -> v1::RetrieveMemoryRequest {
+    let (episodes, facts) = config.storage.sections();
+    // The section a storage way does not use is switched off.
+    let limit = |wanted: bool| match ask {
+        Ask::Deep
+        | Ask::Budget {
+            limits: Limits::Largest,
+            ..
+        } => Some(if wanted { DEEP_LIMIT } else { 0 }),
+        Ask::Budget {
+            limits: Limits::Default,
+            ..
+        } => (!wanted).then_some(0),
+    };
+    v1::RetrieveMemoryRequest {
+        scope: Some(scope),
+        query: query.to_owned(),
+        episodic_limit: limit(episodes),
+        semantic_limit: limit(facts),
+        // Within a budget every episode offers its excerpt: the budget decides what fits.
+        detail: match ask {
+            Ask::Deep => v1::DetailLevel::None,
+            Ask::Budget { .. } => v1::DetailLevel::High,
+        }
+        .into(),
+        token_budget: Some(match ask {
+            Ask::Deep => DEEP_BUDGET,
+            Ask::Budget { tokens, .. } => tokens,
+        }),
+        ranking: Some(config.ranking),
+        ..Default::default()
+    }
+}
+
+/// One returned item, in the merged order.
+struct Hit {
+    id: String,
+    score: f64,
+    cosine: f64,
+    episode: bool,
+    details_shown: bool,
+}
+
+/// A response, as scored.
+struct Answered {
+    hits: Vec<Hit>,
+    tokens: u32,
+    truncated: bool,
+    path: String,
+}
+
+async fn ask(
+    mut retrieval: RetrievalServiceClient<Channel>,
+    request: v1::RetrieveMemoryRequest,
+) -> anyhow::Result<Answered> {
+    let query = request.query.clone();
+    let response = retrieval
+        .retrieve_memory(request)
+        .await
+        .with_context(|| format!("asking {query:?}"))?
+        .into_inner();
+    let section = |results: Vec<v1::RetrievedMemory>, episode: bool| -> Vec<(f64, Hit)> {
+        results
+            .into_iter()
+            .map(|result| {
+                let score = result.score.unwrap_or_default();
+                let hit = Hit {
+                    id: result.memory.map(|m| m.id).unwrap_or_default(),
+                    score: score.total,
+                    cosine: score.dense_score,
+                    episode,
+                    details_shown: result.details_shown,
+                };
+                (score.total, hit)
+            })
+            .collect()
+    };
+    Ok(Answered {
+        hits: merge_by_heads(
+            section(response.semantic, false),
+            section(response.episodic, true),
+        ),
+        tokens: response.tokens,
+        truncated: response.truncated,
+        path: response.served_by.map(|s| s.path).unwrap_or_default(),
+    })
+}
+
+/// A running mean.
+#[derive(Default, Clone, Copy)]
+struct Mean {
+    sum: f64,
+    n: u32,
+}
+
+impl Mean {
+    fn add(&mut self, value: f64) {
+        self.sum += value;
+        self.n += 1;
+    }
+
+    fn value(&self) -> f64 {
+        if self.n == 0 {
+            0.0
+        } else {
+            self.sum / f64::from(self.n)
+        }
+    }
+}
+
+/// Ranking quality of one group of questions.
+#[derive(Default, Clone, Copy)]
+struct Ranked {
+    recall: [Mean; 4],
+    ndcg_10: Mean,
+    /// Dialog turns behind the first 10 items: what an LLM would read to use them.
+    turns_10: Mean,
+}
+
+/// Recall within a budget (strict: an episode counts with its excerpt in the Markdown; listed:
+/// with its title and summary alone), and the Markdown's size.
+#[derive(Default, Clone, Copy)]
+struct Budgeted {
+    strict: Mean,
+    listed: Mean,
+    tokens: Mean,
+    items: Mean,
+}
+
+/// Results and scores, for adversarial and for answerable questions.
+#[derive(Default, Clone, Copy)]
+struct Noise {
+    results: Mean,
+    top_score: Mean,
+    top_cosine: Mean,
+}
+
+struct ConfigResult {
+    config: Config,
+    /// By category, and "all" for every answerable question.
+    ranked: BTreeMap<String, Ranked>,
+    by_dialog: BTreeMap<String, Ranked>,
+    budget: BTreeMap<(Limits, u32), BTreeMap<String, Budgeted>>,
+    adversarial: Noise,
+    answerable: Noise,
+    paths: BTreeMap<String, u32>,
+    truncated_deep: u32,
+}
+
+/// Share of `evidence` covered by the items of `hits` that `counts` keeps (`maps`: what each
+/// item of the space covers).
+fn covered_share(
+    hits: &[Hit],
+    maps: &[&Coverage],
+    evidence: &BTreeSet<usize>,
+    counts: impl Fn(&Hit) -> bool,
+) -> f64 {
+    let covered: BTreeSet<usize> = hits
+        .iter()
+        .filter(|hit| counts(hit))
+        .filter_map(|hit| maps.iter().find_map(|map| map.get(&hit.id)))
+        .flatten()
+        .copied()
+        .filter(|turn| evidence.contains(turn))
+        .collect();
+    covered.len() as f64 / evidence.len().max(1) as f64
+}
+
+async fn evaluate(
+    retrieval: &RetrievalServiceClient<Channel>,
+    loaded: &[Loaded],
+    config: Config,
+) -> anyhow::Result<ConfigResult> {
+    let mut result = ConfigResult {
+        config: config.clone(),
+        ranked: BTreeMap::new(),
+        by_dialog: BTreeMap::new(),
+        budget: BTreeMap::new(),
+        adversarial: Noise::default(),
+        answerable: Noise::default(),
+        paths: BTreeMap::new(),
+        truncated_deep: 0,
+    };
+    for dialog in loaded {
+        let scope = match config.storage {
+            Storage::Turns => dialog.prepared.turns_scope(),
+            _ => dialog.prepared.conversation_scope(),
+        };
+        let maps: Vec<&Coverage> = match config.storage {
+            Storage::Turns => vec![&dialog.turn_memories],
+            Storage::Episodes => vec![&dialog.episodes],
+            Storage::Facts => vec![&dialog.facts],
+            Storage::Both => vec![&dialog.episodes, &dialog.facts],
+        };
+        let questions = &dialog.prepared.dialog.questions;
+        let asks: Vec<Ask> = std::iter::once(Ask::Deep)
+            .chain(
+                [Limits::Default, Limits::Largest]
+                    .into_iter()
+                    .flat_map(|limits| BUDGETS.map(|tokens| Ask::Budget { tokens, limits })),
+            )
+            .collect();
+        let jobs: Vec<(usize, Ask)> = (0..questions.len())
+            .flat_map(|q| asks.iter().map(move |ask| (q, *ask)))
+            .collect();
+        let answers: Vec<Answered> = futures::stream::iter(jobs.iter().map(|&(q, how)| {
+            ask(
+                retrieval.clone(),
+                retrieve_request(&config, how, scope.clone(), &questions[q].question),
+            )
+        }))
+        .buffered(IN_FLIGHT)
+        .try_collect()
+        .await?;
+        for ((q, how), answered) in jobs.iter().zip(answers) {
+            let question = &questions[*q];
+            let evidence = &dialog.prepared.evidence[*q];
+            let adversarial = question.category == ADVERSARIAL;
+            match how {
+                Ask::Deep => {
+                    *result.paths.entry(answered.path.clone()).or_default() += 1;
+                    result.truncated_deep += u32::from(answered.truncated);
+                    let noise = if adversarial {
+                        &mut result.adversarial
+                    } else {
+                        &mut result.answerable
+                    };
+                    if let Some(top) = answered.hits.first() {
+                        noise.top_score.add(top.score);
+                    }
+                    noise.top_cosine.add(
+                        answered
+                            .hits
+                            .iter()
+                            .map(|hit| hit.cosine)
+                            .fold(0.0, f64::max),
+                    );
+                    if adversarial {
+                        continue;
+                    }
+                    let recall = RECALL_KS.map(|k| {
+                        covered_share(
+                            &answered.hits[..k.min(answered.hits.len())],
+                            &maps,
+                            evidence,
+                            |_| true,
+                        )
+                    });
+                    // Binary relevance: an item is relevant when it covers an evidence turn.
+                    let relevant: BTreeMap<String, u32> = maps
+                        .iter()
+                        .flat_map(|map| map.iter())
+                        .filter(|(_, turns)| turns.iter().any(|t| evidence.contains(t)))
+                        .map(|(id, _)| (id.clone(), 1))
+                        .collect();
+                    let ids: Vec<String> = answered.hits.iter().map(|hit| hit.id.clone()).collect();
+                    let ndcg = ndcg_at(&ids, &relevant, 10);
+                    let turns_10 = answered
+                        .hits
+                        .iter()
+                        .take(10)
+                        .filter_map(|hit| maps.iter().find_map(|map| map.get(&hit.id)))
+                        .flatten()
+                        .collect::<BTreeSet<_>>()
+                        .len();
+                    for key in [question.category.as_str(), "all"] {
+                        add_ranked(
+                            result.ranked.entry(key.to_owned()).or_default(),
+                            &recall,
+                            ndcg,
+                            turns_10,
+                        );
+                    }
+                    add_ranked(
+                        result
+                            .by_dialog
+                            .entry(dialog.prepared.dialog.id.clone())
+                            .or_default(),
+                        &recall,
+                        ndcg,
+                        turns_10,
+                    );
+                }
+                Ask::Budget { tokens, limits } => {
+                    // What an assistant gets by default: the default limits and budget.
+                    if *limits == Limits::Default && *tokens == DEFAULT_BUDGET {
+                        let noise = if adversarial {
+                            &mut result.adversarial
+                        } else {
+                            &mut result.answerable
+                        };
+                        noise.results.add(answered.hits.len() as f64);
+                    }
+                    if adversarial {
+                        continue;
+                    }
+                    let strict = covered_share(&answered.hits, &maps, evidence, |hit| {
+                        !hit.episode || hit.details_shown
+                    });
+                    let listed = covered_share(&answered.hits, &maps, evidence, |_| true);
+                    let groups = result.budget.entry((*limits, *tokens)).or_default();
+                    for key in [question.category.as_str(), "all"] {
+                        let group = groups.entry(key.to_owned()).or_default();
+                        group.strict.add(strict);
+                        group.listed.add(listed);
+                        group.tokens.add(f64::from(answered.tokens));
+                        group.items.add(answered.hits.len() as f64);
+                    }
+                }
+            }
+        }
+    }
+    Ok(result)
+}
+
+fn add_ranked(group: &mut Ranked, recall: &[f64; 4], ndcg: f64, turns_10: usize) {
+    for (mean, value) in group.recall.iter_mut().zip(recall) {
+        mean.add(*value);
+    }
+    group.ndcg_10.add(ndcg);
+    group.turns_10.add(turns_10 as f64);
+}
+
+/// Seconds each step took (and one setting the report states).
+struct Timings {
+    turns_import: f64,
+    turns_embedded: f64,
+    conversations_segmented: f64,
+    conversations_embedded: f64,
+    questions: f64,
+    total: f64,
+    /// The ingest service's idle close, as the report states it.
+    idle_close_secs: i64,
+}
+
+fn pct(value: f64) -> String {
+    format!("{:.1}", value * 100.0)
+}
+
+fn report(
+    results: &[ConfigResult],
+    loaded: &[Loaded],
+    default_profile: &str,
+    command_line: &str,
+    timings: &Timings,
+) -> String {
+    let questions: Vec<&Question> = loaded
+        .iter()
+        .flat_map(|d| d.prepared.dialog.questions.iter())
+        .collect();
+    let count = |category: &str| questions.iter().filter(|q| q.category == category).count();
+    let answerable = questions.len() - count(ADVERSARIAL);
+    let turns: usize = loaded.iter().map(|d| d.prepared.turns.len()).sum();
+    let sessions: usize = loaded
+        .iter()
+        .map(|d| d.prepared.dialog.sessions.len())
+        .sum();
+    let all = |result: &ConfigResult| result.ranked.get("all").copied().unwrap_or_default();
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "# Retrieval on multi-session dialogs\n\n\
+         Produced by `{command_line}` on {date} in {total:.0} s: loading the turns {ti:.0} s (import) + \
+         {te:.0} s (embedding backfill), loading the conversations {cs:.0} s (appending, segmentation, \
+         consolidation) + {ce:.0} s (embedding backfill), asking {q:.0} s. The services: a release \
+         ingest with the local embedder (all-MiniLM-L6-v2), no LLM, the bus off \
+         (`ENGRAM_AMQP__ENABLED=false`) and `ENGRAM_SEGMENTATION__IDLE_CLOSE_SECS={idle}`, and a \
+         release retrieval, both otherwise at their defaults (`deploy/eval/run.sh`).\n\n\
+         The development set of [`tests/eval/dialogs`](../../tests/eval/dialogs/README.md): {dialogs} \
+         conversations between two people, {sessions} dated sessions, {turns} turns, {nq} questions \
+         ({answerable} with evidence turns, {adv} adversarial). Every dialog is loaded twice, each in \
+         its own space of one evaluation user (a per-space soft cap of {SOFT_CAP} is set with \
+         UpdateSettings first: the default cap, 200, would trim the longer dialogs):\n\n\
+         - **turns**: every turn one fact through ImportMemories, text `\"<Speaker>: <text>\"`, \
+         created at the session's date plus one minute per turn before it in the session, client id \
+         the turn id (the protocol of the held-out benchmark of issue 23);\n\
+         - **conversation**: the dialog appended through AppendMessages session by session (content \
+         `\"<Speaker>: <text>\"`, `at` the same times, client message id the turn id; the first \
+         speaker as USER and the second as ASSISTANT, although both are people here), then \
+         CloseSegment. The ingest service (bus off: its local worker segments) closes segments by \
+         its default rules and writes an episode per segment, consolidated into facts by the local \
+         extractive rules (no LLM). The next session is appended once the service has segmented \
+         and consolidated what it could of the last one, so every run segments alike.\n\n\
+         Every question is asked through RetrieveMemory without a conversation id. **Deep**: the \
+         largest limits (100 facts and/or 100 episodes, the section a storage way does not use set \
+         to 0), detail NONE, a 32,000-token budget; **within a budget**: a budget of 1,000 or 2,000 \
+         tokens, detail HIGH (every episode offers its excerpt; one that does not fit is shown \
+         without it, or left out), with the default limits (20 facts, 5 episodes) or the largest \
+         (100 each: the budget alone decides). The service's default profile is \
+         {default_profile}.\n\n\
+         Scoring, per answerable question with evidence turns E:\n\n\
+         - An item *covers* turns: a turn memory its turn; an episode the turns `first..=last` of \
+         the segment it was written from (the audit trail's SEGMENT event; each excerpt is compared \
+         with those turns, and a mismatch counted below); a fact the turns of its speaker whose text contains the \
+         fact's sentence (lowercased, whitespace collapsed, closing punctuation dropped), within \
+         its source episodes first. The local consolidation copies user sentences, so facts map; \
+         facts written by an LLM would not.\n\
+         - One ranked list per response: facts and episodes each keep their order and are merged \
+         by comparing the scores at their heads.\n\
+         - **recall@k** = |E ∩ turns covered by the first k items| / |E|, averaged over questions.\n\
+         - **nDCG@10**: binary; an item is relevant when it covers a turn of E, and the ideal \
+         ranking puts every relevant item of the space first (for turns: the usual nDCG over \
+         evidence turns).\n\
+         - **Recall within a budget** = |E ∩ turns covered by what the Markdown holds| / |E|: the \
+         structured results are exactly what fit the budget; an episode counts only when its \
+         excerpt is in the Markdown (`details_shown`). The *listed* figure also counts episodes \
+         that fit with their title and summary alone.\n\
+         - Averages over all answerable questions weigh every question alike.\n",
+        date = Utc::now().format("%Y-%m-%d %H:%M UTC"),
+        total = timings.total,
+        ti = timings.turns_import,
+        te = timings.turns_embedded,
+        cs = timings.conversations_segmented,
+        ce = timings.conversations_embedded,
+        q = timings.questions,
+        idle = timings.idle_close_secs,
+        dialogs = loaded.len(),
+        nq = questions.len(),
+        adv = count(ADVERSARIAL),
+    );
+
+    out.push_str("\n## What this says\n\n");
+    out.push_str(&summary(results, loaded));
+
+    out.push_str(
+        "\n## Ranking quality (deep)\n\n\
+         | configuration | recall@5 | recall@10 | recall@25 | recall@50 | nDCG@10 | turns behind the first 10 |\n\
+         |---|---|---|---|---|---|---|\n",
+    );
+    for result in results {
+        let scores = all(result);
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {:.3} | {:.0} |",
+            result.config.label,
+            pct(scores.recall[0].value()),
+            pct(scores.recall[1].value()),
+            pct(scores.recall[2].value()),
+            pct(scores.recall[3].value()),
+            scores.ndcg_10.value(),
+            scores.turns_10.value()
+        );
+    }
+    let _ = write!(
+        out,
+        "\nRecall in percent. *Turns behind the first 10*: the distinct dialog turns the first 10 \
+         items cover, on average (what reading them costs). A dialog has {} episodes or fewer, so \
+         from k = 10 on episodes return most of the dialog; the budget tables below compare the \
+         storage ways at equal cost.\n",
+        loaded.iter().map(|d| d.stats.episodes).max().unwrap_or(0)
+    );
+
+    out.push_str("\n## Recall@10 by category (deep)\n\n| configuration |");
+    for category in CATEGORIES {
+        let _ = write!(out, " {category} ({}) |", count(category));
+    }
+    out.push_str(" all |\n|---|");
+    out.push_str(&"---|".repeat(CATEGORIES.len() + 1));
+    out.push('\n');
+    for result in results {
+        let _ = write!(out, "| {} |", result.config.label);
+        for category in CATEGORIES.iter().copied().chain(["all"]) {
+            let value = result
+                .ranked
+                .get(category)
+                .map_or(0.0, |r| r.recall[1].value());
+            let _ = write!(out, " {} |", pct(value));
+        }
+        out.push('\n');
+    }
+
+    for (limits, title) in [
+        (
+            Limits::Largest,
+            "largest limits: the budget decides what fits",
+        ),
+        (Limits::Default, "default limits (20 facts, 5 episodes)"),
+    ] {
+        budget_table(&mut out, results, limits, title);
+    }
+
+    out.push_str("\n## Recall@10 by dialog (deep)\n\n| configuration |");
+    for dialog in loaded {
+        let _ = write!(out, " {} |", dialog.prepared.dialog.id);
+    }
+    out.push_str("\n|---|");
+    out.push_str(&"---|".repeat(loaded.len()));
+    out.push('\n');
+    for result in results {
+        let _ = write!(out, "| {} |", result.config.label);
+        for dialog in loaded {
+            let value = result
+                .by_dialog
+                .get(&dialog.prepared.dialog.id)
+                .map_or(0.0, |r| r.recall[1].value());
+            let _ = write!(out, " {} |", pct(value));
+        }
+        out.push('\n');
+    }
+    out.push_str("\nd07 is the Chinese dialog; the local embedding model is English-only.\n");
+
+    let _ = write!(
+        out,
+        "\n## Adversarial questions (no evidence) against answerable ones\n\n\
+         What a relevance floor (issue 23) would have to tell apart: the results returned with the \
+         default limits (2,000 tokens), the top item's score and the highest cosine of the query to \
+         a returned item (deep), averaged over the {} adversarial and the {answerable} answerable \
+         questions.\n\n\
+         | configuration | results, adversarial | results, answerable | top score, adversarial | top score, answerable | top cosine, adversarial | top cosine, answerable |\n\
+         |---|---|---|---|---|---|---|\n",
+        count(ADVERSARIAL)
+    );
+    for result in results {
+        let (a, b) = (&result.adversarial, &result.answerable);
+        let cosine = |noise: &Noise| {
+            if result.config.ranking.sparse_only {
+                "—".to_owned()
+            } else {
+                format!("{:.3}", noise.top_cosine.value())
+            }
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {:.1} | {:.1} | {:.3} | {:.3} | {} | {} |",
+            result.config.label,
+            a.results.value(),
+            b.results.value(),
+            a.top_score.value(),
+            b.top_score.value(),
+            cosine(a),
+            cosine(b)
+        );
+    }
+
+    out.push_str(
+        "\n## What was stored\n\n\
+         | dialog | relationship | sessions | turns | segments | segments by reason | spanning sessions | exactly a session | episodes | facts | facts superseded | facts not mapped |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    let mut total = ConversationStats::default();
+    for dialog in loaded {
+        let d = &dialog.prepared.dialog;
+        stats_row(
+            &mut out,
+            [&d.id, &d.relationship],
+            [d.sessions.len(), dialog.prepared.turns.len()],
+            &dialog.stats,
+        );
+        total.add(&dialog.stats);
+    }
+    stats_row(&mut out, ["all", ""], [sessions, turns], &total);
+    let _ = write!(
+        out,
+        "\nSegments whose episode repeated an earlier one: {}; segments of greetings and thanks \
+         alone (no episode): {}; episodes whose excerpt is not their segment's turns: {}; turns \
+         that ran a memory command: {}. The turns spaces hold one fact per turn ({turns} in all).\n",
+        total.repeated, total.trivial, total.excerpt_mismatches, total.commands
+    );
+
+    out.push_str("\n| category | questions |\n|---|---|\n");
+    for category in CATEGORIES.iter().copied().chain([ADVERSARIAL]) {
+        let _ = writeln!(out, "| {category} | {} |", count(category));
+    }
+    let _ = writeln!(out, "| all | {} |", questions.len());
+
+    out.push_str("\n## Which path served the deep questions\n\n| configuration | paths | truncated |\n|---|---|---|\n");
+    for result in results {
+        let paths = result
+            .paths
+            .iter()
+            .map(|(path, n)| format!("{path}: {n}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let _ = writeln!(
+            out,
+            "| {} | {paths} | {} |",
+            result.config.label, result.truncated_deep
+        );
+    }
+    out
+}
+
+/// A row of the "what was stored" table: dialog and relationship, sessions and turns, and what
+/// segmentation and consolidation made of them.
+fn stats_row(out: &mut String, names: [&str; 2], sizes: [usize; 2], s: &ConversationStats) {
+    let reasons = s
+        .reasons
+        .iter()
+        .map(|(reason, n)| format!("{reason} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let _ = writeln!(
+        out,
+        "| {} | {} | {} | {} | {} | {reasons} | {} | {} | {} | {} | {} | {} |",
+        names[0],
+        names[1],
+        sizes[0],
+        sizes[1],
+        s.segments,
+        s.spanning_sessions,
+        s.exact_sessions,
+        s.episodes,
+        s.facts,
+        s.superseded_facts,
+        s.unmapped_facts
+    );
+}
+
+/// Recall within each budget, with the given limits.
+fn budget_table(out: &mut String, results: &[ConfigResult], limits: Limits, title: &str) {
+    let _ = write!(
+        out,
+        "\n## Recall within a token budget, {title}\n\n\
+         | configuration | 1,000 tokens | 2,000 tokens | 1,000, episodes listed | 2,000, episodes listed | multi_hop at 1,000 | multi_hop at 2,000 | tokens used at 2,000 | items at 2,000 |\n\
+         |---|---|---|---|---|---|---|---|---|\n",
+    );
+    for result in results {
+        let at = |tokens: u32, group: &str| {
+            result
+                .budget
+                .get(&(limits, tokens))
+                .and_then(|groups| groups.get(group))
+                .copied()
+                .unwrap_or_default()
+        };
+        let has_episodes = result.config.storage.sections().0;
+        let listed = |tokens: u32| {
+            if has_episodes {
+                pct(at(tokens, "all").listed.value())
+            } else {
+                "—".into()
+            }
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.1} |",
+            result.config.label,
+            pct(at(BUDGETS[0], "all").strict.value()),
+            pct(at(BUDGETS[1], "all").strict.value()),
+            listed(BUDGETS[0]),
+            listed(BUDGETS[1]),
+            pct(at(BUDGETS[0], "multi_hop").strict.value()),
+            pct(at(BUDGETS[1], "multi_hop").strict.value()),
+            at(BUDGETS[1], "all").tokens.value(),
+            at(BUDGETS[1], "all").items.value(),
+        );
+    }
+}
+
+/// The "what this says" list, from the figures (the discussion is in docs/eval/README.md).
+fn summary(results: &[ConfigResult], loaded: &[Loaded]) -> String {
+    let recall_10 = |r: &ConfigResult| r.ranked.get("all").map_or(0.0, |s| s.recall[1].value());
+    let multi_10 = |r: &ConfigResult| {
+        r.ranked
+            .get("multi_hop")
+            .map_or(0.0, |s| s.recall[1].value())
+    };
+    let budget = |r: &ConfigResult, tokens: u32| {
+        r.budget
+            .get(&(Limits::Largest, tokens))
+            .and_then(|g| g.get("all"))
+            .map_or(0.0, |s| s.strict.value())
+    };
+    let best_of = |storage: Storage, metric: &dyn Fn(&ConfigResult) -> f64| {
+        results
+            .iter()
+            .filter(|r| r.config.storage == storage)
+            .max_by(|a, b| metric(a).total_cmp(&metric(b)))
+    };
+    let turns: Vec<String> = results
+        .iter()
+        .filter(|r| r.config.storage == Storage::Turns)
+        .map(|r| {
+            format!(
+                "{} {} % (multi_hop {} %)",
+                r.config.label.trim_start_matches("turns, "),
+                pct(recall_10(r)),
+                pct(multi_10(r))
+            )
+        })
+        .collect();
+    let mut text = format!(
+        "- Turns, recall@10: {}.
+",
+        turns.join("; ")
+    );
+    for tokens in BUDGETS {
+        let ways: Vec<String> = [
+            Storage::Turns,
+            Storage::Episodes,
+            Storage::Facts,
+            Storage::Both,
+        ]
+        .into_iter()
+        .filter_map(|storage| best_of(storage, &|r| budget(r, tokens)))
+        .map(|r| format!("{} {} %", r.config.label, pct(budget(r, tokens))))
+        .collect();
+        let _ = writeln!(
+            text,
+            "- At equal cost, {tokens} tokens of Markdown (largest limits), the best of each storage \
+             way: {}.",
+            ways.join("; ")
+        );
+    }
+    let turns_per_dialog = loaded.iter().map(|d| d.prepared.turns.len()).sum::<usize>() as f64
+        / loaded.len().max(1) as f64;
+    if let Some(episodes) = best_of(Storage::Episodes, &recall_10) {
+        let _ = writeln!(
+            text,
+            "- Episodes are long: the first 10 ({}) cover {:.0} of a dialog's {turns_per_dialog:.0} \
+             turns on average, hence their recall@10 of {} %.",
+            episodes.config.label,
+            episodes
+                .ranked
+                .get("all")
+                .map_or(0.0, |s| s.turns_10.value()),
+            pct(recall_10(episodes))
+        );
+    }
+    let facts: usize = loaded.iter().map(|d| d.stats.facts).sum();
+    let total_turns: usize = loaded.iter().map(|d| d.prepared.turns.len()).sum();
+    let _ = writeln!(
+        text,
+        "- The local consolidation kept {facts} facts from {total_turns} turns."
+    );
+    if let Some(default) = results.first() {
+        let _ = writeln!(
+            text,
+            "- Adversarial questions ({}): top score {:.3} against {:.3} for answerable ones, top \
+             cosine {:.3} against {:.3}.",
+            default.config.label,
+            default.adversarial.top_score.value(),
+            default.answerable.top_score.value(),
+            default.adversarial.top_cosine.value(),
+            default.answerable.top_cosine.value()
+        );
+    }
+    text.push_str("\nDiscussed in [README.md](README.md#dialogs).\n");
+    text
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let started = Instant::now();
+    let dialogs = read_dialogs(&cli.dialogs)?;
+    if dialogs.is_empty() {
+        bail!("no dialogs in {}", cli.dialogs.display());
+    }
+    // The segmentation rules the ingest service runs with (the same ENGRAM_* environment).
+    let settings = engram_ingest::IngestSettings::load()
+        .map_err(|error| anyhow!("reading the ingest settings: {error}"))?;
+    let segmentation = Segmentation {
+        pool: sqlx::postgres::PgPoolOptions::new()
+            .max_connections(4)
+            .connect(&cli.database_url)
+            .await
+            .context("connecting to the evaluation database")?,
+        rules: settings.segmentation.rules(),
+        timeout: Duration::from_secs(cli.load_timeout_secs),
+    };
+    let mut ingest = IngestServiceClient::connect(cli.ingest.clone()).await?;
+    let mut retrieval = RetrievalServiceClient::connect(cli.retrieval.clone()).await?;
+    let timeout = Duration::from_secs(cli.load_timeout_secs);
+
+    eprintln!("dialogs: importing the turns of {} dialogs", dialogs.len());
+    let step = Instant::now();
+    let mut turn_memories = Vec::new();
+    for prepared in &dialogs {
+        turn_memories.push(load_turns(&mut ingest, prepared).await?);
+    }
+    let turns_import = step.elapsed().as_secs_f64();
+    let step = Instant::now();
+    let turn_spaces: Vec<(v1::Scope, Option<usize>)> = dialogs
+        .iter()
+        .map(|d| (d.turns_scope(), Some(d.turns.len())))
+        .collect();
+    wait_for_embeddings(&mut retrieval, &turn_spaces, timeout).await?;
+    let turns_embedded = step.elapsed().as_secs_f64();
+
+    eprintln!("dialogs: appending the conversations (segmentation and consolidation follow)");
+    let step = Instant::now();
+    let appended: Vec<usize> = futures::future::try_join_all(dialogs.iter().map(|prepared| {
+        let mut ingest = ingest.clone();
+        let segmentation = segmentation.clone();
+        async move {
+            let step = Instant::now();
+            let commands = append_conversation(&mut ingest, &segmentation, prepared).await?;
+            eprintln!(
+                "dialogs: {} segmented and consolidated in {:.0} s",
+                prepared.dialog.id,
+                step.elapsed().as_secs_f64()
+            );
+            anyhow::Ok(commands)
+        }
+    }))
+    .await?;
+    let conversations_segmented = step.elapsed().as_secs_f64();
+    let step = Instant::now();
+    let conversation_spaces: Vec<(v1::Scope, Option<usize>)> = dialogs
+        .iter()
+        .map(|d| (d.conversation_scope(), None))
+        .collect();
+    wait_for_embeddings(&mut retrieval, &conversation_spaces, timeout).await?;
+    let conversations_embedded = step.elapsed().as_secs_f64();
+
+    let mut loaded = Vec::new();
+    for ((prepared, turn_memories), commands) in
+        dialogs.into_iter().zip(turn_memories).zip(appended)
+    {
+        let mut stats = ConversationStats {
+            commands,
+            ..Default::default()
+        };
+        let (episodes, facts) =
+            map_conversation(&mut ingest, &mut retrieval, &prepared, &mut stats).await?;
+        eprintln!(
+            "dialogs: {}: {} turns, {} segments, {} episodes, {} facts ({} not mapped to a turn)",
+            prepared.dialog.id,
+            prepared.turns.len(),
+            stats.segments,
+            stats.episodes,
+            stats.facts,
+            stats.unmapped_facts
+        );
+        loaded.push(Loaded {
+            prepared,
+            turn_memories,
+            episodes,
+            facts,
+            stats,
+        });
+    }
+
+    // The service's default profile, as it reports it.
+    let default_profile = retrieval
+        .retrieve_memory(v1::RetrieveMemoryRequest {
+            scope: Some(loaded[0].prepared.turns_scope()),
+            query: "which profile ranks by default?".into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .served_by
+        .map(|served| served.ranking_profile)
+        .unwrap_or_default();
+
+    let step = Instant::now();
+    let mut results = Vec::new();
+    for config in configurations(&default_profile) {
+        let result = evaluate(&retrieval, &loaded, config).await?;
+        let all = result.ranked.get("all").copied().unwrap_or_default();
+        eprintln!(
+            "dialogs: {:<48} recall@10 {} nDCG@10 {:.3}",
+            result.config.label,
+            pct(all.recall[1].value()),
+            all.ndcg_10.value()
+        );
+        results.push(result);
+    }
+    let timings = Timings {
+        turns_import,
+        turns_embedded,
+        conversations_segmented,
+        conversations_embedded,
+        questions: step.elapsed().as_secs_f64(),
+        total: started.elapsed().as_secs_f64(),
+        idle_close_secs: settings.segmentation.idle_close_secs,
+    };
+    let text = report(
+        &results,
+        &loaded,
+        &default_profile,
+        &cli.command_line,
+        &timings,
+    );
+    write_report(&cli.report, &text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn turn(speaker: usize, content: &str) -> Turn {
+        Turn {
+            id: String::new(),
+            session: 0,
+            speaker,
+            content: content.into(),
+            at: Utc::now(),
+        }
+    }
+
+    #[test]
+    fn sentences_compare_without_case_spacing_or_closing_punctuation() {
+        assert_eq!(
+            normalise_sentence("  I'm going   Vegetarian!  "),
+            "i'm going vegetarian"
+        );
+        assert_eq!(normalise_sentence("我要考研了。"), "我要考研了");
+        assert_eq!(normalise_sentence("..."), "");
+    }
+
+    #[test]
+    fn a_fact_covers_the_turns_of_its_speaker_that_hold_its_sentence() {
+        let turns = vec![
+            turn(
+                0,
+                "Clara: Also, while I have you: I'm going vegetarian! Not a January thing.",
+            ),
+            turn(1, "Jonas: You? I'm going vegetarian too."),
+            turn(0, "Clara: Fine."),
+        ];
+        let normalised: Vec<String> = turns
+            .iter()
+            .map(|t| normalise_sentence(&t.content))
+            .collect();
+        let fact = v1::Memory {
+            text: "I'm going vegetarian.".into(),
+            role: v1::SpeakerRole::User.into(),
+            ..Default::default()
+        };
+        assert_eq!(fact_turns(&fact, &turns, &normalised, &HashMap::new()), [0]);
+        let unknown = v1::Memory {
+            text: "The user likes tea.".into(),
+            ..Default::default()
+        };
+        assert!(fact_turns(&unknown, &turns, &normalised, &HashMap::new()).is_empty());
+    }
+
+    #[test]
+    fn a_facts_source_episodes_come_first() {
+        let turns = vec![
+            turn(0, "A: I know."),
+            turn(1, "B: ok"),
+            turn(0, "A: I know."),
+        ];
+        let normalised: Vec<String> = turns
+            .iter()
+            .map(|t| normalise_sentence(&t.content))
+            .collect();
+        let episodes = HashMap::from([("e2".to_owned(), 2..=2)]);
+        let fact = v1::Memory {
+            text: "A: I know.".into(),
+            source_episode_ids: vec!["e2".into()],
+            ..Default::default()
+        };
+        assert_eq!(fact_turns(&fact, &turns, &normalised, &episodes), [2]);
+        let orphan = v1::Memory {
+            text: "A: I know.".into(),
+            ..Default::default()
+        };
+        assert_eq!(fact_turns(&orphan, &turns, &normalised, &episodes), [0, 2]);
+    }
+
+    #[test]
+    fn recall_counts_evidence_covered_by_the_items_kept() {
+        let hits = vec![
+            Hit {
+                id: "episode".into(),
+                score: 1.0,
+                cosine: 0.5,
+                episode: true,
+                details_shown: false,
+            },
+            Hit {
+                id: "fact".into(),
+                score: 0.5,
+                cosine: 0.4,
+                episode: false,
+                details_shown: false,
+            },
+        ];
+        let coverage = Coverage::from([
+            ("episode".to_owned(), vec![1, 2, 3]),
+            ("fact".to_owned(), vec![7]),
+        ]);
+        let evidence = BTreeSet::from([2, 7, 9]);
+        let all = covered_share(&hits, &[&coverage], &evidence, |_| true);
+        assert!((all - 2.0 / 3.0).abs() < 1e-9);
+        let shown_only = covered_share(&hits, &[&coverage], &evidence, |hit| {
+            !hit.episode || hit.details_shown
+        });
+        assert!((shown_only - 1.0 / 3.0).abs() < 1e-9);
+    }
+}
