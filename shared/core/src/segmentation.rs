@@ -11,8 +11,10 @@
 //! - **size**: the segment holds `max_turns` turns or `max_tokens` tokens (the boundary waits
 //!   for the next user turn, so a question keeps its answer, up to twice the limit).
 //!
-//! Boundaries by gap and topic fall before user turns only: an assistant's reply belongs with
-//! what it answers. The open tail itself closes on an explicit request (CloseSegment, or
+//! Gaps fall before any turn: an assistant answers within seconds, so its turn after a long
+//! silence opens a session (a reminder, a check-in, or the other person of a two-person dialog
+//! speaking first). Topic shifts fall before user turns only: an assistant's reply belongs with
+//! what it answers, however differently it is worded. The open tail itself closes on an explicit request (CloseSegment, or
 //! AppendMessages with `close_segment`) or when its last turn arrived `idle_close` ago (arrived:
 //! a history appended with its real, old times is not idle at once). Topic rules
 //! need turn embeddings; without an embedder they do not apply (gaps, size and explicit closes
@@ -183,14 +185,16 @@ fn boundary_before(
 ) -> Option<BoundaryReason> {
     let gap = turn.spoken_at - previous.spoken_at;
     let user = turn.role == SpeakerRole::User;
-    if user && gap >= rules.hard_gap {
+    // A pause ends a session whoever speaks next: an assistant answers within seconds, so a turn
+    // of its after a long silence opens a session (a reminder, a check-in) rather than replying.
+    if gap >= rules.hard_gap {
         return Some(BoundaryReason::HardGap);
     }
     let similarity = turn
         .embedding
         .as_deref()
         .and_then(|embedding| open.centroid.similarity(embedding));
-    if user && gap >= rules.soft_gap && similarity.is_some_and(|s| s < rules.soft_gap_similarity) {
+    if gap >= rules.soft_gap && similarity.is_some_and(|s| s < rules.soft_gap_similarity) {
         return Some(BoundaryReason::SoftGap);
     }
     if user
@@ -303,6 +307,16 @@ mod tests {
         turns.extend(exchange(6, 4, 200, None));
         let segments = close_segments(&turns, &SegmentationRules::default(), None, at(204));
         assert_eq!(spans(&segments), [(0, 5, BoundaryReason::HardGap)]);
+    }
+
+    #[test]
+    fn a_session_the_assistant_opens_after_a_pause_is_a_new_one() {
+        // The user's last turn, a day of silence, then the assistant's reminder and the reply.
+        let mut turns = exchange(0, 5, 0, None);
+        turns.push(turn(5, SpeakerRole::Assistant, 1_440, None));
+        turns.push(turn(6, SpeakerRole::User, 1_441, None));
+        let segments = close_segments(&turns, &SegmentationRules::default(), None, at(1_442));
+        assert_eq!(spans(&segments), [(0, 4, BoundaryReason::HardGap)]);
     }
 
     #[test]
