@@ -134,7 +134,7 @@ proptest! {
         importance in unit(),
         cosine in proptest::option::of(any_float()),
         sparse in proptest::option::of(0.0..1e6f64),
-        best_sparse in any_float(),
+        best_rrf in any_float(),
         stability in any_float(),
         difficulty in any_float(),
         episode in any::<bool>(),
@@ -152,7 +152,6 @@ proptest! {
         let facts = CandidateFacts {
             created_at,
             importance,
-            query_cosine: cosine,
             fsrs: episode.then_some((stability, difficulty, last_reviewed_at)),
         };
         let params = RankingParams {
@@ -163,7 +162,7 @@ proptest! {
             recency_tau_days: tau_days,
             ..RankingParams::default()
         };
-        let parts = score(&candidate, &facts, &params, best_sparse, now);
+        let parts = score(&candidate, &facts, &params, best_rrf, now);
         for (name, part) in [
             ("retrievability", parts.retrievability),
             ("relevance", parts.relevance),

@@ -398,13 +398,7 @@ impl Recall {
             .collect();
         *stage = "load";
         let ids: Vec<Uuid> = fused.iter().flatten().map(|f| f.id).collect();
-        let loaded = store::load_candidates(
-            &self.pool,
-            &request.scope,
-            &ids,
-            query_embedding.as_deref().map(Vec::as_slice),
-        )
-        .await?;
+        let loaded = store::load_candidates(&self.pool, &request.scope, &ids).await?;
         let mut loaded: HashMap<Uuid, LoadedCandidate> =
             loaded.into_iter().map(|c| (c.record.id, c)).collect();
 
@@ -538,10 +532,7 @@ fn rank_section(
     if limit == 0 {
         return Vec::new();
     }
-    let best_sparse = fused
-        .iter()
-        .filter_map(|f| f.sparse.map(|hit| hit.score))
-        .fold(0.0f64, f64::max);
+    let best_rrf = fused.iter().map(|f| f.rrf).fold(0.0f64, f64::max);
     let mut scored: Vec<(Fused, ScoreParts, LoadedCandidate)> = fused
         .into_iter()
         .filter_map(|f| {
@@ -557,10 +548,9 @@ fn rank_section(
             let facts = CandidateFacts {
                 created_at: record.created_at,
                 importance: record.importance,
-                query_cosine: candidate.query_cosine.filter(|cosine| cosine.is_finite()),
                 fsrs,
             };
-            let parts = score(&f, &facts, params, best_sparse, now);
+            let parts = score(&f, &facts, params, best_rrf, now);
             Some((f, parts, candidate))
         })
         .collect();

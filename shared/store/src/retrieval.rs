@@ -269,13 +269,12 @@ pub async fn context(
     Ok(context)
 }
 
-/// A candidate loaded for ranking: the entry, its embedding, and its cosine to the query.
+/// A candidate loaded for ranking: the entry and its embedding (MMR compares candidates by it).
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct LoadedCandidate {
     #[sqlx(flatten)]
     pub record: MemoryRecord,
     pub embedding: Option<Vector>,
-    pub query_cosine: Option<f64>,
 }
 
 /// Loads the given entries of the space (ids of other spaces are simply not found).
@@ -283,14 +282,12 @@ pub async fn load_candidates(
     pool: &PgPool,
     scope: &Scope,
     ids: &[Uuid],
-    query_embedding: Option<&[f32]>,
 ) -> Result<Vec<LoadedCandidate>, StoreError> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let query = query_embedding.map(|embedding| Vector::from(embedding.to_vec()));
     let sql = concat!(
-        "SELECT m.*, e.embedding, (1 - (e.embedding <=> $4::vector))::float8 AS query_cosine FROM (SELECT ",
+        "SELECT m.*, e.embedding FROM (SELECT ",
         memory_columns!(),
         " FROM memories WHERE user_id = $1 AND space = $2 AND id = ANY($3)) m \
          LEFT JOIN memory_embeddings e ON e.memory_id = m.id"
@@ -299,7 +296,6 @@ pub async fn load_candidates(
         .bind(scope.user_id.as_uuid())
         .bind(scope.space.as_str())
         .bind(ids)
-        .bind(query)
         .fetch_all(pool)
         .await?;
     Ok(candidates)
