@@ -90,14 +90,39 @@ impl LocalEmbedder {
         })
     }
 
-    /// Embeds synchronously (the caller is on a blocking thread).
+    /// Embeds synchronously (the caller is on a blocking thread), in the order of `texts`.
+    ///
+    /// A batch is padded to its longest text, so texts of like length are batched together
+    /// (longest first): a batch mixing an episode's summary with a few short facts or turns
+    /// would otherwise spend most of its work on padding (about half of it on conversation
+    /// turns, docs/benchmarks/conversations.md). Padding is masked out, so batching does not change an
+    /// embedding.
     pub fn embed_blocking(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let mut vectors = Vec::with_capacity(texts.len());
-        for batch in texts.chunks(self.max_batch) {
-            vectors.extend(self.model.forward(batch)?);
+        let order = by_length(texts);
+        let mut vectors: Vec<Option<Vec<f32>>> = vec![None; texts.len()];
+        for batch in order.chunks(self.max_batch) {
+            let batch_texts: Vec<String> = batch.iter().map(|&i| texts[i].clone()).collect();
+            for (&i, vector) in batch.iter().zip(self.model.forward(&batch_texts)?) {
+                vectors[i] = Some(vector);
+            }
         }
-        Ok(vectors)
+        vectors
+            .into_iter()
+            .map(|vector| {
+                vector.ok_or_else(|| {
+                    EmbedError::Inference("the model returned fewer vectors than texts".into())
+                })
+            })
+            .collect()
     }
+}
+
+/// Indices of `texts`, longest first (by bytes: a cheap stand-in for the token count, close
+/// enough to keep like with like); equal lengths keep their order.
+fn by_length(texts: &[String]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..texts.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(texts[i].len()));
+    order
 }
 
 impl Model {

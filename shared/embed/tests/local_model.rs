@@ -201,3 +201,36 @@ async fn a_batch_embeds_like_one_text_at_a_time() {
         assert!(difference < 1e-5, "{text:?}: max difference {difference}");
     }
 }
+
+#[tokio::test]
+async fn batches_of_like_length_return_vectors_in_the_order_of_the_texts() {
+    // Batches of two: the texts are embedded longest first, in three batches, and must come back
+    // in the order they were given.
+    let small_batches = LocalEmbedder::load(&LocalModelSettings {
+        model_dir: engram_embed::installed_model_dir(),
+        max_batch: 2,
+        max_tokens: 256,
+    })
+    .unwrap();
+    let inputs = texts(&[
+        "ok",
+        "My sister lives in Madrid and visits every summer with her two children.",
+        "I'm allergic to peanuts",
+        "The quarterly report is due Monday, and the finance team wants the draft by Friday noon.",
+        "thanks!",
+    ]);
+    let together = small_batches.embed(&inputs).await.unwrap();
+    assert_eq!(together.len(), inputs.len());
+    for (text, vector) in inputs.iter().zip(&together) {
+        let alone = embedder()
+            .embed(std::slice::from_ref(text))
+            .await
+            .unwrap()
+            .remove(0);
+        let similarity = cosine(&alone, vector);
+        assert!(
+            similarity > 0.9999,
+            "{text:?}: cosine {similarity} to itself alone"
+        );
+    }
+}

@@ -618,7 +618,7 @@ impl Segmenter {
         let mut changed_since: Option<DateTime<Utc>> = None;
         loop {
             let started = Utc::now();
-            if let Err(error) = self.sweep(changed_since).await {
+            if let Err(error) = self.sweep(changed_since, &stop).await {
                 tracing::warn!(%error, "segmentation sweep failed; retrying");
             }
             // Without the bus every append wakes this loop: the next pass takes what changed
@@ -640,7 +640,14 @@ impl Segmenter {
         tracing::info!("segmentation stopped");
     }
 
-    async fn sweep(&self, changed_since: Option<DateTime<Utc>>) -> Result<(), IngestError> {
+    /// One pass over the conversations that may be due. It stops between conversations once
+    /// `stop` is set: a pass over hundreds of conversations with the local model takes minutes,
+    /// and a service told to stop must not run it to the end (what is left is found next time).
+    async fn sweep(
+        &self,
+        changed_since: Option<DateTime<Utc>>,
+        stop: &watch::Receiver<bool>,
+    ) -> Result<(), IngestError> {
         let idle_before = Utc::now() - self.settings.rules().idle_close;
         // Without the bus, the first pass looks at everything open.
         let since = if self.writer.hooks.publish_events {
@@ -650,6 +657,9 @@ impl Segmenter {
         };
         let due = segments::due_conversations(&self.pool, idle_before, since, SWEEP_BATCH).await?;
         for conversation in due {
+            if *stop.borrow() {
+                return Ok(());
+            }
             let Ok(space) = engram_core::SpaceName::parse("space", &conversation.space) else {
                 continue;
             };
@@ -662,7 +672,7 @@ impl Segmenter {
                 tracing::warn!(%error, conversation = %id, "cannot segment the conversation");
             }
         }
-        if self.settings.consolidate {
+        if self.settings.consolidate && !*stop.borrow() {
             self.consolidate_leftovers().await?;
         }
         Ok(())
