@@ -32,20 +32,20 @@ pub struct RecallSettings {
 
 impl RecallSettings {
     /// Defaults under `recall.` for the services' settings, chosen by `make eval`. On the
-    /// multi-session dialogs (docs/eval/dialogs.md, "How the ranking defaults were chosen"):
-    /// triscore, its relevance the fused score, with importance weighted 2 to relevance's 4, a sharp
-    /// RRF (k = 5) and MMR at 0.7: recall@10 66.1 % on the turns, ahead of fsrs (65.5 %) and of
-    /// BM25 alone (61.9 %) in every category. Recency (β = 0.5, τ = 30 days) and the candidates
-    /// per leg (20) come from the task set (docs/eval/retrieval.md): the dialogs are months old
-    /// when asked about, so they cannot choose them.
+    /// multi-session dialogs (docs/eval/dialogs.md, "How the ranking defaults were chosen", which
+    /// weighs the turns and the conversation's episodes and facts alike): triscore, its relevance
+    /// the fused score, importance weighted 0.5 to relevance's 4, the sharpest RRF (k = 1: the
+    /// first places of each leg decide) and MMR at 0.7. Recency (β = 0.5, τ = 30 days) and the
+    /// candidates per leg (20) come from the task set (docs/eval/retrieval.md): the dialogs are
+    /// months old when asked about, so they cannot choose them.
     pub fn defaults() -> Vec<(&'static str, config::Value)> {
         vec![
             ("recall.profile", "triscore".into()),
-            ("recall.rrf_k", 5.0.into()),
+            ("recall.rrf_k", 1.0.into()),
             ("recall.mmr_lambda", 0.7.into()),
             ("recall.alpha", 4.0.into()),
             ("recall.beta", 0.5.into()),
-            ("recall.gamma", 2.0.into()),
+            ("recall.gamma", 0.5.into()),
             ("recall.recency_tau_days", 30.0.into()),
             ("recall.candidates_per_leg", 20i64.into()),
             (
