@@ -118,6 +118,54 @@ async fn wait_for_reviews(sandbox: &Sandbox, expected: i64) {
     }
 }
 
+/// A SegmentClosed for `chat`, as the ingest service would publish it: the assistant's turn that
+/// used the Lisbon notes, and one query that retrieved `memory_ids`.
+fn segment_closed(
+    chat: &Chat,
+    segment_id: Uuid,
+    reviewed_at: chrono::DateTime<Utc>,
+    memory_ids: impl IntoIterator<Item = String>,
+) -> v1::SegmentClosed {
+    v1::SegmentClosed {
+        scope: Some(chat.scope.clone()),
+        conversation_id: chat.id.clone(),
+        segment_id: segment_id.to_string(),
+        reviewed_at: Some(engram_server::time::to_proto(reviewed_at)),
+        context: vec![v1::Message {
+            role: v1::SpeakerRole::Assistant.into(),
+            content: "Your Lisbon trip notes say you loved the trams".into(),
+        }],
+        pending_reviews: vec![v1::PendingReview {
+            query: "Lisbon trip".into(),
+            memory_ids: memory_ids.into_iter().collect(),
+            retrieved_at: None,
+        }],
+        ..Default::default()
+    }
+}
+
+/// Publishes `event` to the review service's queue, as the outbox relay would; returns the
+/// connection, to be closed by the caller.
+async fn publish_segment_closed(bus: &TestBus, event: v1::SegmentClosed) -> Bus {
+    let broker = Bus::connect(&bus.url, Topology::new(bus.topology_prefix.clone()))
+        .await
+        .unwrap();
+    broker
+        .publisher()
+        .await
+        .unwrap()
+        .publish(&OutgoingEvent {
+            routing_key: engram_bus::queues::routes::SEGMENT_CLOSED.into(),
+            message_id: Uuid::new_v4(),
+            type_name: engram_bus::queues::routes::SEGMENT_CLOSED_TYPE.into(),
+            payload: event.encode_to_vec(),
+            trace_headers: Default::default(),
+        })
+        .await
+        .unwrap();
+    broker
+}
+
 async fn stability(sandbox: &mut Sandbox, scope: &v1::Scope, id: &str) -> (f64, f64) {
     let state = sandbox
         .review
@@ -235,38 +283,11 @@ async fn a_closed_segment_is_graded_and_each_rating_moves_fsrs_state_once() {
         .fetch_one(&sandbox.pool)
         .await
         .unwrap();
-    let event = v1::SegmentClosed {
-        scope: Some(chat.scope.clone()),
-        conversation_id: chat.id.clone(),
-        segment_id: segment_id.to_string(),
-        reviewed_at: Some(engram_server::time::to_proto(Utc::now())),
-        context: vec![v1::Message {
-            role: v1::SpeakerRole::Assistant.into(),
-            content: "Your Lisbon trip notes say you loved the trams".into(),
-        }],
-        pending_reviews: vec![v1::PendingReview {
-            query: "Lisbon trip".into(),
-            memory_ids: retrieved.values().cloned().collect(),
-            retrieved_at: None,
-        }],
-        ..Default::default()
-    };
-    let broker = Bus::connect(&bus.url, Topology::new(bus.topology_prefix.clone()))
-        .await
-        .unwrap();
-    broker
-        .publisher()
-        .await
-        .unwrap()
-        .publish(&OutgoingEvent {
-            routing_key: engram_bus::queues::routes::SEGMENT_CLOSED.into(),
-            message_id: Uuid::new_v4(),
-            type_name: engram_bus::queues::routes::SEGMENT_CLOSED_TYPE.into(),
-            payload: event.encode_to_vec(),
-            trace_headers: Default::default(),
-        })
-        .await
-        .unwrap();
+    let broker = publish_segment_closed(
+        &bus,
+        segment_closed(&chat, segment_id, Utc::now(), retrieved.values().cloned()),
+    )
+    .await;
     let deadline = Instant::now() + Duration::from_secs(30);
     while sandbox.review_metrics.counts().redelivered < 4 {
         assert!(
@@ -617,42 +638,91 @@ async fn a_database_outage_retries_the_review_instead_of_dropping_it() {
     let proxy = sandbox.database_proxy.as_ref().unwrap();
     proxy.cut();
     // A copy of the segment's event, delivered while the database is away.
-    let event = v1::SegmentClosed {
-        scope: Some(chat.scope.clone()),
-        conversation_id: chat.id.clone(),
-        segment_id: Uuid::new_v4().to_string(),
-        reviewed_at: Some(engram_server::time::to_proto(Utc::now())),
-        context: vec![v1::Message {
-            role: v1::SpeakerRole::Assistant.into(),
-            content: "Your Lisbon trip notes say you loved the trams".into(),
-        }],
-        pending_reviews: vec![v1::PendingReview {
-            query: "Lisbon trip".into(),
-            memory_ids: retrieved.values().cloned().collect(),
-            retrieved_at: None,
-        }],
-        ..Default::default()
-    };
-    let broker = Bus::connect(&bus.url, Topology::new(bus.topology_prefix.clone()))
-        .await
-        .unwrap();
-    broker
-        .publisher()
-        .await
-        .unwrap()
-        .publish(&OutgoingEvent {
-            routing_key: engram_bus::queues::routes::SEGMENT_CLOSED.into(),
-            message_id: Uuid::new_v4(),
-            type_name: engram_bus::queues::routes::SEGMENT_CLOSED_TYPE.into(),
-            payload: event.encode_to_vec(),
-            trace_headers: Default::default(),
-        })
-        .await
-        .unwrap();
+    let broker = publish_segment_closed(
+        &bus,
+        segment_closed(
+            &chat,
+            Uuid::new_v4(),
+            Utc::now(),
+            retrieved.values().cloned(),
+        ),
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     proxy.restore().await.unwrap();
     // Both segments' reviews land: the one the segment closed and the copy, four memories each.
     wait_for_reviews(&sandbox, 8).await;
+    broker.close().await;
+    drop(sandbox);
+    crate::helpers::delete_topology(&bus).await;
+}
+
+/// A review older than a memory's last review changes nothing (stale skip), and a memory
+/// forgotten since it was retrieved is skipped: neither is applied, and the rest of the segment
+/// is still recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_reviews_and_forgotten_memories_change_nothing() {
+    let bus = TestBus::local();
+    let mut sandbox = Sandbox::start_with(SandboxOptions {
+        bus: Some(bus.clone()),
+        ..Default::default()
+    })
+    .await;
+    let chat = Chat::new("stale");
+    import(&mut sandbox, &chat.scope, trip_episodes(&chat)).await;
+    let episodes: Vec<v1::Memory> = crate::helpers::entries(&mut sandbox, &chat.scope)
+        .await
+        .into_iter()
+        .filter(|m| m.kind() == v1::MemoryKind::Episodic)
+        .collect();
+    let (forgotten, kept) = episodes.split_first().unwrap();
+    sandbox
+        .ingest
+        .forget(v1::ForgetRequest {
+            scope: Some(chat.scope.clone()),
+            memory_id: forgotten.id.clone(),
+        })
+        .await
+        .unwrap();
+    let mut before = Vec::new();
+    for memory in kept {
+        before.push(stability(&mut sandbox, &chat.scope, &memory.id).await);
+    }
+
+    // Reviewed four days ago: before the episodes' last review, three days ago.
+    let broker = publish_segment_closed(
+        &bus,
+        segment_closed(
+            &chat,
+            Uuid::new_v4(),
+            Utc::now() - chrono::Duration::days(4),
+            episodes.iter().map(|m| m.id.clone()),
+        ),
+    )
+    .await;
+    wait_for_reviews(&sandbox, kept.len() as i64).await;
+
+    let applied: Vec<(Uuid, bool)> =
+        sqlx::query_as("SELECT memory_id, applied FROM applied_reviews ORDER BY memory_id")
+            .fetch_all(&sandbox.pool)
+            .await
+            .unwrap();
+    assert!(
+        applied.iter().all(|(_, applied)| !applied),
+        "stale reviews are recorded, not applied: {applied:?}"
+    );
+    assert!(
+        applied.iter().all(|(id, _)| id.to_string() != forgotten.id),
+        "a forgotten memory has no review"
+    );
+    for (memory, before) in kept.iter().zip(before) {
+        assert_eq!(
+            stability(&mut sandbox, &chat.scope, &memory.id).await,
+            before,
+            "{} unchanged",
+            memory.title
+        );
+    }
     broker.close().await;
     drop(sandbox);
     crate::helpers::delete_topology(&bus).await;
