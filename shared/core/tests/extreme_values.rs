@@ -1,12 +1,11 @@
 //! The scoring and capacity rules driven with the extremes that stored data and requests can
 //! hold: timestamps from year 1 to year 9999 (imports from other systems, clocks far ahead),
-//! stabilities from the smallest to the largest positive float, cosines that are not numbers.
+//! stabilities from the smallest to the largest positive float, fused scores that are not numbers.
 //! Every rule must answer, with every score part finite and within its range.
 
 use chrono::{DateTime, Duration, Utc};
 use engram_core::capacity::{RetentionPolicy, Scores, TrimCandidate, exponential_decay, plan_trim};
 use engram_core::memory_state::retrievability;
-use engram_core::retrieval::fusion::{Fused, LegHit};
 use engram_core::retrieval::ranking::{
     CandidateFacts, RankingParams, RankingProfile, recency, score,
 };
@@ -132,8 +131,6 @@ proptest! {
         last_reviewed_at in any_timestamp(),
         now in any_timestamp(),
         importance in unit(),
-        cosine in proptest::option::of(any_float()),
-        sparse in proptest::option::of(0.0..1e6f64),
         best_rrf in any_float(),
         stability in any_float(),
         difficulty in any_float(),
@@ -143,12 +140,6 @@ proptest! {
         weights in (0.0..=100.0f64, 0.0..=100.0f64, 0.0..=100.0f64),
         tau_days in 0.01..=3_650.0f64,
     ) {
-        let candidate = Fused {
-            id: Uuid::nil(),
-            sparse: sparse.map(|score| LegHit { rank: 1, score }),
-            dense: cosine.map(|score| LegHit { rank: 1, score }),
-            rrf,
-        };
         let facts = CandidateFacts {
             created_at,
             importance,
@@ -162,7 +153,7 @@ proptest! {
             recency_tau_days: tau_days,
             ..RankingParams::default()
         };
-        let parts = score(&candidate, &facts, &params, best_rrf, now);
+        let parts = score(rrf, &facts, &params, best_rrf, now);
         for (name, part) in [
             ("retrievability", parts.retrievability),
             ("relevance", parts.relevance),

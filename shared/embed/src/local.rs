@@ -99,21 +99,20 @@ impl LocalEmbedder {
     /// embedding.
     pub fn embed_blocking(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
         let order = by_length(texts);
-        let mut vectors: Vec<Option<Vec<f32>>> = vec![None; texts.len()];
+        let mut vectors = vec![Vec::new(); texts.len()];
         for batch in order.chunks(self.max_batch) {
-            let batch_texts: Vec<String> = batch.iter().map(|&i| texts[i].clone()).collect();
-            for (&i, vector) in batch.iter().zip(self.model.forward(&batch_texts)?) {
-                vectors[i] = Some(vector);
+            let batch_texts: Vec<&str> = batch.iter().map(|&i| texts[i].as_str()).collect();
+            let embedded = self.model.forward(batch_texts)?;
+            if embedded.len() != batch.len() {
+                return Err(EmbedError::Inference(
+                    "the model returned fewer vectors than texts".into(),
+                ));
+            }
+            for (&i, vector) in batch.iter().zip(embedded) {
+                vectors[i] = vector;
             }
         }
-        vectors
-            .into_iter()
-            .map(|vector| {
-                vector.ok_or_else(|| {
-                    EmbedError::Inference("the model returned fewer vectors than texts".into())
-                })
-            })
-            .collect()
+        Ok(vectors)
     }
 }
 
@@ -126,11 +125,11 @@ fn by_length(texts: &[String]) -> Vec<usize> {
 }
 
 impl Model {
-    fn forward(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+    fn forward(&self, texts: Vec<&str>) -> Result<Vec<Vec<f32>>, EmbedError> {
         let inference = |e: candle_core::Error| EmbedError::Inference(e.to_string());
         let encodings = self
             .tokenizer
-            .encode_batch(texts.to_vec(), true)
+            .encode_batch(texts, true)
             .map_err(|e| EmbedError::Inference(e.to_string()))?;
         let rows = encodings.len();
         let columns = encodings.first().map_or(0, |e| e.get_ids().len());

@@ -4,9 +4,13 @@
 use engram_embed::{Embedder, LocalEmbedder, LocalModelSettings, cosine};
 
 fn embedder() -> LocalEmbedder {
+    embedder_with_batch(32)
+}
+
+fn embedder_with_batch(max_batch: usize) -> LocalEmbedder {
     LocalEmbedder::load(&LocalModelSettings {
         model_dir: engram_embed::installed_model_dir(),
-        max_batch: 32,
+        max_batch,
         max_tokens: 256,
     })
     .expect("the model is installed (make test runs deploy/local/models.sh)")
@@ -206,12 +210,7 @@ async fn a_batch_embeds_like_one_text_at_a_time() {
 async fn batches_of_like_length_return_vectors_in_the_order_of_the_texts() {
     // Batches of two: the texts are embedded longest first, in three batches, and must come back
     // in the order they were given.
-    let small_batches = LocalEmbedder::load(&LocalModelSettings {
-        model_dir: engram_embed::installed_model_dir(),
-        max_batch: 2,
-        max_tokens: 256,
-    })
-    .unwrap();
+    let small_batches = embedder_with_batch(2);
     let inputs = texts(&[
         "ok",
         "My sister lives in Madrid and visits every summer with her two children.",
@@ -222,7 +221,7 @@ async fn batches_of_like_length_return_vectors_in_the_order_of_the_texts() {
     let together = small_batches.embed(&inputs).await.unwrap();
     assert_eq!(together.len(), inputs.len());
     for (text, vector) in inputs.iter().zip(&together) {
-        let alone = embedder()
+        let alone = small_batches
             .embed(std::slice::from_ref(text))
             .await
             .unwrap()

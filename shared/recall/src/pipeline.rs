@@ -532,7 +532,8 @@ fn rank_section(
     if limit == 0 {
         return Vec::new();
     }
-    let best_rrf = fused.iter().map(|f| f.rrf).fold(0.0f64, f64::max);
+    // `fuse` returns the candidates best first.
+    let best_rrf = fused.first().map_or(0.0, |f| f.rrf);
     let mut scored: Vec<(Fused, ScoreParts, LoadedCandidate)> = fused
         .into_iter()
         .filter_map(|f| {
@@ -550,7 +551,7 @@ fn rank_section(
                 importance: record.importance,
                 fsrs,
             };
-            let parts = score(&f, &facts, params, best_rrf, now);
+            let parts = score(f.rrf, &facts, params, best_rrf, now);
             Some((f, parts, candidate))
         })
         .collect();

@@ -15,7 +15,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::fusion::{DEFAULT_RRF_K, Fused};
+use super::fusion::DEFAULT_RRF_K;
 use crate::capacity::{Scores, exponential_decay};
 use crate::memory_state::{days_since, retrievability};
 
@@ -114,8 +114,9 @@ pub fn recency(created_at: DateTime<Utc>, now: DateTime<Utc>, tau_days: f64) -> 
     exponential_decay(days_since(created_at, now), tau_days)
 }
 
-/// A score part on the unit interval; a value that is not a number (the cosine of a zero vector
-/// from an external embedder, say) counts as 0 rather than poisoning the ordering and the cache.
+/// A score part on the unit interval; a value that is not a number (a relevance from an rrf that
+/// is not finite, a stored importance or state out of range) counts as 0 rather than poisoning
+/// the ordering and the cache.
 fn unit_interval(value: f64) -> f64 {
     if value.is_finite() {
         value.clamp(0.0, 1.0)
@@ -130,10 +131,10 @@ fn finite_or_zero(value: f64) -> f64 {
     if value.is_finite() { value } else { 0.0 }
 }
 
-/// Scores one candidate. `best_rrf` is the highest fused score among the candidates ranked
-/// together (normalises relevance to [0, 1]).
+/// Scores one candidate by its fused score `rrf`. `best_rrf` is the highest fused score among
+/// the candidates ranked together (normalises relevance to [0, 1]).
 pub fn score(
-    candidate: &Fused,
+    rrf: f64,
     facts: &CandidateFacts,
     params: &RankingParams,
     best_rrf: f64,
@@ -148,14 +149,14 @@ pub fn score(
         None => 1.0,
     };
     let relevance = if best_rrf > 0.0 {
-        unit_interval(candidate.rrf / best_rrf)
+        unit_interval(rrf / best_rrf)
     } else {
         0.0
     };
     let recency = recency(facts.created_at, now, params.recency_tau_days);
     let importance = unit_interval(facts.importance);
     let total = finite_or_zero(match params.profile {
-        RankingProfile::Fsrs => candidate.rrf * retrievability,
+        RankingProfile::Fsrs => rrf * retrievability,
         RankingProfile::Triscore => {
             params.alpha * relevance * retrievability
                 + params.beta * recency
@@ -163,7 +164,7 @@ pub fn score(
         }
     });
     ScoreParts {
-        rrf: candidate.rrf,
+        rrf,
         retrievability,
         relevance,
         recency,
@@ -175,18 +176,9 @@ pub fn score(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::retrieval::fusion::LegHit;
+    use crate::retrieval::fusion::{Fused, LegHit};
     use chrono::Duration;
     use uuid::Uuid;
-
-    fn candidate(rrf: f64, sparse: Option<f64>) -> Fused {
-        Fused {
-            id: Uuid::nil(),
-            sparse: sparse.map(|score| LegHit { rank: 1, score }),
-            dense: None,
-            rrf,
-        }
-    }
 
     #[test]
     fn fsrs_profile_discounts_faded_episodes_but_not_facts() {
@@ -205,10 +197,9 @@ mod tests {
             fsrs: None,
             ..faded
         };
-        let c = candidate(0.03, None);
-        let fresh = score(&c, &fresh, &params, 0.03, now);
-        let faded = score(&c, &faded, &params, 0.03, now);
-        let fact = score(&c, &fact, &params, 0.03, now);
+        let fresh = score(0.03, &fresh, &params, 0.03, now);
+        let faded = score(0.03, &faded, &params, 0.03, now);
+        let fact = score(0.03, &fact, &params, 0.03, now);
         assert!((fresh.total - 0.03).abs() < 1e-9);
         assert!(faded.total < 0.03 * 0.7, "{faded:?}");
         assert_eq!(fact.total, 0.03);
@@ -229,7 +220,7 @@ mod tests {
             importance: 0.6,
             fsrs: None,
         };
-        let parts = score(&candidate(0.02, Some(3.0)), &facts, &params, 0.04, now);
+        let parts = score(0.02, &facts, &params, 0.04, now);
         assert!(
             (parts.relevance - 0.5).abs() < 1e-12,
             "relevance is the fused score over the best one"
@@ -278,8 +269,8 @@ mod tests {
             rrf: 1.0 / (k + 1.0),
         };
         let best = both.rrf;
-        let both = score(&both, &facts, &params, best, now);
-        let cosine_only = score(&cosine_only, &facts, &params, best, now);
+        let both = score(both.rrf, &facts, &params, best, now);
+        let cosine_only = score(cosine_only.rrf, &facts, &params, best, now);
         assert_eq!(both.relevance, 1.0);
         assert!(both.total > cosine_only.total, "{both:?} {cosine_only:?}");
     }
@@ -298,7 +289,7 @@ mod tests {
             importance: 0.5,
             fsrs: Some((2.0, 5.0, now - Duration::days(60))),
         };
-        let parts = score(&candidate(0.03, None), &episode, &params, 0.03, now);
+        let parts = score(0.03, &episode, &params, 0.03, now);
         assert!(parts.retrievability < 0.7);
         assert!(
             (parts.total - parts.retrievability).abs() < 1e-9,
