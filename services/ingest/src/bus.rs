@@ -308,16 +308,8 @@ impl EmbeddingConsumer {
             }
             Err(reason) => {
                 for (_, delivery) in requests {
-                    if delivery.attempts() + 1 >= self.settings.max_attempts {
+                    if delivery.fail(&reason, self.settings.max_attempts).await? {
                         self.backfill.metrics().record_dead_lettered();
-                        delivery
-                            .dead_letter(&format!(
-                                "gave up after {} attempts: {reason}",
-                                self.settings.max_attempts
-                            ))
-                            .await?;
-                    } else {
-                        delivery.retry_later().await?;
                     }
                 }
             }
@@ -367,18 +359,10 @@ impl SegmentationConsumer {
             };
             match self.segmenter.segment(&scope, conversation).await {
                 Ok(_) => delivery.ack().await,
-                Err(error) if delivery.attempts() + 1 >= self.settings.max_attempts => {
-                    delivery
-                        .dead_letter(&format!(
-                            "gave up after {} attempts: {error}",
-                            self.settings.max_attempts
-                        ))
-                        .await
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "segmentation failed; retrying later");
-                    delivery.retry_later().await
-                }
+                Err(error) => delivery
+                    .fail(&error.to_string(), self.settings.max_attempts)
+                    .await
+                    .map(drop),
             }
         }
         .instrument(span)

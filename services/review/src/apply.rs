@@ -68,7 +68,8 @@ fn outcome(graded: &Graded, before: Option<FsrsState>) -> Outcome {
 
 /// Whole days between the last review and this one (FSRS counts days).
 fn days_between(last: DateTime<Utc>, now: DateTime<Utc>) -> u32 {
-    u32::try_from((now - last).num_days().max(0)).unwrap_or(u32::MAX)
+    // Truncates toward zero; `as` saturates at u32::MAX.
+    engram_core::memory_state::days_since(last, now) as u32
 }
 
 /// Applies the ratings (see the module documentation); `queries` gives each memory's queries.
@@ -88,23 +89,18 @@ pub async fn apply(
     metrics: &ReviewMetrics,
     dry_run: bool,
 ) -> Result<Vec<Outcome>, ReviewError> {
-    let mut ids: Vec<Uuid> = Vec::with_capacity(graded.len());
-    let graded: Vec<&Graded> = graded
-        .iter()
-        .filter(|g| {
-            let first = !ids.contains(&g.memory_id);
-            if first {
-                ids.push(g.memory_id);
-            }
-            first
-        })
-        .collect();
+    // The grader rates each memory once (its targets are aggregated by id).
+    let ids: Vec<Uuid> = graded.iter().map(|g| g.memory_id).collect();
+    debug_assert!(
+        ids.iter().collect::<std::collections::HashSet<_>>().len() == ids.len(),
+        "a memory graded twice"
+    );
     // A handful of statements whatever the number of memories: lock every state, record every
     // review, update the states that changed, audit them.
     let mut transaction = pool.begin().await.map_err(engram_store::StoreError::from)?;
     let states = reviews::lock_states(&mut transaction, scope, &ids).await?;
     let mut outcomes = Vec::with_capacity(graded.len());
-    for graded in &graded {
+    for graded in graded {
         let Some(memory) = states.iter().find(|state| state.id == graded.memory_id) else {
             let mut gone = outcome(graded, None);
             gone.skipped_reason = Some(GONE);

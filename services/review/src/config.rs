@@ -92,7 +92,10 @@ impl ReviewSettings {
             ("amqp.max_attempts", 5i64.into()),
             ("amqp.retry_delay_ms", 2_000i64.into()),
             ("amqp.reconnect_max_backoff_ms", 10_000i64.into()),
-            ("grading.desired_retention", 0.9.into()),
+            (
+                "grading.desired_retention",
+                f64::from(engram_core::memory_state::DESIRED_RETENTION).into(),
+            ),
             ("grading.on_llm_failure", "local".into()),
             // Calibrated by `make eval-review` on tests/eval/review (docs/eval/review.md).
             ("grading.local_hard", 0.16.into()),

@@ -4,7 +4,7 @@ use chrono::Utc;
 use engram_core::episode::SegmentTurn;
 use engram_core::memory_state::{days_since, retrievability};
 use engram_core::review::{FsrsState, Rating, ReviewTarget, aggregate};
-use engram_core::{MemoryId, MemoryText, ValidationError};
+use engram_core::{MemoryId, MemoryText, Scope, ValidationError};
 use engram_proto::v1;
 use engram_proto::v1::review_service_server::ReviewService;
 use engram_server::authorized_scope;
@@ -144,12 +144,7 @@ impl ReviewService for ReviewApi {
         let record = memories::get(&mut connection, &scope, memory_id.as_uuid())
             .await
             .map_err(ReviewError::from)?
-            .ok_or_else(|| {
-                ReviewError::NotFound(format!(
-                    "no memory {memory_id} in space {:?} of this user",
-                    scope.space.as_str()
-                ))
-            })?;
+            .ok_or_else(|| not_found(memory_id, &scope))?;
         let (Some(stability), Some(difficulty), Some(last_reviewed_at)) =
             (record.stability, record.difficulty, record.last_reviewed_at)
         else {
@@ -186,11 +181,7 @@ impl ReviewService for ReviewApi {
             .await
             .map_err(ReviewError::from)?;
         if let Some(missing) = ids.iter().find(|id| !stored.iter().any(|m| m.id == **id)) {
-            return Err(ReviewError::NotFound(format!(
-                "no memory {missing} in space {:?} of this user",
-                scope.space.as_str()
-            ))
-            .into());
+            return Err(not_found(missing, &scope).into());
         }
         let memories: Vec<MemoryForGrading> = targets
             .iter()
@@ -300,4 +291,12 @@ impl ReviewService for ReviewApi {
             graded_locally: count(stats.graded - stats.graded_by_llm),
         }))
     }
+}
+
+/// A memory this user's space does not hold (never did, or forgotten since).
+fn not_found(memory_id: impl std::fmt::Display, scope: &Scope) -> ReviewError {
+    ReviewError::NotFound(format!(
+        "no memory {memory_id} in space {:?} of this user",
+        scope.space.as_str()
+    ))
 }

@@ -79,11 +79,9 @@ pub fn decode(delivery_type: Option<&str>, payload: &[u8]) -> Result<ClosedSegme
         .context
         .iter()
         .map(|message| SegmentTurn {
-            role: match v1::SpeakerRole::try_from(message.role) {
-                Ok(v1::SpeakerRole::Assistant) => SpeakerRole::Assistant,
-                Ok(v1::SpeakerRole::System) => SpeakerRole::System,
-                _ => SpeakerRole::User,
-            },
+            // A role this build does not know reads as the user's.
+            role: engram_server::convert::role_from_proto("context", message.role)
+                .unwrap_or(SpeakerRole::User),
             content: message.content.clone(),
         })
         .collect();
@@ -111,35 +109,40 @@ impl Reviewer {
     pub async fn review_segment(&self, segment: &ClosedSegment) -> Result<usize, ReviewError> {
         let ids: Vec<Uuid> = segment.targets.iter().map(|t| t.memory_id).collect();
         // Memories forgotten or trimmed since they were retrieved are simply not there.
-        let stored = engram_store::reviews::memories(&self.pool, &segment.scope, &ids).await?;
-        // The turns segmentation embedded: grading them costs no inference.
-        let turn_vectors = match (segment.origin.conversation_id, segment.context.len()) {
-            (Some(conversation), turns) if turns > 0 => {
-                let last = segment
-                    .first_turn_index
-                    .saturating_add(i32::try_from(turns).unwrap_or(i32::MAX).saturating_sub(1));
-                engram_store::reviews::turn_embeddings(
-                    &self.pool,
-                    &segment.scope,
-                    conversation,
-                    segment.first_turn_index,
-                    last,
-                )
-                .await?
+        let stored = engram_store::reviews::memories(&self.pool, &segment.scope, &ids);
+        // The turns segmentation embedded: grading them costs no inference. Read beside the
+        // memories: neither read needs the other.
+        let turn_vectors = async {
+            match (segment.origin.conversation_id, segment.context.len()) {
+                (Some(conversation), turns) if turns > 0 => {
+                    let last = segment
+                        .first_turn_index
+                        .saturating_add(i32::try_from(turns).unwrap_or(i32::MAX).saturating_sub(1));
+                    engram_store::reviews::turn_embeddings(
+                        &self.pool,
+                        &segment.scope,
+                        conversation,
+                        segment.first_turn_index,
+                        last,
+                    )
+                    .await
+                }
+                _ => Ok(Vec::new()),
             }
-            _ => Vec::new(),
         };
+        let (stored, turn_vectors) = tokio::try_join!(stored, turn_vectors)?;
+        let mut stored: HashMap<Uuid, _> = stored.into_iter().map(|m| (m.id, m)).collect();
         let memories: Vec<MemoryForGrading> = segment
             .targets
             .iter()
             .filter_map(|target| {
-                let memory = stored.iter().find(|m| m.id == target.memory_id)?;
+                let memory = stored.remove(&target.memory_id)?;
                 Some(MemoryForGrading {
                     id: memory.id,
-                    title: memory.title.clone(),
-                    text: memory.text.clone(),
+                    title: memory.title,
+                    text: memory.text,
                     queries: target.queries.clone(),
-                    embedding: memory.embedding.clone(),
+                    embedding: memory.embedding,
                 })
             })
             .collect();
@@ -270,18 +273,10 @@ impl SegmentConsumer {
             };
             match reviewed {
                 Ok(_) => delivery.ack().await,
-                Err(error) if delivery.attempts() + 1 >= self.settings.max_attempts => {
-                    delivery
-                        .dead_letter(&format!(
-                            "gave up after {} attempts: {error}",
-                            self.settings.max_attempts
-                        ))
-                        .await
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "review failed; retrying later");
-                    delivery.retry_later().await
-                }
+                Err(error) => delivery
+                    .fail(&error.to_string(), self.settings.max_attempts)
+                    .await
+                    .map(drop),
             }
         }
         .instrument(span)

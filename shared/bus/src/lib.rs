@@ -219,6 +219,25 @@ impl Delivery {
         self.ack().await
     }
 
+    /// Settles a message whose handling failed: back later while it has attempts left (of
+    /// `max_attempts` deliveries in all), else to the dead-letter queue with the reason. Returns
+    /// whether it was dead-lettered.
+    pub async fn fail(self, reason: &str, max_attempts: u32) -> Result<bool, BusError> {
+        if self.attempts() + 1 >= max_attempts {
+            self.dead_letter(&format!("gave up after {max_attempts} attempts: {reason}"))
+                .await?;
+            Ok(true)
+        } else {
+            tracing::warn!(
+                reason,
+                queue = self.queue.name,
+                "handling failed; retrying later"
+            );
+            self.retry_later().await?;
+            Ok(false)
+        }
+    }
+
     /// Moves the message to the dead-letter queue with the reason, so that it never blocks the
     /// queue again. The original is acked once the copy is confirmed.
     pub async fn dead_letter(self, reason: &str) -> Result<(), BusError> {

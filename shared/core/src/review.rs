@@ -105,7 +105,10 @@ pub fn next_state(
             *crate::memory_state::STABILITY_RANGE.start(),
             *crate::memory_state::STABILITY_RANGE.end(),
         ) as f32,
-        difficulty: state.difficulty.clamp(1.0, 10.0) as f32,
+        difficulty: state.difficulty.clamp(
+            *crate::memory_state::DIFFICULTY_RANGE.start(),
+            *crate::memory_state::DIFFICULTY_RANGE.end(),
+        ) as f32,
     });
     let states = model
         .next_states(current, desired_retention, days_elapsed)
