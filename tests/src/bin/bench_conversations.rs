@@ -2466,10 +2466,7 @@ async fn write_report(inputs: ReportInputs<'_>) -> anyhow::Result<()> {
         bm25_found = bm25.1,
         bm25_any = bm25.2,
     );
-    std::fs::write(&args.report, text)
-        .with_context(|| format!("writing {}", args.report.display()))?;
-    eprintln!("report written to {}", args.report.display());
-    Ok(())
+    engram_e2e::eval::write_report(&args.report, &text)
 }
 
 #[tokio::main]

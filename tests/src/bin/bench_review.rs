@@ -581,10 +581,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         max = latency.max,
         throughput_verdict = verdict(consumer_rate >= 100.0),
     );
-    std::fs::write(&args.report, report)
-        .with_context(|| format!("writing {}", args.report.display()))?;
-    eprintln!("report written to {}", args.report.display());
-    Ok(())
+    engram_e2e::eval::write_report(&args.report, &report)
 }
 
 #[tokio::main]

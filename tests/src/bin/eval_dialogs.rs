@@ -1198,6 +1198,7 @@ fn service_ranking() -> anyhow::Result<v1::RankingOptions> {
 }
 
 /// What one value of a step scored (deep, on the turns).
+#[derive(Clone)]
 struct Tried {
     value: f64,
     /// On the turns, by category.
@@ -1239,6 +1240,18 @@ async fn sweep(
         for &value in step.values {
             let mut ranking = best;
             (step.set)(&mut ranking, value);
+            // The ranking the previous step kept: its scores are known already.
+            if let Some(known) = steps
+                .last()
+                .map(|(tried, kept): &(Vec<Tried>, usize)| &tried[*kept])
+                .filter(|_| ranking == best)
+            {
+                tried.push(Tried {
+                    value,
+                    ..known.clone()
+                });
+                continue;
+            }
             let config = |storage| Config {
                 storage,
                 label: format!("sweep {} = {value}", step.setting),

@@ -37,7 +37,6 @@ struct LabelledSet {
 
 #[derive(Deserialize)]
 struct Segment {
-    id: String,
     language: String,
     context: Vec<Turn>,
     memories: Vec<Memory>,
@@ -111,7 +110,6 @@ async fn measure(set: &LabelledSet, embedder: &Arc<dyn Embedder>) -> anyhow::Res
                 },
             });
         }
-        let _ = &segment.id;
     }
     Ok(measured)
 }
@@ -324,8 +322,7 @@ async fn main() -> anyhow::Result<()> {
         bn = best_score.1 * 100.0,
         matrix = matrix_table(&confusion(&measured, &configured)),
     );
-    std::fs::write(&args.report, report)
-        .with_context(|| format!("cannot write {}", args.report.display()))?;
+    engram_e2e::eval::write_report(&args.report, &report)?;
     println!(
         "defaults: {:.1} % balanced, {:.1} % exact, {:.1} % within one; best: w {:.1} hard {:.2} good {:.2} easy {:.2} topic {:.2} → {:.1} % balanced, {:.1} % / {:.1} %",
         configured_balanced * 100.0,

@@ -260,28 +260,9 @@ pub(crate) async fn export_all(
 
 /// Removes a test's exchanges and queues from the broker.
 pub(crate) async fn delete_topology(bus: &engram_e2e::TestBus) {
-    let connection = lapin::Connection::connect(&bus.url, Default::default())
+    engram_e2e::bench::drop_topology(&bus.url, &bus.topology_prefix)
         .await
         .unwrap();
-    let channel = connection.create_channel().await.unwrap();
-    let topology = engram_bus::Topology::new(bus.topology_prefix.clone());
-    let mut queues = vec![topology.dead_letter_queue()];
-    for spec in engram_bus::queues::all(Duration::from_millis(200)) {
-        queues.push(topology.queue(spec.name));
-        queues.push(topology.delay_queue(spec.name));
-    }
-    for queue in queues {
-        let _ = channel.queue_delete(queue.into(), Default::default()).await;
-    }
-    for exchange in [
-        topology.events_exchange(),
-        topology.retry_exchange(),
-        topology.dead_letter_exchange(),
-    ] {
-        let _ = channel
-            .exchange_delete(exchange.into(), Default::default())
-            .await;
-    }
 }
 
 /// The payload of the next message in one of the test's queues (`review.segment-closed`, say),
