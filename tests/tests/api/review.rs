@@ -727,3 +727,62 @@ async fn stale_reviews_and_forgotten_memories_change_nothing() {
     drop(sandbox);
     crate::helpers::delete_topology(&bus).await;
 }
+
+/// An LLM that rates one memory of two and one it was never given: the invented rating is ignored
+/// and counted, the memory it left out is rated by the local grader and counted, none guessed.
+#[tokio::test]
+async fn memories_the_llm_leaves_out_are_graded_locally_and_invented_ones_ignored() {
+    let llm = engram_testkit::FakeLlm::start().await;
+    llm.set_responder(|request| {
+        let asked = request["messages"][1]["content"].as_str().unwrap_or("");
+        let first = asked
+            .lines()
+            .find_map(|line| line.strip_prefix("### "))
+            .unwrap_or("")
+            .to_owned();
+        engram_testkit::FakeAnswer::Json(serde_json::json!({ "ratings": [
+            {"memory": first, "rating": "good"},
+            {"memory": "M99", "rating": "easy"},
+        ]}))
+    });
+    let mut sandbox = Sandbox::start_with(SandboxOptions {
+        llm_base_url: Some(llm.base_url()),
+        ..Default::default()
+    })
+    .await;
+    let chat = Chat::new("leftout");
+    import(&mut sandbox, &chat.scope, trip_episodes(&chat)).await;
+    let episodes: Vec<v1::Memory> = crate::helpers::entries(&mut sandbox, &chat.scope)
+        .await
+        .into_iter()
+        .filter(|m| m.kind() == v1::MemoryKind::Episodic)
+        .take(2)
+        .collect();
+    let graded = sandbox
+        .review
+        .grade_memories(v1::GradeMemoriesRequest {
+            scope: Some(chat.scope.clone()),
+            context: vec![v1::Message {
+                role: v1::SpeakerRole::Assistant.into(),
+                content: "Your Lisbon trip notes say you loved the trams".into(),
+            }],
+            memories: episodes
+                .iter()
+                .map(|m| v1::MemoryToGrade {
+                    memory_id: m.id.clone(),
+                    queries: vec!["Lisbon trip".into()],
+                })
+                .collect(),
+            dry_run: true,
+            grader: v1::Grader::Llm.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .graded;
+    let graded_by: Vec<&str> = graded.iter().map(|g| g.graded_by.as_str()).collect();
+    assert_eq!(graded_by, ["llm", "local: the LLM left it out"]);
+    assert_eq!(graded.len(), 2, "no rating for a memory it was not given");
+    let counts = sandbox.review_metrics.counts();
+    assert_eq!((counts.invented, counts.omitted), (1, 1));
+}
