@@ -8,13 +8,14 @@
 //! is recorded but not reviewed (facts do not decay: FSRS belongs to episodes); otherwise
 //! stability, difficulty and last_reviewed_at become FSRS's answer for the rating and the days
 //! elapsed since the last review. Every applied rating is audited with the state before and
-//! after.
+//! after. A dry run, or a space with memory off, computes the same outcomes and records nothing.
 
 use chrono::{DateTime, Utc};
 use engram_core::review::{FsrsState, Rating, next_state};
 use engram_core::{MemoryKind, Scope};
 use engram_store::audit::{self, AuditAction};
 use engram_store::reviews::{self, NewState, ReviewRecord, SegmentReviews};
+use engram_store::spaces;
 use serde_json::json;
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -52,6 +53,7 @@ const STALE: &str = "the memory was reviewed at or after this review's time";
 const NOT_AN_EPISODE: &str = "facts do not decay: FSRS state belongs to episodes";
 const GONE: &str = "the memory is gone (forgotten or trimmed since it was retrieved)";
 const DRY_RUN: &str = "dry run";
+const MEMORY_OFF: &str = "memory is off for this space: graded, nothing recorded";
 
 fn outcome(graded: &Graded, before: Option<FsrsState>) -> Outcome {
     Outcome {
@@ -98,6 +100,9 @@ pub async fn apply(
     // A handful of statements whatever the number of memories: lock every state, record every
     // review, update the states that changed, audit them.
     let mut transaction = pool.begin().await.map_err(engram_store::StoreError::from)?;
+    // With memory off nothing is learnt from what the user says, ratings included: the review is
+    // computed like a dry run and nothing is recorded (not even the queries).
+    let memory_off = !spaces::get(&mut transaction, scope).await?.memory_enabled;
     let states = reviews::lock_states(&mut transaction, scope, &ids).await?;
     let mut outcomes = Vec::with_capacity(graded.len());
     for graded in graded {
@@ -137,14 +142,21 @@ pub async fn apply(
         }
         outcomes.push(result);
     }
-    if dry_run {
+    let recording_refused = if dry_run {
+        Some(DRY_RUN)
+    } else if memory_off {
+        Some(MEMORY_OFF)
+    } else {
+        None
+    };
+    if let Some(reason) = recording_refused {
         transaction
             .rollback()
             .await
             .map_err(engram_store::StoreError::from)?;
         for result in &mut outcomes {
             result.applied = false;
-            result.skipped_reason = result.skipped_reason.or(Some(DRY_RUN));
+            result.skipped_reason = result.skipped_reason.or(Some(reason));
         }
         return Ok(outcomes);
     }

@@ -1,4 +1,4 @@
-//! What memory off and incognito leave behind: every one of the 22 RPCs is called in an incognito
+//! What memory off and incognito leave behind: every one of the 24 RPCs is called in an incognito
 //! conversation and in a space with memory off, and the rows of every table are counted before
 //! and after. Content never leaves a row (no memory, no metrics row with the query, no pending
 //! review, no audit of a skipped write); the user's own controls (settings, incognito switches,
@@ -269,8 +269,23 @@ async fn reads_and_controls(
         "a fact has no FSRS state"
     );
     probe
+        .sandbox
+        .review
+        .get_review_stats(v1::GetReviewStatsRequest {
+            scope: Some(scope.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // A dry run records nothing in any mode (a real one in a memory-off space: its own test).
+    let dry = grade(probe.sandbox, scope, stored, true).await;
+    assert!(dry.iter().all(|graded| !graded.applied), "{dry:?}");
+    probe
         .leaves(
-            &format!("{mode}: ListEntries, GetSummary, ExportSpace, ListAudit, GetMemoryState"),
+            &format!(
+                "{mode}: ListEntries, GetSummary, ExportSpace, ListAudit, GetMemoryState, \
+                 GetReviewStats, GradeMemories dry run"
+            ),
             &[],
         )
         .await;
@@ -331,6 +346,34 @@ async fn reads_and_controls(
             ],
         )
         .await;
+}
+
+/// GradeMemories of the stored memory against a turn that uses it.
+async fn grade(
+    sandbox: &mut Sandbox,
+    scope: &v1::Scope,
+    memory: &v1::Memory,
+    dry_run: bool,
+) -> Vec<v1::GradedMemory> {
+    sandbox
+        .review
+        .grade_memories(v1::GradeMemoriesRequest {
+            scope: Some(scope.clone()),
+            context: vec![v1::Message {
+                role: v1::SpeakerRole::Assistant.into(),
+                content: format!("You told me: {}", memory.text),
+            }],
+            memories: vec![v1::MemoryToGrade {
+                memory_id: memory.id.clone(),
+                queries: vec!["when do I water the plants".into()],
+            }],
+            dry_run,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .graded
 }
 
 #[tokio::test]
@@ -420,6 +463,11 @@ async fn a_space_with_memory_off_leaves_nothing_but_the_users_own_actions() {
         .leaves("UpdateSettings memory off", &[("audit_events", 1)])
         .await;
     content_calls_leave_nothing(&mut probe, &scope, &conversation, "memory off").await;
+    // Grading is learning from what the user said: with memory off it records nothing, not even
+    // the queries, though the caller asked for no dry run.
+    let graded = grade(probe.sandbox, &scope, &stored, false).await;
+    assert!(graded.iter().all(|graded| !graded.applied), "{graded:?}");
+    probe.leaves("memory off: GradeMemories", &[]).await;
     reads_and_controls(&mut probe, &scope, &stored, "memory off").await;
     // Nothing of the conversation was ever stored: there is nothing to read or forget.
     let state = probe

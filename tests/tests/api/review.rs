@@ -485,10 +485,37 @@ async fn grade_memories_on_request() {
             .skipped_reason
             .contains("facts do not decay")
     );
-    assert_ne!(
-        stability(&mut sandbox, &chat.scope, &episode.id).await,
-        before
+    let applied_stability = stability(&mut sandbox, &chat.scope, &episode.id).await;
+    assert_ne!(applied_stability, before);
+
+    // With memory off nothing is learnt: the grades come back, nothing changes.
+    crate::helpers::update_setting(
+        &mut sandbox,
+        &chat.scope,
+        crate::helpers::Setting::MemoryEnabled(false),
+    )
+    .await;
+    let paused = sandbox
+        .review
+        .grade_memories(request(false))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!paused.graded[0].applied);
+    assert_eq!(
+        paused.graded[0].skipped_reason,
+        "memory is off for this space: graded, nothing recorded"
     );
+    assert_eq!(
+        stability(&mut sandbox, &chat.scope, &episode.id).await,
+        applied_stability
+    );
+    crate::helpers::update_setting(
+        &mut sandbox,
+        &chat.scope,
+        crate::helpers::Setting::MemoryEnabled(true),
+    )
+    .await;
 
     let mut unknown = request(false);
     unknown.memories[0].memory_id = Uuid::new_v4().to_string();
