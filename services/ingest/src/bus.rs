@@ -32,7 +32,7 @@ fn consumer_settings(settings: &AmqpSettings) -> engram_bus::consumer::ConsumerS
         url: settings.url.expose_secret().to_owned(),
         topology_prefix: settings.topology_prefix.clone(),
         prefetch: settings.prefetch,
-        // Embedding batches its own work and segmentation works a conversation at a time.
+        // Embedding and segmentation gather their own batches (consume_batches).
         concurrency: 1,
         retry_delay: retry_delay(settings),
         reconnect_max_backoff: Duration::from_millis(settings.reconnect_max_backoff_ms),
@@ -182,76 +182,17 @@ pub struct EmbeddingConsumer {
 }
 
 impl EmbeddingConsumer {
-    pub async fn run(self, mut stop: watch::Receiver<bool>) {
-        let mut delays = reconnect_backoff(&self.settings);
-        loop {
-            if *stop.borrow() {
-                break;
-            }
-            let consumed = async {
-                let bus = connect(&self.settings).await?;
-                let deliveries = bus
-                    .consume(
-                        &queues::embedding_requested(retry_delay(&self.settings)),
-                        self.settings.prefetch,
-                    )
-                    .await?;
-                Ok::<_, BusError>((bus, deliveries))
-            }
-            .await;
-            let (bus, mut deliveries) = match consumed {
-                Ok(connected) => connected,
-                Err(error) => {
-                    let delay = delays.next().unwrap_or(Duration::from_secs(10));
-                    tracing::warn!(%error, ?delay, "embedding consumer cannot reach the broker; the sweep covers meanwhile");
-                    if sleep_or_stop(delay, &mut stop).await {
-                        break;
-                    }
-                    continue;
-                }
-            };
-            delays = reconnect_backoff(&self.settings);
-            tracing::info!("embedding consumer connected");
-            let stopped = self.consume(&mut deliveries, &mut stop).await;
-            bus.close().await;
-            if stopped {
-                break;
-            }
-        }
-        tracing::info!("embedding consumer stopped");
-    }
-
-    /// Handles batches until the consumer closes (returns false: reconnect) or stop (true).
-    async fn consume(
-        &self,
-        deliveries: &mut engram_bus::Deliveries,
-        stop: &mut watch::Receiver<bool>,
-    ) -> bool {
-        loop {
-            // Wait for the first message of a batch, or stop.
-            let first = tokio::select! {
-                next = deliveries.next() => next,
-                _ = stop.changed() => return true,
-            };
-            let Some(Ok(first)) = first else { return false };
-            let mut batch = vec![first];
-            let window = tokio::time::sleep(Duration::from_millis(self.settings.batch_window_ms));
-            tokio::pin!(window);
-            while batch.len() < self.batch_size {
-                tokio::select! {
-                    next = deliveries.next() => match next {
-                        Some(Ok(delivery)) => batch.push(delivery),
-                        _ => break,
-                    },
-                    () = &mut window => break,
-                }
-            }
-            // A batch in hand is finished even when stop arrives meanwhile.
-            if let Err(error) = self.handle(batch).await {
-                tracing::warn!(%error, "embedding batch failed");
-                return false;
-            }
-        }
+    pub async fn run(self, stop: watch::Receiver<bool>) {
+        let settings = consumer_settings(&self.settings);
+        let queue = queues::embedding_requested(retry_delay(&self.settings));
+        let batching = engram_bus::consumer::Batching {
+            max: self.batch_size,
+            window: Duration::from_millis(self.settings.batch_window_ms),
+        };
+        engram_bus::consumer::consume_batches(settings, queue, stop, batching, |batch| {
+            self.handle(batch)
+        })
+        .await;
     }
 
     async fn handle(&self, batch: Vec<Delivery>) -> Result<(), BusError> {
@@ -332,8 +273,10 @@ fn decode(delivery: &Delivery) -> Result<Uuid, String> {
         .map_err(|_| format!("memory_id {:?} is not a UUID", event.memory_id))
 }
 
-/// Segments conversations named by SegmentationRequested messages; acks once the segmentation
-/// committed (or found nothing to do: the same request twice is a no-op).
+/// Segments conversations named by SegmentationRequested messages, a batch of them at a time
+/// (the local model embeds a batch several times faster than single texts); acks each message
+/// once its conversation's segmentation committed (or found nothing to do: the same request
+/// twice is a no-op).
 pub struct SegmentationConsumer {
     pub segmenter: Segmenter,
     pub settings: AmqpSettings,
@@ -343,30 +286,65 @@ impl SegmentationConsumer {
     pub async fn run(self, stop: watch::Receiver<bool>) {
         let settings = consumer_settings(&self.settings);
         let queue = queues::segmentation_requested(retry_delay(&self.settings));
-        engram_bus::consumer::consume_each(settings, queue, stop, |delivery| self.handle(delivery))
-            .await;
+        let batching = engram_bus::consumer::Batching {
+            max: self.segmenter.settings.batch,
+            window: Duration::from_millis(self.settings.batch_window_ms),
+        };
+        engram_bus::consumer::consume_batches(settings, queue, stop, batching, |batch| {
+            self.handle(batch)
+        })
+        .await;
     }
 
-    async fn handle(&self, delivery: Delivery) -> Result<(), BusError> {
+    async fn handle(&self, batch: Vec<Delivery>) -> Result<(), BusError> {
         use tracing::Instrument as _;
         use tracing_opentelemetry::OpenTelemetrySpanExt as _;
-        let span = tracing::info_span!("segmentation", otel.kind = "consumer");
-        let _ = span.set_parent(delivery.trace_context());
-        async {
-            let (scope, conversation) = match decode_segmentation(&delivery) {
-                Ok(request) => request,
-                Err(reason) => return delivery.dead_letter(&reason).await,
-            };
-            match self.segmenter.segment(&scope, conversation).await {
-                Ok(_) => delivery.ack().await,
-                Err(error) => delivery
-                    .fail(&error.to_string(), self.settings.max_attempts)
-                    .await
-                    .map(drop),
+        // The batch continues the trace of its first message (gRPC append -> outbox -> here).
+        let span = tracing::info_span!(
+            "segmentation.batch",
+            otel.kind = "consumer",
+            messages = batch.len()
+        );
+        if let Some(first) = batch.first() {
+            let _ = span.set_parent(first.trace_context());
+        }
+        self.handle_batch(batch).instrument(span).await
+    }
+
+    async fn handle_batch(&self, batch: Vec<Delivery>) -> Result<(), BusError> {
+        // Each distinct conversation once, with the deliveries that asked for it.
+        let mut conversations: Vec<(Scope, ConversationId)> = Vec::new();
+        let mut requests: Vec<(usize, Delivery)> = Vec::with_capacity(batch.len());
+        for delivery in batch {
+            match decode_segmentation(&delivery) {
+                Ok(request) => {
+                    let position = match conversations.iter().position(|c| *c == request) {
+                        Some(position) => position,
+                        None => {
+                            conversations.push(request);
+                            conversations.len() - 1
+                        }
+                    };
+                    requests.push((position, delivery));
+                }
+                Err(reason) => delivery.dead_letter(&reason).await?,
             }
         }
-        .instrument(span)
-        .await
+        if conversations.is_empty() {
+            return Ok(());
+        }
+        let outcomes = self.segmenter.segment_many(&conversations).await;
+        for (position, delivery) in requests {
+            match &outcomes[position] {
+                Ok(_) => delivery.ack().await?,
+                Err(error) => {
+                    delivery
+                        .fail(&error.to_string(), self.settings.max_attempts)
+                        .await?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 

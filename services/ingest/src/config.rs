@@ -44,6 +44,9 @@ pub struct SegmentationSettings {
     pub sweep_interval_ms: u64,
     /// Derive semantic facts from new episodes.
     pub consolidate: bool,
+    /// Conversations looked at together (their turns embedded in one model call): the
+    /// segmentation consumer's batch, and the sweep's.
+    pub batch: usize,
 }
 
 impl SegmentationSettings {
@@ -224,6 +227,7 @@ impl IngestSettings {
             ),
             ("segmentation.sweep_interval_ms", 5_000i64.into()),
             ("segmentation.consolidate", true.into()),
+            ("segmentation.batch", 32i64.into()),
         ]);
         defaults.extend(engram_recall::embed_defaults());
         defaults.extend(engram_recall::RecallSettings::defaults());

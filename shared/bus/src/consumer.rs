@@ -11,7 +11,7 @@ use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
 use tokio::sync::watch;
 
-use crate::{Bus, BusError, Delivery, QueueSpec, Topology, queues};
+use crate::{Bus, BusError, Deliveries, Delivery, QueueSpec, Topology, queues};
 
 /// Where and how a consumer connects.
 #[derive(Debug, Clone)]
@@ -42,6 +42,39 @@ pub async fn connect(settings: &ConsumerSettings) -> Result<Bus, BusError> {
     Ok(bus)
 }
 
+/// Connects and starts consuming `queue`, retrying with capped jittered backoff while the broker
+/// is away; `None` once `stop` turns true first.
+async fn connect_consuming(
+    settings: &ConsumerSettings,
+    queue: &QueueSpec,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<(Bus, Deliveries)> {
+    let mut delays =
+        jittered_backoff(Duration::from_millis(100), settings.reconnect_max_backoff).build();
+    loop {
+        if *stop.borrow() {
+            return None;
+        }
+        let consumed = async {
+            let bus = connect(settings).await?;
+            let deliveries = bus.consume(queue, settings.prefetch).await?;
+            Ok::<_, BusError>((bus, deliveries))
+        }
+        .await;
+        match consumed {
+            Ok(connected) => return Some(connected),
+            Err(error) => {
+                let delay = delays.next().unwrap_or(settings.reconnect_max_backoff);
+                tracing::warn!(%error, ?delay, queue = queue.name, "consumer cannot reach the broker; retrying");
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    _ = stop.changed() => return None,
+                }
+            }
+        }
+    }
+}
+
 /// Consumes `queue` until `stop` turns true, up to `settings.concurrency` deliveries at a time
 /// (polled together in this task, so handlers may borrow): `handle` acks, retries or
 /// dead-letters each (it returns an error only when the broker is gone, which reconnects once
@@ -55,33 +88,8 @@ pub async fn consume_each<F, Fut>(
     F: Fn(Delivery) -> Fut,
     Fut: Future<Output = Result<(), BusError>>,
 {
-    let backoff =
-        || jittered_backoff(Duration::from_millis(100), settings.reconnect_max_backoff).build();
     let concurrency = settings.concurrency.max(1);
-    let mut delays = backoff();
-    loop {
-        if *stop.borrow() {
-            break;
-        }
-        let consumed = async {
-            let bus = connect(&settings).await?;
-            let deliveries = bus.consume(&queue, settings.prefetch).await?;
-            Ok::<_, BusError>((bus, deliveries))
-        }
-        .await;
-        let (bus, mut deliveries) = match consumed {
-            Ok(connected) => connected,
-            Err(error) => {
-                let delay = delays.next().unwrap_or(settings.reconnect_max_backoff);
-                tracing::warn!(%error, ?delay, queue = queue.name, "consumer cannot reach the broker; retrying");
-                tokio::select! {
-                    () = tokio::time::sleep(delay) => {}
-                    _ = stop.changed() => break,
-                }
-                continue;
-            }
-        };
-        delays = backoff();
+    while let Some((bus, mut deliveries)) = connect_consuming(&settings, &queue, &mut stop).await {
         tracing::info!(queue = queue.name, concurrency, "consumer connected");
         let mut in_hand = FuturesUnordered::new();
         let stopped = loop {
@@ -110,6 +118,62 @@ pub async fn consume_each<F, Fut>(
                 tracing::warn!(%error, queue = queue.name, "consumer lost the broker while finishing");
             }
         }
+        bus.close().await;
+        if stopped {
+            break;
+        }
+    }
+    tracing::info!(queue = queue.name, "consumer stopped");
+}
+
+/// How a batch consumer gathers deliveries: up to `max` of them, waiting at most `window` after
+/// the first for the rest.
+#[derive(Debug, Clone, Copy)]
+pub struct Batching {
+    pub max: usize,
+    pub window: Duration,
+}
+
+/// Consumes `queue` until `stop` turns true, a batch at a time: `handle` gets the deliveries
+/// gathered as `batching` says and acks, retries or dead-letters each (an error means the broker
+/// is gone: it reconnects). A batch in hand is finished even when stop arrives meanwhile.
+pub async fn consume_batches<F, Fut>(
+    settings: ConsumerSettings,
+    queue: QueueSpec,
+    mut stop: watch::Receiver<bool>,
+    batching: Batching,
+    handle: F,
+) where
+    F: Fn(Vec<Delivery>) -> Fut,
+    Fut: Future<Output = Result<(), BusError>>,
+{
+    let max = batching.max.max(1);
+    while let Some((bus, mut deliveries)) = connect_consuming(&settings, &queue, &mut stop).await {
+        tracing::info!(queue = queue.name, batch = max, "consumer connected");
+        let stopped = loop {
+            // Wait for the first delivery of a batch, or stop.
+            let first = tokio::select! {
+                next = deliveries.next() => next,
+                _ = stop.changed() => break true,
+            };
+            let Some(Ok(first)) = first else { break false };
+            let mut batch = vec![first];
+            let window = tokio::time::sleep(batching.window);
+            tokio::pin!(window);
+            while batch.len() < max {
+                tokio::select! {
+                    next = deliveries.next() => match next {
+                        Some(Ok(delivery)) => batch.push(delivery),
+                        _ => break,
+                    },
+                    () = &mut window => break,
+                }
+            }
+            if let Err(error) = handle(batch).await {
+                tracing::warn!(%error, queue = queue.name, "consumer lost the broker; reconnecting");
+                break false;
+            }
+        };
         bus.close().await;
         if stopped {
             break;

@@ -20,10 +20,15 @@ pub struct PendingEmbedding {
 impl PendingEmbedding {
     /// The text the embedding represents.
     pub fn embedding_input(&self) -> String {
-        match &self.title {
-            Some(title) if !title.is_empty() => format!("{title}\n{}", self.text),
-            _ => self.text.clone(),
-        }
+        embedding_input(self.title.as_deref(), &self.text)
+    }
+}
+
+/// The text an entry's embedding represents: its title (an episode's) over its text.
+pub fn embedding_input(title: Option<&str>, text: &str) -> String {
+    match title {
+        Some(title) if !title.is_empty() => format!("{title}\n{text}"),
+        _ => text.to_owned(),
     }
 }
 

@@ -1068,3 +1068,69 @@ async fn greetings_alone_make_no_episode() {
         audit[0].detail_json
     );
 }
+
+/// Requests for many conversations are segmented together (their turns and episodes embedded in
+/// one model call each): every conversation still gets its own episodes, covering its turns once,
+/// its turns' embeddings, and episodes stored with their embedding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conversations_segmented_together_each_get_their_own_episodes() {
+    let bus = TestBus::local();
+    let mut sandbox = Sandbox::start_with(SandboxOptions {
+        bus: Some(bus.clone()),
+        embedder: engram_e2e::TestEmbedder::Local,
+        ..Default::default()
+    })
+    .await;
+    let chats: Vec<Chat> = (0..6).map(|_| Chat::new("together")).collect();
+    for chat in &chats {
+        chat.append(&mut sandbox, first_session()).await;
+    }
+    // Six close requests in a burst: the consumer gathers them into batches.
+    for chat in &chats {
+        chat.close(&mut sandbox).await;
+    }
+    for chat in &chats {
+        // The closed session may make more than one episode (the topic rules see embeddings
+        // here); together they hold its seven turns.
+        let deadline = Instant::now() + Duration::from_secs(40);
+        let episodes = loop {
+            let episodes: Vec<v1::Memory> = entries(&mut sandbox, &chat.scope)
+                .await
+                .into_iter()
+                .filter(|m| m.kind() == v1::MemoryKind::Episodic)
+                .collect();
+            if episodes.iter().map(|e| e.messages.len()).sum::<usize>() >= 7 {
+                break episodes;
+            }
+            assert!(Instant::now() < deadline, "{episodes:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert_eq!(
+            episodes.iter().map(|e| e.messages.len()).sum::<usize>(),
+            7,
+            "every turn in one episode"
+        );
+        for episode in &episodes {
+            assert_eq!(episode.conversation_id, chat.id);
+            assert!((0.0..=1.0).contains(&episode.surprise));
+            let embedded: bool = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM memory_embeddings WHERE memory_id = $1)",
+            )
+            .bind(Uuid::parse_str(&episode.id).unwrap())
+            .fetch_one(&sandbox.pool)
+            .await
+            .unwrap();
+            assert!(embedded, "the episode keeps its surprise embedding");
+        }
+        let turn_embeddings: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM conversation_turn_embeddings WHERE conversation_id = $1",
+        )
+        .bind(Uuid::parse_str(&chat.id).unwrap())
+        .fetch_one(&sandbox.pool)
+        .await
+        .unwrap();
+        assert_eq!(turn_embeddings, 7, "every turn embedded once");
+    }
+    drop(sandbox);
+    crate::helpers::delete_topology(&bus).await;
+}

@@ -416,6 +416,33 @@ async fn the_local_grader_rates_what_the_assistant_used_above_what_it_ignored() 
         .await
         .unwrap();
     assert!(graded_by.iter().all(|g| g == "local"));
+
+    // The segment's episode was embedded once, for its surprise, and stored with that embedding:
+    // no embedding event asks the backfill for it again.
+    let (episode_id, needs_embedding): (Uuid, bool) = sqlx::query_as(
+        "SELECT id, needs_embedding FROM memories WHERE kind = 'episodic' AND conversation_id = $1",
+    )
+    .bind(Uuid::parse_str(&chat.id).unwrap())
+    .fetch_one(&sandbox.pool)
+    .await
+    .unwrap();
+    assert!(!needs_embedding);
+    let embedded: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM memory_embeddings WHERE memory_id = $1")
+            .bind(episode_id)
+            .fetch_one(&sandbox.pool)
+            .await
+            .unwrap();
+    assert_eq!(embedded, 1);
+    let asked_again: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM outbox_events WHERE type_name = 'engram.v1.EmbeddingRequested' \
+         AND position(convert_to($1, 'UTF8') IN payload) > 0",
+    )
+    .bind(episode_id.to_string())
+    .fetch_one(&sandbox.pool)
+    .await
+    .unwrap();
+    assert_eq!(asked_again, 0);
     drop(sandbox);
     crate::helpers::delete_topology(&bus).await;
 }

@@ -9,8 +9,10 @@
 //!    an LLM may take seconds;
 //! 4. in one transaction holding the conversation's row: check that nobody segmented it
 //!    meanwhile, write the episodes (tombstones, near-duplicates, soft cap, audit, embedding
-//!    event — as every entry), take the pending reviews each closed segment answers, announce
-//!    `SegmentClosed` for the review service, and record the progress;
+//!    event — as every entry; an episode whose surprise was measured with its embedding is
+//!    stored with that embedding instead of waiting for the backfill), take the pending reviews
+//!    each closed segment answers, announce `SegmentClosed` for the review service, and record
+//!    the progress;
 //! 5. consolidate the new episodes into facts ([`super::consolidation`]).
 //!
 //! It runs on a bus message (`SegmentationRequested`), and on a sweep that closes idle segments,
@@ -103,6 +105,13 @@ pub struct ClosedEpisode {
     pub pending_reviews: usize,
 }
 
+/// What a look at one conversation found to close: the closed segments, described, after the
+/// progress they were found at.
+struct Plan {
+    segmented_through: i32,
+    prepared: Vec<Prepared>,
+}
+
 /// A closed segment ready to write.
 struct Prepared {
     segment: ClosedSegment,
@@ -114,6 +123,12 @@ struct Prepared {
     /// When Engram received the segment's last turn: the reviews recorded before it are this
     /// segment's.
     last_received_at: DateTime<Utc>,
+    /// Whether the episode's surprise is known (the LLM judged it, or nothing is written);
+    /// otherwise `measure_surprise` measures it with embeddings.
+    surprise_measured: bool,
+    /// The episode's embedding when its surprise was measured with one: stored with the episode,
+    /// so the backfill does not embed the same text again.
+    embedding: Option<Vec<f32>>,
 }
 
 fn view(turn: &TurnRecord, embedding: Option<&Vec<f32>>) -> TurnView {
@@ -182,19 +197,79 @@ fn pending_reviews(stored: &serde_json::Value) -> Vec<(DateTime<Utc>, v1::Pendin
 
 impl Segmenter {
     /// Looks at a conversation's open segment and closes what the rules close.
-    #[tracing::instrument(skip_all, fields(user_id = %scope.user_id, space = %scope.space, conversation = %conversation), err(Display))]
+    #[tracing::instrument(skip_all, fields(user_id = %scope.user_id, space = %scope.space, conversation = %conversation))]
     pub async fn segment(
         &self,
         scope: &Scope,
         conversation: ConversationId,
     ) -> Result<SegmentationOutcome, IngestError> {
-        let Some(mut tail) = segments::open_tail(&self.pool, scope, conversation).await? else {
-            return Ok(SegmentationOutcome::default());
-        };
-        if tail.turns.is_empty() {
-            return Ok(SegmentationOutcome::default());
+        self.segment_many(&[(scope.clone(), conversation)])
+            .await
+            .remove(0)
+    }
+
+    /// Looks at several conversations together, with one outcome each, in order. The local
+    /// model is what limits segmentation, and it does several times more per second in one
+    /// batch than in single texts: the turns of all the conversations are embedded in one call,
+    /// and so are the new episodes (for their surprise). Each conversation is then written in
+    /// its own transaction, so one failure fails only its own conversation.
+    pub async fn segment_many(
+        &self,
+        conversations: &[(Scope, ConversationId)],
+    ) -> Vec<Result<SegmentationOutcome, IngestError>> {
+        let mut tails: Vec<Result<Option<OpenTail>, IngestError>> =
+            Vec::with_capacity(conversations.len());
+        for (scope, conversation) in conversations {
+            let tail = segments::open_tail(&self.pool, scope, *conversation).await;
+            tails.push(tail.map_err(IngestError::from));
         }
-        self.embed_missing(scope, conversation, &mut tail).await;
+        self.embed_missing(conversations, &mut tails).await;
+
+        // Decide and describe (no transaction held: an LLM may take seconds).
+        let mut plans: Vec<Result<Option<Plan>, IngestError>> =
+            Vec::with_capacity(conversations.len());
+        for ((scope, conversation), tail) in conversations.iter().zip(tails) {
+            let plan = match tail {
+                Ok(Some(tail)) if !tail.turns.is_empty() => {
+                    self.plan(scope, *conversation, tail).await
+                }
+                Ok(_) => Ok(None),
+                Err(error) => Err(error),
+            };
+            plans.push(plan);
+        }
+        self.measure_surprise(conversations, &mut plans).await;
+
+        let mut outcomes = Vec::with_capacity(conversations.len());
+        for ((scope, conversation), plan) in conversations.iter().zip(plans) {
+            let outcome = match plan {
+                Ok(Some(plan)) => {
+                    self.write_and_consolidate(
+                        scope,
+                        *conversation,
+                        plan.segmented_through,
+                        plan.prepared,
+                    )
+                    .await
+                }
+                Ok(None) => Ok(SegmentationOutcome::default()),
+                Err(error) => Err(error),
+            };
+            if let Err(error) = &outcome {
+                tracing::warn!(%error, %conversation, "cannot segment the conversation");
+            }
+            outcomes.push(outcome);
+        }
+        outcomes
+    }
+
+    /// The segments the rules close in a conversation's open tail, described and built.
+    async fn plan(
+        &self,
+        scope: &Scope,
+        conversation: ConversationId,
+        tail: OpenTail,
+    ) -> Result<Option<Plan>, IngestError> {
         let views: Vec<TurnView> = tail
             .turns
             .iter()
@@ -207,14 +282,27 @@ impl Segmenter {
             Utc::now(),
         );
         if closed.is_empty() {
-            return Ok(SegmentationOutcome::default());
+            return Ok(None);
         }
         let mut prepared = Vec::with_capacity(closed.len());
         for segment in closed {
             prepared.push(self.prepare(scope, conversation, segment, &tail).await?);
         }
+        Ok(Some(Plan {
+            segmented_through: tail.segmented_through,
+            prepared,
+        }))
+    }
+
+    async fn write_and_consolidate(
+        &self,
+        scope: &Scope,
+        conversation: ConversationId,
+        segmented_through: i32,
+        prepared: Vec<Prepared>,
+    ) -> Result<SegmentationOutcome, IngestError> {
         let outcome = self
-            .write(scope, conversation, tail.segmented_through, prepared)
+            .write(scope, conversation, segmented_through, prepared)
             .await?;
         if self.settings.consolidate {
             for closed in outcome.closed.iter().filter(|c| c.created) {
@@ -229,44 +317,56 @@ impl Segmenter {
         Ok(outcome)
     }
 
-    /// Embeds the open segment's turns that have no embedding yet, for the topic rules. Without
-    /// an embedder, or when it fails, the topic rules simply see no embedding.
+    /// Embeds, in one call, the open segments' turns that have no embedding yet, for the topic
+    /// rules. Without an embedder, or when it fails, the topic rules simply see no embedding.
     async fn embed_missing(
         &self,
-        scope: &Scope,
-        conversation: ConversationId,
-        tail: &mut OpenTail,
+        conversations: &[(Scope, ConversationId)],
+        tails: &mut [Result<Option<OpenTail>, IngestError>],
     ) {
         let Some(embedder) = &self.embedder else {
             return;
         };
-        let missing: Vec<&TurnRecord> = tail
-            .turns
-            .iter()
-            .filter(|turn| !tail.embeddings.contains_key(&turn.turn_index))
-            .collect();
-        if missing.is_empty() {
+        // (which tail, turn index) of every turn to embed, and its text.
+        let mut missing: Vec<(usize, i32)> = Vec::new();
+        let mut texts: Vec<String> = Vec::new();
+        for (position, tail) in tails.iter().enumerate() {
+            let Ok(Some(tail)) = tail else { continue };
+            for turn in &tail.turns {
+                if !tail.embeddings.contains_key(&turn.turn_index) {
+                    missing.push((position, turn.turn_index));
+                    texts.push(turn.content.clone());
+                }
+            }
+        }
+        if texts.is_empty() {
             return;
         }
-        let texts: Vec<String> = missing.iter().map(|turn| turn.content.clone()).collect();
-        match embedder.embed(&texts).await {
-            Ok(vectors) => {
-                let embedded: Vec<(i32, Vec<f32>)> = missing
-                    .iter()
-                    .map(|turn| turn.turn_index)
-                    .zip(vectors)
-                    .collect();
-                if let Err(error) =
-                    segments::store_turn_embeddings(&self.pool, scope, conversation, &embedded)
-                        .await
-                {
-                    tracing::warn!(%error, "cannot keep turn embeddings");
-                }
-                tail.embeddings.extend(embedded);
-            }
+        let vectors = match embedder.embed(&texts).await {
+            Ok(vectors) => vectors,
             Err(error) => {
                 tracing::warn!(%error, "cannot embed turns; topic rules skipped this time");
+                return;
             }
+        };
+        let mut embedded: Vec<Vec<(i32, Vec<f32>)>> = vec![Vec::new(); tails.len()];
+        for ((position, turn_index), vector) in missing.into_iter().zip(vectors) {
+            embedded[position].push((turn_index, vector));
+        }
+        for (position, embedded) in embedded.into_iter().enumerate() {
+            let Ok(Some(tail)) = &mut tails[position] else {
+                continue;
+            };
+            if embedded.is_empty() {
+                continue;
+            }
+            let (scope, conversation) = &conversations[position];
+            if let Err(error) =
+                segments::store_turn_embeddings(&self.pool, scope, *conversation, &embedded).await
+            {
+                tracing::warn!(%error, "cannot keep turn embeddings");
+            }
+            tail.embeddings.extend(embedded);
         }
     }
 
@@ -305,10 +405,8 @@ impl Segmenter {
         } else {
             self.describe(&texts).await
         };
-        let surprise = match llm_surprise {
-            Some(surprise) => surprise,
-            None => self.surprise_from_embeddings(scope, &title, &summary).await,
-        };
+        // Until measured (`measure_surprise`), an episode without the LLM's judgement is neutral.
+        let surprise = llm_surprise.unwrap_or(NEUTRAL_SURPRISE);
         let (stability, difficulty) = initial_state(surprise);
         let fingerprinted = normalize_for_fingerprint(&format!("{title}\n{summary}"));
         let extracted = metadata::extract(&summary);
@@ -362,6 +460,8 @@ impl Segmenter {
             context,
             described_by,
             last_received_at: turns.last().map_or(now, |turn| turn.created_at),
+            surprise_measured: llm_surprise.is_some(),
+            embedding: None,
         })
     }
 
@@ -406,31 +506,70 @@ impl Segmenter {
         )
     }
 
-    /// 1 − the highest cosine of the new episode to the space's episodes: how unlike anything
-    /// remembered it is. Neutral when there is nothing to compare with (no embedder, or no other
-    /// episode yet).
-    async fn surprise_from_embeddings(&self, scope: &Scope, title: &str, summary: &str) -> f64 {
+    /// Each new episode's surprise: 1 − its highest cosine to the space's episodes, how unlike
+    /// anything remembered it is, measured with its embedding (kept to be stored with it). The
+    /// episodes of every plan are embedded in one call. Without an embedder, when it fails, or
+    /// with no other episode to compare with, the surprise stays neutral.
+    async fn measure_surprise(
+        &self,
+        conversations: &[(Scope, ConversationId)],
+        plans: &mut [Result<Option<Plan>, IngestError>],
+    ) {
         let Some(embedder) = &self.embedder else {
-            return NEUTRAL_SURPRISE;
+            return;
         };
-        let text = [format!("{title}\n{summary}")];
-        let nearest = match embedder.embed(&text).await {
-            Ok(mut vectors) if !vectors.is_empty() => {
-                segments::nearest_episode_similarity(&self.pool, scope, &vectors.remove(0)).await
-            }
-            Ok(_) => Ok(None),
+        let mut unmeasured: Vec<(usize, &mut Prepared)> = plans
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(position, plan)| match plan {
+                Ok(Some(plan)) => Some((position, &mut plan.prepared)),
+                _ => None,
+            })
+            .flat_map(|(position, prepared)| {
+                prepared
+                    .iter_mut()
+                    .filter(|p| !p.trivial && !p.surprise_measured)
+                    .map(move |p| (position, p))
+            })
+            .collect();
+        if unmeasured.is_empty() {
+            return;
+        }
+        // The text the backfill would embed for each episode.
+        let texts: Vec<String> = unmeasured
+            .iter()
+            .map(|(_, p)| {
+                engram_store::embeddings::embedding_input(
+                    Some(&p.episode.title),
+                    &p.episode.summary,
+                )
+            })
+            .collect();
+        let vectors = match embedder.embed(&texts).await {
+            Ok(vectors) => vectors,
             Err(error) => {
-                tracing::warn!(%error, "cannot embed the episode for its surprise");
-                Ok(None)
+                tracing::warn!(%error, "cannot embed the episodes for their surprise");
+                return;
             }
         };
-        match nearest {
-            Ok(Some(similarity)) => (1.0 - similarity).clamp(0.0, 1.0),
-            Ok(None) => NEUTRAL_SURPRISE,
-            Err(error) => {
-                tracing::warn!(%error, "cannot compare the episode with the space's episodes");
-                NEUTRAL_SURPRISE
-            }
+        for ((position, prepared), embedding) in unmeasured.iter_mut().zip(vectors) {
+            let scope = &conversations[*position].0;
+            let surprise = match segments::nearest_episode_similarity(&self.pool, scope, &embedding)
+                .await
+            {
+                Ok(Some(similarity)) => (1.0 - similarity).clamp(0.0, 1.0),
+                Ok(None) => NEUTRAL_SURPRISE,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot compare the episode with the space's episodes");
+                    NEUTRAL_SURPRISE
+                }
+            };
+            let (stability, difficulty) = initial_state(surprise);
+            prepared.episode.surprise = surprise;
+            prepared.episode.stability = stability;
+            prepared.episode.difficulty = difficulty;
+            prepared.surprise_measured = true;
+            prepared.embedding = Some(embedding);
         }
     }
 
@@ -470,10 +609,9 @@ impl Segmenter {
         let mut last_closed = segmented_through;
         for prepared in prepared {
             let episode = &prepared.episode;
-            let event = self
-                .writer
-                .hooks
-                .announce_embeddings()
+            // An episode embedded for its surprise keeps that embedding; only the others wait
+            // for the backfill.
+            let event = (self.writer.hooks.announce_embeddings() && prepared.embedding.is_none())
                 .then(|| embedding_requested(episode.id, scope, Default::default()));
             // Derived: "forget that" in the conversation means what the user said, not this.
             let detail = json!({
@@ -503,6 +641,14 @@ impl Segmenter {
                 Some(EpisodeWrite::Suppressed) | None => (None, false),
             };
             if created {
+                if let (Some(embedding), Some(embedder)) = (&prepared.embedding, &self.embedder) {
+                    engram_store::embeddings::store(
+                        &mut transaction,
+                        &[(episode.id, embedding.clone())],
+                        embedder.model_id(),
+                    )
+                    .await?;
+                }
                 self.enforce_soft_cap(&mut transaction, scope, &retention)
                     .await?;
             }
@@ -656,21 +802,26 @@ impl Segmenter {
             Some(changed_since.unwrap_or(DateTime::<Utc>::MIN_UTC))
         };
         let due = segments::due_conversations(&self.pool, idle_before, since, SWEEP_BATCH).await?;
-        for conversation in due {
+        let due: Vec<(Scope, ConversationId)> = due
+            .into_iter()
+            .filter_map(|conversation| {
+                let space = engram_core::SpaceName::parse("space", &conversation.space).ok()?;
+                let scope = Scope {
+                    user_id: engram_core::UserId::from_uuid(conversation.user_id),
+                    space,
+                };
+                Some((
+                    scope,
+                    ConversationId::from_uuid(conversation.conversation_id),
+                ))
+            })
+            .collect();
+        for batch in due.chunks(self.settings.batch.max(1)) {
             if *stop.borrow() {
                 return Ok(());
             }
-            let Ok(space) = engram_core::SpaceName::parse("space", &conversation.space) else {
-                continue;
-            };
-            let scope = Scope {
-                user_id: engram_core::UserId::from_uuid(conversation.user_id),
-                space,
-            };
-            let id = ConversationId::from_uuid(conversation.conversation_id);
-            if let Err(error) = self.segment(&scope, id).await {
-                tracing::warn!(%error, conversation = %id, "cannot segment the conversation");
-            }
+            // Failures are logged per conversation; the next pass takes them again.
+            self.segment_many(batch).await;
         }
         if self.settings.consolidate && !*stop.borrow() {
             self.consolidate_leftovers().await?;
