@@ -12,7 +12,7 @@ use engram_core::normalize::normalize_for_fingerprint;
 use engram_core::validate::{check_label, parse_labels};
 use engram_core::{
     Category, ConversationId, MemoryKind, MemoryText, Scope, SimHash, SpeakerRole, ValidationError,
-    importance, metadata,
+    importance, metadata, when,
 };
 use engram_proto::v1;
 use engram_server::convert::{category_from_proto, kind_from_proto, role_from_proto};
@@ -351,7 +351,14 @@ pub fn parse_entry(
         .score(),
     };
     let tags = if tags.is_empty() {
-        extracted.tags.into_iter().take(MAX_TAGS).collect()
+        // The days relative words meant when the entry was written, then what the text names.
+        let mut derived = when::date_tags(text.as_str(), created_at);
+        for tag in extracted.tags {
+            if !derived.contains(&tag) {
+                derived.push(tag);
+            }
+        }
+        derived.into_iter().take(MAX_TAGS).collect()
     } else {
         tags
     };

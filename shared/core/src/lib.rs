@@ -21,6 +21,7 @@ pub mod sanitize;
 pub mod segmentation;
 pub mod simhash;
 pub mod validate;
+pub mod when;
 
 pub use capacity::{RetentionPolicy, Scores, TrimCandidate, TrimPlan};
 pub use category::{Category, MemoryKind, SpeakerRole};

@@ -621,6 +621,7 @@ fn provenance(record: &MemoryRecord) -> Provenance {
         references: record.source_ids.len(),
         saved_by_user: record.manually_saved,
         pinned: record.pinned,
+        said_at: Some(record.valid_at.unwrap_or(record.created_at)),
     }
 }
 

@@ -738,3 +738,74 @@ async fn facts_are_labelled_with_what_is_true_of_them() {
         assert!(markdown.contains(line), "{line:?} in\n{markdown}");
     }
 }
+
+/// Relative dates keep their meaning: "下周三" said on Wednesday 25 November 2026 is stored as
+/// said, tagged with the day it meant, and shown with that day in the Markdown.
+#[tokio::test]
+async fn relative_dates_are_resolved_against_when_they_were_said() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("dates");
+    let said_at = chrono::DateTime::parse_from_rfc3339("2026-11-25T15:00:00Z")
+        .unwrap()
+        .with_timezone(&Utc);
+    import(
+        &mut sandbox,
+        &scope,
+        vec![v1::ImportedMemory {
+            client_id: "trip".into(),
+            kind: v1::MemoryKind::Semantic.into(),
+            text: "记住我下周三要去上海出差".into(),
+            created_at: Some(to_proto(said_at)),
+            ..Default::default()
+        }],
+    )
+    .await;
+    let stored = crate::helpers::entries(&mut sandbox, &scope).await;
+    assert_eq!(
+        stored[0].text, "记住我下周三要去上海出差",
+        "the text is kept as said"
+    );
+    assert!(
+        stored[0].tags.contains(&"2026-12-02".to_owned()),
+        "{:?}",
+        stored[0].tags
+    );
+    let answer = sandbox
+        .retrieval
+        .retrieve_memory(v1::RetrieveMemoryRequest {
+            scope: Some(scope.clone()),
+            query: "上海出差".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        answer.markdown.contains("\"下周三\" = Wed 2026-12-02"),
+        "{}",
+        answer.markdown
+    );
+    // Said today, "tomorrow" is tomorrow (either side of midnight, should the call cross it).
+    let tomorrow = || {
+        (Utc::now() + Duration::days(1))
+            .format("%Y-%m-%d")
+            .to_string()
+    };
+    let before = tomorrow();
+    sandbox
+        .ingest
+        .remember(remember(&scope, "Call the plumber tomorrow morning"))
+        .await
+        .unwrap();
+    let after = tomorrow();
+    let plumber = crate::helpers::entries(&mut sandbox, &scope)
+        .await
+        .into_iter()
+        .find(|m| m.text.contains("plumber"))
+        .unwrap();
+    assert!(
+        plumber.tags.contains(&before) || plumber.tags.contains(&after),
+        "{:?}",
+        plumber.tags
+    );
+}

@@ -14,7 +14,7 @@ use engram_core::conflict::{self, SubjectValue};
 use engram_core::normalize::normalize_for_fingerprint;
 use engram_core::{
     Category, ConversationId, MemoryText, RetentionPolicy, Scope, SimHash, SpeakerRole, importance,
-    metadata,
+    metadata, when,
 };
 use engram_store::memories::{MemoryRecord, MergeUpdate, NewSemanticMemory};
 use engram_store::write_path::WriteContext;
@@ -160,7 +160,17 @@ pub(crate) fn analyse(command: &RememberCommand) -> Analysis {
     Analysis {
         simhash: SimHash::of_normalized(&normalized),
         digest: text_digest(&normalized),
-        tags: merge_labels(&command.tags, &extracted.tags, MAX_TAGS_PER_ENTRY),
+        // The days relative words meant ("next Wednesday" said today, or in the conversation a
+        // fact was drawn from), then what the text names.
+        tags: merge_labels(
+            &merge_labels(
+                &command.tags,
+                &when::date_tags(text, command.valid_at.unwrap_or_else(Utc::now)),
+                MAX_TAGS_PER_ENTRY,
+            ),
+            &extracted.tags,
+            MAX_TAGS_PER_ENTRY,
+        ),
         metadata_confidence: extracted.confidence,
         importance: signals.score(),
         // Asking in words ("remember that ...") is as explicit as the flag.

@@ -50,6 +50,9 @@ pub struct Provenance {
     /// The user explicitly asked to save it.
     pub saved_by_user: bool,
     pub pinned: bool,
+    /// When the text was said (written, or true from): relative dates in it ("next Wednesday")
+    /// are shown with the day they meant then.
+    pub said_at: Option<DateTime<Utc>>,
 }
 
 fn counted(n: usize, one: &str, many: &str) -> String {
@@ -86,10 +89,19 @@ pub fn fact_line_with_history(
 }
 
 /// `- [preference] User prefers dark mode (sources: 2 conversations)`; a fact the user saved
-/// and pinned reads `(saved by the user; pinned)`, one with nothing to say has no parenthesis.
+/// and pinned reads `(saved by the user; pinned)`, one with a relative date
+/// `("next Wednesday" = Wed 2026-12-02)`, one with nothing to say has no parenthesis.
 pub fn fact_line(category: &str, text: &str, provenance: Provenance) -> String {
     let text = one_line(text);
-    let mut labels: Vec<String> = Vec::new();
+    let mut labels: Vec<String> = provenance
+        .said_at
+        .map(|said_at| {
+            crate::when::resolve(&text, said_at)
+                .iter()
+                .map(|date| format!("\"{}\" = {}", date.phrase, date.describe()))
+                .collect()
+        })
+        .unwrap_or_default();
     if provenance.saved_by_user {
         labels.push("saved by the user".to_owned());
     }
@@ -245,6 +257,7 @@ mod tests {
                 references: 1,
                 saved_by_user: true,
                 pinned: true,
+                said_at: None,
             }),
             "- [fact] Text (saved by the user; pinned; sources: 1 conversation, 1 reference)\n"
         );
@@ -254,6 +267,23 @@ mod tests {
                 ..Provenance::default()
             }),
             "- [fact] Text (sources: 3 references)\n"
+        );
+        // Relative dates read with the day they meant when said (a Wednesday).
+        let said_at = DateTime::parse_from_rfc3339("2026-11-25T15:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert_eq!(
+            fact_line(
+                "todo",
+                "Dentist next Wednesday, call mum tomorrow",
+                Provenance {
+                    saved_by_user: true,
+                    said_at: Some(said_at),
+                    ..Provenance::default()
+                }
+            ),
+            "- [todo] Dentist next Wednesday, call mum tomorrow (\"next Wednesday\" = Wed \
+             2026-12-02; \"tomorrow\" = Thu 2026-11-26; saved by the user)\n"
         );
     }
 
