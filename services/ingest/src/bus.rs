@@ -190,24 +190,9 @@ impl EmbeddingConsumer {
             window: Duration::from_millis(self.settings.batch_window_ms),
         };
         engram_bus::consumer::consume_batches(settings, queue, stop, batching, |batch| {
-            self.handle(batch)
+            self.handle_batch(batch)
         })
         .await;
-    }
-
-    async fn handle(&self, batch: Vec<Delivery>) -> Result<(), BusError> {
-        use tracing::Instrument as _;
-        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
-        // The batch continues the trace of its first message (gRPC write -> outbox -> here).
-        let span = tracing::info_span!(
-            "embedding.batch",
-            otel.kind = "consumer",
-            messages = batch.len()
-        );
-        if let Some(first) = batch.first() {
-            let _ = span.set_parent(first.trace_context());
-        }
-        self.handle_batch(batch).instrument(span).await
     }
 
     async fn handle_batch(&self, batch: Vec<Delivery>) -> Result<(), BusError> {
@@ -291,24 +276,9 @@ impl SegmentationConsumer {
             window: Duration::from_millis(self.settings.batch_window_ms),
         };
         engram_bus::consumer::consume_batches(settings, queue, stop, batching, |batch| {
-            self.handle(batch)
+            self.handle_batch(batch)
         })
         .await;
-    }
-
-    async fn handle(&self, batch: Vec<Delivery>) -> Result<(), BusError> {
-        use tracing::Instrument as _;
-        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
-        // The batch continues the trace of its first message (gRPC append -> outbox -> here).
-        let span = tracing::info_span!(
-            "segmentation.batch",
-            otel.kind = "consumer",
-            messages = batch.len()
-        );
-        if let Some(first) = batch.first() {
-            let _ = span.set_parent(first.trace_context());
-        }
-        self.handle_batch(batch).instrument(span).await
     }
 
     async fn handle_batch(&self, batch: Vec<Delivery>) -> Result<(), BusError> {

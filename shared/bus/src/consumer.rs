@@ -10,6 +10,8 @@ use engram_core::backoff::jittered_backoff;
 use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
 use tokio::sync::watch;
+use tracing::Instrument as _;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use crate::{Bus, BusError, Deliveries, Delivery, QueueSpec, Topology, queues};
 
@@ -135,8 +137,9 @@ pub struct Batching {
 }
 
 /// Consumes `queue` until `stop` turns true, a batch at a time: `handle` gets the deliveries
-/// gathered as `batching` says and acks, retries or dead-letters each (an error means the broker
-/// is gone: it reconnects). A batch in hand is finished even when stop arrives meanwhile.
+/// gathered as `batching` says, in a `bus.batch` span continuing the first message's trace, and
+/// acks, retries or dead-letters each (an error means the broker is gone: it reconnects). A batch
+/// in hand is finished even when stop arrives meanwhile.
 pub async fn consume_batches<F, Fut>(
     settings: ConsumerSettings,
     queue: QueueSpec,
@@ -169,7 +172,17 @@ pub async fn consume_batches<F, Fut>(
                     () = &mut window => break,
                 }
             }
-            if let Err(error) = handle(batch).await {
+            // The batch continues the trace of its first message (the write -> outbox -> here).
+            let span = tracing::info_span!(
+                "bus.batch",
+                otel.kind = "consumer",
+                queue = %queue.name,
+                messages = batch.len()
+            );
+            if let Some(first) = batch.first() {
+                let _ = span.set_parent(first.trace_context());
+            }
+            if let Err(error) = handle(batch).instrument(span).await {
                 tracing::warn!(%error, queue = queue.name, "consumer lost the broker; reconnecting");
                 break false;
             }
