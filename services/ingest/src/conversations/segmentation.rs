@@ -244,13 +244,13 @@ impl Segmenter {
         for ((scope, conversation), plan) in conversations.iter().zip(plans) {
             let outcome = match plan {
                 Ok(Some(plan)) => {
-                    self.write_and_consolidate(
-                        scope,
-                        *conversation,
-                        plan.segmented_through,
-                        plan.prepared,
-                    )
-                    .await
+                    let written = self
+                        .write(scope, *conversation, plan.segmented_through, plan.prepared)
+                        .await;
+                    if let Ok(outcome) = &written {
+                        self.consolidate_created(scope, outcome).await;
+                    }
+                    written
                 }
                 Ok(None) => Ok(SegmentationOutcome::default()),
                 Err(error) => Err(error),
@@ -294,27 +294,19 @@ impl Segmenter {
         }))
     }
 
-    async fn write_and_consolidate(
-        &self,
-        scope: &Scope,
-        conversation: ConversationId,
-        segmented_through: i32,
-        prepared: Vec<Prepared>,
-    ) -> Result<SegmentationOutcome, IngestError> {
-        let outcome = self
-            .write(scope, conversation, segmented_through, prepared)
-            .await?;
-        if self.settings.consolidate {
-            for closed in outcome.closed.iter().filter(|c| c.created) {
-                if let Some(episode) = closed.episode
-                    && let Err(error) = self.consolidate_episode(scope, episode).await
-                {
-                    // The sweep consolidates what is left unconsolidated.
-                    tracing::warn!(%error, %episode, "consolidation failed; the sweep will retry");
-                }
+    /// Consolidates the episodes a write created into facts.
+    async fn consolidate_created(&self, scope: &Scope, outcome: &SegmentationOutcome) {
+        if !self.settings.consolidate {
+            return;
+        }
+        for closed in outcome.closed.iter().filter(|c| c.created) {
+            if let Some(episode) = closed.episode
+                && let Err(error) = self.consolidate_episode(scope, episode).await
+            {
+                // The sweep consolidates what is left unconsolidated.
+                tracing::warn!(%error, %episode, "consolidation failed; the sweep will retry");
             }
         }
-        Ok(outcome)
     }
 
     /// Embeds, in one call, the open segments' turns that have no embedding yet, for the topic
