@@ -303,6 +303,20 @@ impl SegmentationConsumer {
         if conversations.is_empty() {
             return Ok(());
         }
+        // Cleared before the tails are read: a turn committed from now on asks again.
+        if let Err(error) = engram_store::conversations::clear_segmentation_requests(
+            &self.segmenter.pool,
+            &conversations,
+        )
+        .await
+        {
+            for (_, delivery) in requests {
+                delivery
+                    .fail(&error.to_string(), self.settings.max_attempts)
+                    .await?;
+            }
+            return Ok(());
+        }
         let outcomes = self.segmenter.segment_many(&conversations).await;
         for (position, delivery) in requests {
             match &outcomes[position] {

@@ -205,6 +205,55 @@ pub async fn insert_turns(
     Ok(())
 }
 
+/// Marks the conversation as having a segmentation request pending; false when one already is
+/// (and is younger than `renew_after`), so the caller need not publish another. Runs in the
+/// append's transaction, which holds the conversation's row.
+pub async fn claim_segmentation_request(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    conversation: ConversationId,
+    renew_after: std::time::Duration,
+) -> Result<bool, StoreError> {
+    let claimed: Option<bool> = sqlx::query_scalar(
+        "UPDATE conversations SET segmentation_requested_at = now() \
+         WHERE user_id = $1 AND space = $2 AND conversation_id = $3 \
+           AND (segmentation_requested_at IS NULL \
+                OR segmentation_requested_at < now() - make_interval(secs => $4)) \
+         RETURNING true",
+    )
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(conversation.as_uuid())
+    .bind(renew_after.as_secs_f64())
+    .fetch_optional(connection)
+    .await?;
+    Ok(claimed.is_some())
+}
+
+/// Clears the pending-request marks of `conversations` before segmentation reads their tails: a
+/// turn committed after this asks for segmentation again. Each waits for an append holding the
+/// conversation's row, whose turns the read that follows then sees; one statement per
+/// conversation, so that it never holds one row while waiting for another's (appends and
+/// segmentation writes hold a space lock too: a multi-row update could close a cycle).
+pub async fn clear_segmentation_requests(
+    pool: &PgPool,
+    conversations: &[(Scope, ConversationId)],
+) -> Result<(), StoreError> {
+    for (scope, conversation) in conversations {
+        sqlx::query(
+            "UPDATE conversations SET segmentation_requested_at = NULL \
+             WHERE user_id = $1 AND space = $2 AND conversation_id = $3 \
+               AND segmentation_requested_at IS NOT NULL",
+        )
+        .bind(scope.user_id.as_uuid())
+        .bind(scope.space.as_str())
+        .bind(conversation.as_uuid())
+        .execute(pool)
+        .await?;
+    }
+    Ok(())
+}
+
 /// Asks for the open segment to close (CloseSegment): its turns, `(first, last)`, or `None` when
 /// no turn waits in an open segment.
 pub async fn request_close(

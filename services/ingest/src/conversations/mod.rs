@@ -34,6 +34,9 @@ use crate::write_path::MemoryWriter;
 pub const MAX_MESSAGES_PER_APPEND: usize = 100;
 /// A clock this far ahead of ours is tolerated in a turn's time.
 const FUTURE_TOLERANCE: Duration = Duration::minutes(5);
+/// A pending segmentation request older than this is asked for again: the message may have been
+/// lost or dead-lettered, and a conversation must not wait for the sweep's idle close.
+const RENEW_SEGMENTATION_REQUEST_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A validated turn to append.
 #[derive(Debug, Clone)]
@@ -280,8 +283,10 @@ impl MemoryWriter {
     }
 
     /// Tells segmentation to look at the conversation: with the bus on, an event in the outbox
-    /// (in the caller's transaction); without it, the local segmenter looks at every
-    /// conversation with an open segment when woken ([`Self::segmentation_requested`]).
+    /// (in the caller's transaction), unless one is pending already (its pass will read this
+    /// transaction's turns: see `clear_segmentation_requests`); without it, the local segmenter
+    /// looks at every conversation with an open segment when woken
+    /// ([`Self::segmentation_requested`]).
     async fn request_segmentation(
         &self,
         transaction: &mut sqlx::PgConnection,
@@ -290,7 +295,15 @@ impl MemoryWriter {
         through: i32,
         close: bool,
     ) -> Result<(), IngestError> {
-        if self.hooks.publish_events {
+        if self.hooks.publish_events
+            && conversations::claim_segmentation_request(
+                transaction,
+                scope,
+                conversation,
+                RENEW_SEGMENTATION_REQUEST_AFTER,
+            )
+            .await?
+        {
             let event = events::segmentation_requested(
                 scope,
                 conversation,
