@@ -491,8 +491,9 @@ impl IngestService for IngestApi {
         let scope = authorized_scope(&request, request.get_ref().scope.clone())?;
         let message = request.into_inner();
         let limits = self.writer.import_limits().await?;
-        let entries = crate::import::parse_batch(&scope, &message.memories, &limits)
-            .map_err(IngestError::from)?;
+        let entries =
+            crate::import::parse_batch(&scope, &message.memories, message.context_turns, &limits)
+                .map_err(IngestError::from)?;
         let imported = self.writer.import(&scope, entries).await?;
         let created = imported.iter().filter(|entry| entry.created).count() as u32;
         let suppressed = imported

@@ -60,6 +60,11 @@ pub struct ImportLimits<'a> {
     pub now: DateTime<Utc>,
 }
 
+/// Most neighbours on each side an imported fact may be searched with.
+pub const MAX_CONTEXT_TURNS: u32 = 5;
+/// How far apart in time two facts may be to be each other's context (one sitting of a chat).
+const CONTEXT_WINDOW: chrono::Duration = chrono::Duration::hours(1);
+
 /// An entry ready to insert, with the client's id kept for the response.
 #[derive(Debug, Clone)]
 pub struct ParsedImport {
@@ -395,6 +400,7 @@ pub fn parse_entry(
         manually_saved: raw.manually_saved || raw.pinned,
         embedding_model: embedding.as_ref().map(|(_, model)| model.clone()),
         embedding: embedding.map(|(vector, _)| vector),
+        search_context: None,
     };
     if kind == MemoryKind::Semantic {
         reject_episode_fields(field, raw)?;
@@ -430,8 +436,15 @@ pub fn parse_entry(
 pub fn parse_batch(
     scope: &Scope,
     entries: &[v1::ImportedMemory],
+    context_turns: u32,
     limits: &ImportLimits<'_>,
 ) -> Result<Vec<ParsedImport>, ValidationError> {
+    if context_turns > MAX_CONTEXT_TURNS {
+        return Err(ValidationError::new(
+            "context_turns",
+            format!("must be 0 to {MAX_CONTEXT_TURNS}, got {context_turns}"),
+        ));
+    }
     if entries.is_empty() {
         return Err(ValidationError::new(
             "memories",
@@ -448,7 +461,7 @@ pub fn parse_batch(
         ));
     }
     let mut seen = HashSet::with_capacity(entries.len());
-    entries
+    let mut parsed = entries
         .iter()
         .enumerate()
         .map(|(index, raw)| {
@@ -462,7 +475,55 @@ pub fn parse_batch(
             }
             Ok(parsed)
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    attach_neighbour_context(&mut parsed, context_turns as usize);
+    Ok(parsed)
+}
+
+/// Gives each imported fact the text of up to `turns` facts before and after it as its search
+/// context: the same conversation (or none), in time order (the request's order among equal
+/// times), within [`CONTEXT_WINDOW`] of it. A chat history imported one turn per fact is then
+/// searched turn by turn with what was said around each.
+fn attach_neighbour_context(parsed: &mut [ParsedImport], turns: usize) {
+    if turns == 0 {
+        return;
+    }
+    let mut order: Vec<usize> = (0..parsed.len())
+        .filter(|&index| parsed[index].row.kind == MemoryKind::Semantic.as_str())
+        .collect();
+    // Stable: entries of the same time keep the request's order.
+    order.sort_by_key(|&index| {
+        (
+            parsed[index].row.conversation_id,
+            parsed[index].row.created_at,
+        )
+    });
+    let contexts: Vec<(usize, String)> = order
+        .iter()
+        .enumerate()
+        .map(|(position, &index)| {
+            let row = &parsed[index].row;
+            let near = |other: &usize| {
+                let other = &parsed[*other].row;
+                other.conversation_id == row.conversation_id
+                    && (other.created_at - row.created_at).abs() <= CONTEXT_WINDOW
+            };
+            let before = &order[position.saturating_sub(turns)..position];
+            let after = &order[position + 1..(position + 1 + turns).min(order.len())];
+            let context: Vec<&str> = before
+                .iter()
+                .chain(after)
+                .filter(|other| near(other))
+                .map(|&other| parsed[other].row.text.as_str())
+                .collect();
+            (index, context.join("\n"))
+        })
+        .collect();
+    for (index, context) in contexts {
+        if !context.is_empty() {
+            parsed[index].row.search_context = Some(context);
+        }
+    }
 }
 
 /// One imported entry in the response.
@@ -666,8 +727,56 @@ mod tests {
                 .contains("3 dimensions")
         );
         let error =
-            parse_batch(&scope(), &[fact("x", "a"), fact("x", "b")], &limits()).unwrap_err();
+            parse_batch(&scope(), &[fact("x", "a"), fact("x", "b")], 0, &limits()).unwrap_err();
         assert!(error.to_string().contains("appears twice"), "{error}");
-        assert!(parse_batch(&scope(), &[], &limits()).is_err());
+        assert!(parse_batch(&scope(), &[], 0, &limits()).is_err());
+        let error = parse_batch(&scope(), &[fact("x", "a")], 6, &limits()).unwrap_err();
+        assert_eq!(error.to_string(), "context_turns: must be 0 to 5, got 6");
+    }
+
+    #[test]
+    fn turns_are_searched_with_their_neighbours_in_time_and_conversation() {
+        let at = |minutes: i64| {
+            Some(engram_server::time::to_proto(
+                Utc::now() - chrono::Duration::days(1) + chrono::Duration::minutes(minutes),
+            ))
+        };
+        let turn = |id: &str, text: &str, minutes: i64| v1::ImportedMemory {
+            created_at: at(minutes),
+            ..fact(id, text)
+        };
+        let other_chat = v1::ImportedMemory {
+            conversation_id: Uuid::new_v4().to_string(),
+            ..turn("other", "A different chat", 2)
+        };
+        let turns = [
+            turn("a", "We adopted two dogs", 0),
+            turn("b", "Meet Toby, our pup", 1),
+            other_chat,
+            turn("c", "Yes, last week!", 2),
+            turn("d", "Hours later: the weather", 200),
+        ];
+        let parsed = parse_batch(&scope(), &turns, 1, &limits()).unwrap();
+        let context = |id: &str| {
+            parsed
+                .iter()
+                .find(|p| p.client_id == id)
+                .unwrap()
+                .row
+                .search_context
+                .clone()
+        };
+        assert_eq!(context("a").as_deref(), Some("Meet Toby, our pup"));
+        assert_eq!(
+            context("b").as_deref(),
+            Some("We adopted two dogs\nYes, last week!")
+        );
+        assert_eq!(context("c").as_deref(), Some("Meet Toby, our pup"));
+        assert_eq!(context("d"), None, "hours apart: another sitting");
+        assert_eq!(context("other"), None, "another conversation");
+        // The text itself is never changed, and without the option nothing is attached.
+        assert_eq!(parsed[1].row.text, "Meet Toby, our pup");
+        let alone = parse_batch(&scope(), &turns, 0, &limits()).unwrap();
+        assert!(alone.iter().all(|p| p.row.search_context.is_none()));
     }
 }

@@ -8,19 +8,25 @@ use uuid::Uuid;
 
 use crate::StoreError;
 
-/// An entry waiting for its embedding: what to embed (text, or title and summary of an episode).
+/// An entry waiting for its embedding: what to embed (text, or title and summary of an episode,
+/// and the neighbours' text an imported turn is searched with).
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct PendingEmbedding {
     pub id: Uuid,
     pub text: String,
     pub title: Option<String>,
+    pub search_context: Option<String>,
     pub created_at: DateTime<Utc>,
 }
 
 impl PendingEmbedding {
-    /// The text the embedding represents.
+    /// The text the embedding represents: the entry's own, then its search context.
     pub fn embedding_input(&self) -> String {
-        embedding_input(self.title.as_deref(), &self.text)
+        let own = embedding_input(self.title.as_deref(), &self.text);
+        match &self.search_context {
+            Some(context) if !context.is_empty() => format!("{own}\n{context}"),
+            _ => own,
+        }
     }
 }
 
@@ -49,7 +55,7 @@ pub async fn claim_oldest_pending(
                AND created_at <= now() - make_interval(secs => $3) \
                AND (embedding_claimed_until IS NULL OR embedding_claimed_until < now()) \
              ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED) \
-         RETURNING id, text, title, created_at",
+         RETURNING id, text, title, search_context, created_at",
     )
     .bind(limit)
     .bind(max_failures)
@@ -75,7 +81,7 @@ pub async fn claim_by_ids(
              SELECT id FROM memories WHERE id = ANY($1) AND needs_embedding \
                AND (embedding_claimed_until IS NULL OR embedding_claimed_until < now()) \
              FOR UPDATE SKIP LOCKED) \
-         RETURNING id, text, title, created_at",
+         RETURNING id, text, title, search_context, created_at",
     )
     .bind(ids)
     .bind(lease.as_secs_f64())

@@ -84,6 +84,8 @@ pub struct ImportRow {
     /// embedding backfill.
     pub embedding: Option<Vec<f32>>,
     pub embedding_model: Option<String>,
+    /// Neighbours' text the entry is also searched by (never shown).
+    pub search_context: Option<String>,
 }
 
 /// What an import did with each row it did not find already stored.
@@ -111,7 +113,7 @@ pub async fn import(
                  difficulty float8, last_reviewed_at timestamptz, consolidated_at timestamptz, \
                  created_at timestamptz, simhash int8, tags text[], source_ids text[], \
                  metadata_confidence float8, importance float8, pinned bool, manually_saved bool, \
-                 embedding jsonb, embedding_model text, text_digest text)), \
+                 embedding jsonb, embedding_model text, text_digest text, search_context text)), \
          forgotten AS ( \
              SELECT r.id FROM incoming r \
              WHERE EXISTS (SELECT 1 FROM tombstones t WHERE t.user_id = $1 AND t.space = $2 AND ",
@@ -122,12 +124,12 @@ pub async fn import(
                  invalid_at, title, messages, surprise, start_at, end_at, stability, difficulty, \
                  last_reviewed_at, consolidated_at, created_at, updated_at, simhash, tags, source_ids, \
                  metadata_confidence, importance, pinned, manually_saved, needs_embedding, embedding_model, \
-                 embedded_at) \
+                 embedded_at, search_context) \
              SELECT id, $1, $2, kind, conversation_id, text, role, category, valid_at, invalid_at, title, \
                  messages, surprise, start_at, end_at, stability, difficulty, last_reviewed_at, consolidated_at, \
                  created_at, now(), simhash, tags, source_ids, metadata_confidence, importance, pinned, \
                  manually_saved, embedding IS NULL, CASE WHEN embedding IS NOT NULL THEN embedding_model END, \
-                 CASE WHEN embedding IS NOT NULL THEN now() END \
+                 CASE WHEN embedding IS NOT NULL THEN now() END, search_context \
              FROM incoming WHERE id NOT IN (SELECT id FROM forgotten) ORDER BY id \
              ON CONFLICT (id) DO NOTHING \
              RETURNING id, kind), \

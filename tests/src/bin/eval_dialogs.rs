@@ -49,6 +49,9 @@ const CONVERSATION_NAMESPACE: Uuid = Uuid::from_u128(0x0e5a_1e00_c0de_4000_8000_
 /// The per-space soft cap set before loading: above any dialog's turns, episodes and facts, so
 /// that nothing is trimmed (the default, 200, would trim the longer dialogs' turns).
 const SOFT_CAP: u32 = 10_000;
+/// Neighbours on each side a turn is searched with in the "turns in context" storage (the
+/// ±2 that was worth about 12 points of recall@5 outside Engram, issue 23).
+const CONTEXT_TURNS: u32 = 2;
 /// Results asked for per section with large limits (RetrieveMemory's maximum), and a budget
 /// that cuts nothing.
 const DEEP_LIMIT: u32 = 100;
@@ -191,6 +194,11 @@ impl Prepared {
         eval_scope(format!("dialogs/turns/{}", self.dialog.id))
     }
 
+    /// The same turns, each also searched with its neighbours (`context_turns`).
+    fn turns_in_context_scope(&self) -> v1::Scope {
+        eval_scope(format!("dialogs/turns-in-context/{}", self.dialog.id))
+    }
+
     fn conversation_scope(&self) -> v1::Scope {
         eval_scope(format!("dialogs/conversation/{}", self.dialog.id))
     }
@@ -274,6 +282,7 @@ impl ConversationStats {
 struct Loaded {
     prepared: Prepared,
     turn_memories: Coverage,
+    turns_in_context: Coverage,
     episodes: Coverage,
     facts: Coverage,
     stats: ConversationStats,
@@ -294,12 +303,14 @@ async fn set_soft_cap(
     Ok(())
 }
 
-/// Every turn one fact through ImportMemories; returns what each memory covers (its turn).
+/// Every turn one fact through ImportMemories into `scope`, each searched with `context_turns`
+/// neighbours on either side; returns what each memory covers (its turn).
 async fn load_turns(
     ingest: &mut IngestServiceClient<Channel>,
     prepared: &Prepared,
+    scope: v1::Scope,
+    context_turns: u32,
 ) -> anyhow::Result<Coverage> {
-    let scope = prepared.turns_scope();
     set_soft_cap(ingest, &scope).await?;
     let index_of: HashMap<&str, usize> = prepared
         .turns
@@ -324,6 +335,7 @@ async fn load_turns(
             .import_memories(v1::ImportMemoriesRequest {
                 scope: Some(scope.clone()),
                 memories: batch.to_vec(),
+                context_turns,
             })
             .await
             .with_context(|| format!("importing the turns of {}", prepared.dialog.id))?
@@ -702,6 +714,8 @@ async fn map_conversation(
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Storage {
     Turns,
+    /// The turns, each searched with its neighbours too (ImportMemories' context_turns).
+    TurnsInContext,
     Episodes,
     Facts,
     Both,
@@ -711,6 +725,7 @@ impl Storage {
     fn name(self) -> &'static str {
         match self {
             Self::Turns => "turns",
+            Self::TurnsInContext => "turns in context",
             Self::Episodes => "episodes only",
             Self::Facts => "facts only",
             Self::Both => "episodes + facts",
@@ -720,7 +735,7 @@ impl Storage {
     /// (episodes, facts) asked for.
     fn sections(self) -> (bool, bool) {
         match self {
-            Self::Turns | Self::Facts => (false, true),
+            Self::Turns | Self::TurnsInContext | Self::Facts => (false, true),
             Self::Episodes => (true, false),
             Self::Both => (true, true),
         }
@@ -776,7 +791,12 @@ fn configurations(default_profile: &str) -> Vec<Config> {
             ..with_profile(v1::RankingProfile::Fsrs)
         },
     });
-    for storage in [Storage::Episodes, Storage::Facts, Storage::Both] {
+    for storage in [
+        Storage::TurnsInContext,
+        Storage::Episodes,
+        Storage::Facts,
+        Storage::Both,
+    ] {
         for profile in profiles {
             configs.push(Config {
                 storage,
@@ -1007,10 +1027,12 @@ async fn evaluate(
     for dialog in loaded {
         let scope = match config.storage {
             Storage::Turns => dialog.prepared.turns_scope(),
+            Storage::TurnsInContext => dialog.prepared.turns_in_context_scope(),
             _ => dialog.prepared.conversation_scope(),
         };
         let maps: Vec<&Coverage> = match config.storage {
             Storage::Turns => vec![&dialog.turn_memories],
+            Storage::TurnsInContext => vec![&dialog.turns_in_context],
             Storage::Episodes => vec![&dialog.episodes],
             Storage::Facts => vec![&dialog.facts],
             Storage::Both => vec![&dialog.episodes, &dialog.facts],
@@ -1794,6 +1816,7 @@ fn summary(results: &[ConfigResult], loaded: &[Loaded]) -> String {
     for tokens in BUDGETS {
         let ways: Vec<String> = [
             Storage::Turns,
+            Storage::TurnsInContext,
             Storage::Episodes,
             Storage::Facts,
             Storage::Both,
@@ -1873,14 +1896,29 @@ async fn main() -> anyhow::Result<()> {
     eprintln!("dialogs: importing the turns of {} dialogs", dialogs.len());
     let step = Instant::now();
     let mut turn_memories = Vec::new();
+    let mut turns_in_context = Vec::new();
     for prepared in &dialogs {
-        turn_memories.push(load_turns(&mut ingest, prepared).await?);
+        turn_memories.push(load_turns(&mut ingest, prepared, prepared.turns_scope(), 0).await?);
+        turns_in_context.push(
+            load_turns(
+                &mut ingest,
+                prepared,
+                prepared.turns_in_context_scope(),
+                CONTEXT_TURNS,
+            )
+            .await?,
+        );
     }
     let turns_import = step.elapsed().as_secs_f64();
     let step = Instant::now();
     let turn_spaces: Vec<(v1::Scope, Option<usize>)> = dialogs
         .iter()
-        .map(|d| (d.turns_scope(), Some(d.turns.len())))
+        .flat_map(|d| {
+            [
+                (d.turns_scope(), Some(d.turns.len())),
+                (d.turns_in_context_scope(), Some(d.turns.len())),
+            ]
+        })
         .collect();
     wait_for_embeddings(&mut retrieval, &turn_spaces, timeout).await?;
     let turns_embedded = step.elapsed().as_secs_f64();
@@ -1912,8 +1950,11 @@ async fn main() -> anyhow::Result<()> {
     let conversations_embedded = step.elapsed().as_secs_f64();
 
     let mut loaded = Vec::new();
-    for ((prepared, turn_memories), commands) in
-        dialogs.into_iter().zip(turn_memories).zip(appended)
+    for (((prepared, turn_memories), turns_in_context), commands) in dialogs
+        .into_iter()
+        .zip(turn_memories)
+        .zip(turns_in_context)
+        .zip(appended)
     {
         let mut stats = ConversationStats {
             commands,
@@ -1933,6 +1974,7 @@ async fn main() -> anyhow::Result<()> {
         loaded.push(Loaded {
             prepared,
             turn_memories,
+            turns_in_context,
             episodes,
             facts,
             stats,

@@ -395,6 +395,7 @@ async fn parallel_retrievals_in_one_conversation_all_reach_its_pending_reviews()
         .import_memories(v1::ImportMemoriesRequest {
             scope: Some(scope.clone()),
             memories: episodes,
+            context_turns: 0,
         })
         .await
         .unwrap();
@@ -807,5 +808,95 @@ async fn relative_dates_are_resolved_against_when_they_were_said() {
         plumber.tags.contains(&before) || plumber.tags.contains(&after),
         "{:?}",
         plumber.tags
+    );
+}
+
+/// A chat history imported turn by turn with context_turns: a short turn is found by what its
+/// neighbours say, and shown as it was said; without the option it is not found.
+#[tokio::test]
+async fn imported_turns_are_found_by_their_neighbours_words() {
+    let mut sandbox = Sandbox::start().await;
+    let start = Utc::now() - Duration::days(30);
+    let history = |context_turns: u32| {
+        let turn = |id: &str, text: &str, minutes: i64| v1::ImportedMemory {
+            client_id: id.into(),
+            kind: v1::MemoryKind::Semantic.into(),
+            text: text.into(),
+            created_at: Some(to_proto(start + Duration::minutes(minutes))),
+            ..Default::default()
+        };
+        (
+            vec![
+                turn("t1", "Maria: Did you ever make it to Lisbon?", 0),
+                turn("t2", "Ana: Yes, last week!", 1),
+                turn(
+                    "t3",
+                    "Maria: A different day: my sister's piano recital",
+                    600,
+                ),
+            ],
+            context_turns,
+        )
+    };
+    let lisbon = async |sandbox: &mut Sandbox, scope: &v1::Scope| -> Vec<String> {
+        sandbox
+            .retrieval
+            .retrieve_memory(v1::RetrieveMemoryRequest {
+                scope: Some(scope.clone()),
+                query: "Lisbon".into(),
+                ranking: Some(v1::RankingOptions {
+                    sparse_only: true,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .semantic
+            .into_iter()
+            .map(|m| m.memory.unwrap().text)
+            .collect()
+    };
+    for (context_turns, expected) in [
+        (
+            2,
+            vec![
+                "Maria: Did you ever make it to Lisbon?",
+                "Ana: Yes, last week!",
+            ],
+        ),
+        (0, vec!["Maria: Did you ever make it to Lisbon?"]),
+    ] {
+        let scope = new_scope("history");
+        let (memories, context_turns) = history(context_turns);
+        sandbox
+            .ingest
+            .import_memories(v1::ImportMemoriesRequest {
+                scope: Some(scope.clone()),
+                memories,
+                context_turns,
+            })
+            .await
+            .unwrap();
+        let mut found = lisbon(&mut sandbox, &scope).await;
+        found.sort();
+        let mut expected: Vec<String> = expected.into_iter().map(str::to_owned).collect();
+        expected.sort();
+        assert_eq!(found, expected, "context_turns {context_turns}");
+    }
+    let status = sandbox
+        .ingest
+        .import_memories(v1::ImportMemoriesRequest {
+            scope: Some(new_scope("history")),
+            memories: history(0).0,
+            context_turns: 6,
+        })
+        .await
+        .unwrap_err();
+    assert_status(
+        status,
+        Code::InvalidArgument,
+        "context_turns: must be 0 to 5, got 6",
     );
 }

@@ -177,6 +177,7 @@ async fn bad_imports_are_rejected_whole_with_the_entry_and_field_named() {
             .import_memories(v1::ImportMemoriesRequest {
                 scope: Some(scope.clone()),
                 memories,
+                context_turns: 0,
             })
             .await
             .unwrap_err();
@@ -188,6 +189,7 @@ async fn bad_imports_are_rejected_whole_with_the_entry_and_field_named() {
         .import_memories(v1::ImportMemoriesRequest {
             scope: Some(scope.clone()),
             memories: too_many,
+            context_turns: 0,
         })
         .await
         .unwrap_err();
@@ -204,6 +206,7 @@ async fn bad_imports_are_rejected_whole_with_the_entry_and_field_named() {
         .import_memories(v1::ImportMemoriesRequest {
             scope: Some(scope.clone()),
             memories: vec![good],
+            context_turns: 0,
         })
         .await
         .unwrap_err();
