@@ -1458,12 +1458,15 @@ fn report(
          release retrieval, both otherwise at their defaults (`deploy/eval/run.sh`).\n\n\
          The development set of [`tests/eval/dialogs`](../../tests/eval/dialogs/README.md): {dialogs} \
          conversations between two people, {sessions} dated sessions, {turns} turns, {nq} questions \
-         ({answerable} with evidence turns, {adv} adversarial). Every dialog is loaded twice, each in \
-         its own space of one evaluation user (a per-space soft cap of {SOFT_CAP} is set with \
+         ({answerable} with evidence turns, {adv} adversarial). Every dialog is loaded three times, each \
+         in its own space of one evaluation user (a per-space soft cap of {SOFT_CAP} is set with \
          UpdateSettings first: the default cap, 200, would trim the longer dialogs):\n\n\
          - **turns**: every turn one fact through ImportMemories, text `\"<Speaker>: <text>\"`, \
          created at the session's date plus one minute per turn before it in the session, client id \
          the turn id (the protocol of the held-out benchmark of issue 23);\n\
+         - **turns in context**: the same, imported with `context_turns` {CONTEXT_TURNS}: each turn \
+         is also searched (BM25 and its embedding) by the text of up to {CONTEXT_TURNS} turns \
+         before and after it within an hour, and shown as said;\n\
          - **conversation**: the dialog appended through AppendMessages session by session (content \
          `\"<Speaker>: <text>\"`, `at` the same times, client message id the turn id; the first \
          speaker as USER and the second as ASSISTANT, although both are people here), then \
@@ -1811,6 +1814,31 @@ fn summary(results: &[ConfigResult], loaded: &[Loaded]) -> String {
              {}: {verdict}.",
             default_turns.config.label.trim_start_matches("turns, "),
             compared.join("; ")
+        );
+    }
+    // What searching each turn with its neighbours adds, with the default ranking.
+    let in_context = results
+        .iter()
+        .find(|r| r.config.storage == Storage::TurnsInContext);
+    if let (Some(alone), Some(in_context)) = (default_turns, in_context) {
+        let at =
+            |r: &ConfigResult, k: usize| r.ranked.get("all").map_or(0.0, |s| s.recall[k].value());
+        let _ = writeln!(
+            text,
+            "- Turns in context ({}): recall@5 {} %, @10 {} %, @25 {} % (multi_hop @10 {} %) \
+             against {} %, {} %, {} % ({} %) for each turn alone.",
+            in_context
+                .config
+                .label
+                .trim_start_matches("turns in context, "),
+            pct(at(in_context, 0)),
+            pct(at(in_context, 1)),
+            pct(at(in_context, 2)),
+            pct(multi_10(in_context)),
+            pct(at(alone, 0)),
+            pct(at(alone, 1)),
+            pct(at(alone, 2)),
+            pct(multi_10(alone)),
         );
     }
     for tokens in BUDGETS {
