@@ -16,7 +16,10 @@ BEGIN
        OR NEW.search_context IS DISTINCT FROM OLD.search_context THEN
         -- search_text stays the entry's own (the trigram fallback compares it).
         NEW.search_text := engram_search_text(NEW.kind, NEW.title, NEW.text, NEW.tags);
-        NEW.search_document := engram_search_words(NEW.search_text || coalesce(' ' || NEW.search_context, ''));
+        -- With a context, the entry's own words count twice: a turn that says what was asked
+        -- ranks above its neighbours, which are found by the same words once.
+        NEW.search_document := engram_search_words(CASE WHEN NEW.search_context IS NULL THEN NEW.search_text
+            ELSE NEW.search_text || ' ' || NEW.search_text || ' ' || NEW.search_context END);
         NEW.search_length := engram_token_count(NEW.search_document);
     END IF;
     RETURN NEW;
