@@ -79,6 +79,7 @@ fn parse_ranking(
             beta: options.beta,
             gamma: options.gamma,
             recency_tau_days: options.recency_tau_days,
+            min_similarity: options.min_similarity,
         },
         options.sparse_only,
     ))

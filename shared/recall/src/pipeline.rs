@@ -343,12 +343,28 @@ impl Recall {
                 trigram_hits += legs.sparse.len();
             }
         }
+        // The relevance floor: what only the vector leg found, below the floor, is left out.
+        let floor = request.ranking.min_similarity;
+        let mut below_floor = 0;
+        if floor > 0.0 {
+            for legs in &mut legs {
+                let matched: std::collections::HashSet<Uuid> =
+                    legs.sparse.iter().map(|(id, _)| *id).collect();
+                let found = legs.dense.len();
+                legs.dense
+                    .retain(|(id, cosine)| *cosine >= floor || matched.contains(id));
+                below_floor += found - legs.dense.len();
+            }
+        }
         let dense_hits: usize = legs.iter().map(|l| l.dense.len()).sum();
         let mut recent = false;
-        if legs
+        let nothing_left = legs
             .iter()
-            .all(|l| l.sparse.is_empty() && l.dense.is_empty())
-        {
+            .all(|l| l.sparse.is_empty() && l.dense.is_empty());
+        if nothing_left && below_floor > 0 {
+            // Serving the most recent entries would bring back what the floor just left out.
+            fallback_reasons.push("nothing above the relevance floor".to_owned());
+        } else if nothing_left {
             fallback_reasons.push("nothing matched; serving the most recent entries".to_owned());
             recent = true;
             *stage = "recent";

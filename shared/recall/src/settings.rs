@@ -16,6 +16,8 @@ pub struct RecallSettings {
     pub beta: f64,
     pub gamma: f64,
     pub recency_tau_days: f64,
+    /// The relevance floor for candidates only the vector leg found (their cosine).
+    pub min_similarity: f64,
     pub candidates_per_leg: u32,
     pub token_budget: u32,
     /// A conversation-scoped search with fewer sparse hits than this widens to the space.
@@ -47,6 +49,7 @@ impl RecallSettings {
             ("recall.beta", 0.5.into()),
             ("recall.gamma", 0.5.into()),
             ("recall.recency_tau_days", 30.0.into()),
+            ("recall.min_similarity", 0.0.into()),
             ("recall.candidates_per_leg", 20i64.into()),
             (
                 "recall.token_budget",
@@ -77,6 +80,7 @@ impl RecallSettings {
                 beta: self.beta,
                 gamma: self.gamma,
                 recency_tau_days: self.recency_tau_days,
+                min_similarity: self.min_similarity,
             },
             "recall",
         )
@@ -94,6 +98,7 @@ pub struct RankingOverrides {
     pub beta: Option<f64>,
     pub gamma: Option<f64>,
     pub recency_tau_days: Option<f64>,
+    pub min_similarity: Option<f64>,
 }
 
 fn bounded(field: String, value: f64, min: f64, max: f64) -> Result<f64, ValidationError> {
@@ -147,6 +152,13 @@ impl RankingOverrides {
             "recency_tau_days",
             0.01,
             3650.0,
+        )?;
+        params.min_similarity = set(
+            self.min_similarity,
+            params.min_similarity,
+            "min_similarity",
+            0.0,
+            1.0,
         )?;
         Ok(params)
     }

@@ -1159,19 +1159,23 @@ struct SweepStep {
     values: &'static [f64],
     get: fn(&v1::RankingOptions) -> f64,
     set: fn(&mut v1::RankingOptions, f64),
+    /// Keep the highest value whose objective is within [`SWEEP_MIN_GAIN`] of the best, instead
+    /// of the best: for the relevance floor, whose gain (less noise) recall does not count.
+    highest_within_noise: bool,
 }
 
 /// The parameters searched, in order, each at the best values of the steps before it. Recency (β,
 /// τ) is not among them: every turn of the development set is months old when it is asked about,
 /// so recency is below 10⁻⁸ for all of them and cannot be chosen here. Nor is the candidates per
 /// leg: each leg takes at least as many as the request's limit, 100 for the deep questions.
-const SWEEP: [SweepStep; 3] = [
+const SWEEP: [SweepStep; 4] = [
     SweepStep {
         setting: "GAMMA",
         what: "γ, the weight of importance (α, the weight of relevance, stays 4)",
         values: &[0.0, 0.1, 0.25, 0.5, 1.0, 2.0],
         get: |o| o.gamma.unwrap_or_default(),
         set: |o, v| o.gamma = Some(v),
+        highest_within_noise: false,
     },
     SweepStep {
         setting: "RRF_K",
@@ -1179,6 +1183,7 @@ const SWEEP: [SweepStep; 3] = [
         values: &[1.0, 5.0, 10.0, 20.0, 60.0],
         get: |o| o.rrf_k.unwrap_or_default(),
         set: |o, v| o.rrf_k = Some(v),
+        highest_within_noise: false,
     },
     SweepStep {
         setting: "MMR_LAMBDA",
@@ -1186,6 +1191,17 @@ const SWEEP: [SweepStep; 3] = [
         values: &[0.5, 0.7, 0.85, 1.0],
         get: |o| o.mmr_lambda.unwrap_or_default(),
         set: |o, v| o.mmr_lambda = Some(v),
+        highest_within_noise: false,
+    },
+    SweepStep {
+        setting: "MIN_SIMILARITY",
+        what: "the relevance floor: the least cosine of an entry no query word matched (the highest \
+               value within 0.2 points of the best is kept: a floor leaves noise out, which recall \
+               does not reward)",
+        values: &[0.0, 0.1, 0.2, 0.25, 0.3, 0.35, 0.4],
+        get: |o| o.min_similarity.unwrap_or_default(),
+        set: |o, v| o.min_similarity = Some(v),
+        highest_within_noise: true,
     },
 ];
 
@@ -1215,6 +1231,7 @@ fn service_ranking() -> anyhow::Result<v1::RankingOptions> {
         beta: Some(params.beta),
         gamma: Some(params.gamma),
         recency_tau_days: Some(params.recency_tau_days),
+        min_similarity: Some(params.min_similarity),
         ..Default::default()
     })
 }
@@ -1305,7 +1322,13 @@ async fn sweep(
         let top = (0..tried.len())
             .max_by(|&a, &b| tried[a].objective().total_cmp(&tried[b].objective()))
             .unwrap_or(kept);
-        if tried[top].objective() >= tried[kept].objective() + SWEEP_MIN_GAIN {
+        if step.highest_within_noise {
+            let floor = tried[top].objective() - SWEEP_MIN_GAIN;
+            kept = (0..tried.len())
+                .filter(|&index| tried[index].objective() >= floor)
+                .max_by(|&a, &b| tried[a].value.total_cmp(&tried[b].value))
+                .unwrap_or(top);
+        } else if tried[top].objective() >= tried[kept].objective() + SWEEP_MIN_GAIN {
             kept = top;
         }
         (step.set)(&mut best, tried[kept].value);

@@ -56,6 +56,9 @@ pub struct RankingParams {
     pub gamma: f64,
     /// Recency time constant τ, in days.
     pub recency_tau_days: f64,
+    /// The relevance floor: a candidate no query word matched is left out when its cosine to the
+    /// query is below this (0: none is left out). Word matches always stay.
+    pub min_similarity: f64,
 }
 
 impl Default for RankingParams {
@@ -69,6 +72,7 @@ impl Default for RankingParams {
             beta: 1.0,
             gamma: 1.0,
             recency_tau_days: 7.0,
+            min_similarity: 0.0,
         }
     }
 }
