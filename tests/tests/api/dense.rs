@@ -194,3 +194,97 @@ async fn hnsw_search_agrees_with_exact_search_within_a_space() {
         "HNSW recall@10 against exact search: {recall:.3}"
     );
 }
+
+/// The relevance floor: without it a 5-entry space answers "who is my manager?" with every entry
+/// (the vector leg ranks them all); with it, entries no word matched and whose cosine is below
+/// the floor are left out, word matches stay, and a query nothing clears answers nothing (not
+/// the most recent entries).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relevance_floor_leaves_unrelated_entries_out() {
+    let mut sandbox = Sandbox::start_with(SandboxOptions {
+        embedder: TestEmbedder::Local,
+        ..SandboxOptions::default()
+    })
+    .await;
+    let scope = new_scope("floor");
+    import(
+        &mut sandbox,
+        &scope,
+        vec![
+            fact("allergy", "I am allergic to peanuts", 5.0),
+            fact("theme", "I prefer dark mode in every editor", 5.0),
+            fact("boss", "My manager is Alice Chen", 5.0),
+            fact("car", "My car is a blue hatchback", 5.0),
+            fact("bike", "The bike lock code is 9981", 5.0),
+        ],
+    )
+    .await;
+    wait_until_embedded(&sandbox, Duration::from_secs(60)).await;
+    let with_floor = |text: &str, floor: Option<f64>| {
+        let mut request = query(&scope, text);
+        request.ranking = Some(v1::RankingOptions {
+            min_similarity: floor,
+            ..Default::default()
+        });
+        request
+    };
+    let texts = |response: &v1::RetrieveMemoryResponse| -> Vec<String> {
+        response
+            .semantic
+            .iter()
+            .map(|m| m.memory.as_ref().unwrap().text.clone())
+            .collect()
+    };
+
+    let everything = retrieve(&mut sandbox, with_floor("who is my manager?", None)).await;
+    assert_eq!(
+        everything.semantic.len(),
+        5,
+        "no floor: {:?}",
+        texts(&everything)
+    );
+    let floored = retrieve(&mut sandbox, with_floor("who is my manager?", Some(0.3))).await;
+    let kept = texts(&floored);
+    assert!(
+        kept.len() < 5 && kept.contains(&"My manager is Alice Chen".to_owned()),
+        "{kept:?}"
+    );
+    for result in &floored.semantic {
+        let score = result.score.as_ref().unwrap();
+        assert!(
+            score.sparse_rank > 0 || score.dense_score >= 0.3,
+            "{score:?}"
+        );
+    }
+
+    // A word match stays whatever its cosine.
+    let lock = retrieve(&mut sandbox, with_floor("9981", Some(0.9))).await;
+    assert_eq!(texts(&lock), ["The bike lock code is 9981"]);
+
+    // Nothing clears the floor: nothing is returned, and the response says why.
+    let nothing = retrieve(
+        &mut sandbox,
+        with_floor("quantum chromodynamics lecture notes", Some(0.9)),
+    )
+    .await;
+    assert!(nothing.semantic.is_empty(), "{:?}", texts(&nothing));
+    let served = nothing.served_by.unwrap();
+    assert!(
+        served
+            .fallback_reason
+            .contains("nothing above the relevance floor"),
+        "{served:?}"
+    );
+
+    let status = sandbox
+        .retrieval
+        .retrieve_memory(with_floor("manager", Some(1.5)))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(
+        status.message().contains("min_similarity"),
+        "{}",
+        status.message()
+    );
+}
