@@ -236,7 +236,7 @@ async fn the_relevance_floor_leaves_unrelated_entries_out() {
             .collect()
     };
 
-    let everything = retrieve(&mut sandbox, with_floor("who is my manager?", None)).await;
+    let everything = retrieve(&mut sandbox, with_floor("who is my manager?", Some(0.0))).await;
     assert_eq!(
         everything.semantic.len(),
         5,
