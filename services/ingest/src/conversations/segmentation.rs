@@ -1,12 +1,14 @@
 //! Segmentation: closes a conversation's segments and writes each as an episodic memory.
 //!
-//! For one conversation ([`Segmenter::segment`]):
+//! For each conversation of a batch ([`Segmenter::segment_many`]; the local model works several
+//! times faster on one batch than on single texts, so model calls span the whole batch):
 //! 1. read the open segment (the turns after the last closed one) and embed the turns that have
-//!    no embedding yet (for the topic rules);
+//!    no embedding yet (for the topic rules; one call for every conversation of the batch);
 //! 2. decide which segments close (`engram_core::segmentation`);
 //! 3. describe each closed segment — by the LLM when one is configured, by the extractive rules
 //!    of `engram_core::episode` otherwise or when the LLM fails — outside any transaction, since
-//!    an LLM may take seconds;
+//!    an LLM may take seconds; without the LLM's judgement, measure its surprise with its
+//!    embedding (one call for every new episode of the batch);
 //! 4. in one transaction holding the conversation's row: check that nobody segmented it
 //!    meanwhile, write the episodes (tombstones, near-duplicates, soft cap, audit, embedding
 //!    event — as every entry; an episode whose surprise was measured with its embedding is
@@ -196,23 +198,12 @@ fn pending_reviews(stored: &serde_json::Value) -> Vec<(DateTime<Utc>, v1::Pendin
 }
 
 impl Segmenter {
-    /// Looks at a conversation's open segment and closes what the rules close.
-    #[tracing::instrument(skip_all, fields(user_id = %scope.user_id, space = %scope.space, conversation = %conversation))]
-    pub async fn segment(
-        &self,
-        scope: &Scope,
-        conversation: ConversationId,
-    ) -> Result<SegmentationOutcome, IngestError> {
-        self.segment_many(&[(scope.clone(), conversation)])
-            .await
-            .remove(0)
-    }
-
     /// Looks at several conversations together, with one outcome each, in order. The local
     /// model is what limits segmentation, and it does several times more per second in one
     /// batch than in single texts: the turns of all the conversations are embedded in one call,
     /// and so are the new episodes (for their surprise). Each conversation is then written in
     /// its own transaction, so one failure fails only its own conversation.
+    #[tracing::instrument(skip_all, fields(conversations = conversations.len()))]
     pub async fn segment_many(
         &self,
         conversations: &[(Scope, ConversationId)],
