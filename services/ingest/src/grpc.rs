@@ -494,7 +494,10 @@ impl IngestService for IngestApi {
         let entries =
             crate::import::parse_batch(&scope, &message.memories, message.context_turns, &limits)
                 .map_err(IngestError::from)?;
-        let imported = self.writer.import(&scope, entries).await?;
+        let imported = self
+            .writer
+            .import(&scope, entries, message.context_turns)
+            .await?;
         let created = imported.iter().filter(|entry| entry.created).count() as u32;
         let suppressed = imported
             .iter()

@@ -400,7 +400,6 @@ pub fn parse_entry(
         manually_saved: raw.manually_saved || raw.pinned,
         embedding_model: embedding.as_ref().map(|(_, model)| model.clone()),
         embedding: embedding.map(|(vector, _)| vector),
-        search_context: None,
     };
     if kind == MemoryKind::Semantic {
         reject_episode_fields(field, raw)?;
@@ -461,7 +460,7 @@ pub fn parse_batch(
         ));
     }
     let mut seen = HashSet::with_capacity(entries.len());
-    let mut parsed = entries
+    let parsed = entries
         .iter()
         .enumerate()
         .map(|(index, raw)| {
@@ -476,35 +475,30 @@ pub fn parse_batch(
             Ok(parsed)
         })
         .collect::<Result<Vec<_>, _>>()?;
-    attach_neighbour_context(&mut parsed, context_turns as usize);
     Ok(parsed)
 }
 
-/// Gives each imported fact the text of up to `turns` facts before and after it as its search
-/// context: the same conversation (or none), in time order (the request's order among equal
-/// times), within [`CONTEXT_WINDOW`] of it. A chat history imported one turn per fact is then
-/// searched turn by turn with what was said around each.
-fn attach_neighbour_context(parsed: &mut [ParsedImport], turns: usize) {
+/// The search context of each imported fact: the text of up to `turns` facts before and after
+/// it among `rows` — the same conversation (or none), in time order (the request's order among
+/// equal times), within [`CONTEXT_WINDOW`] of it. A chat history imported one turn per fact is
+/// then searched turn by turn with what was said around each. `rows` must hold only what is
+/// stored: a forgotten or incognito turn's words must not live on in its neighbours' context.
+fn neighbour_contexts(rows: &[&ImportRow], turns: usize) -> Vec<(Uuid, String)> {
     if turns == 0 {
-        return;
+        return Vec::new();
     }
-    let mut order: Vec<usize> = (0..parsed.len())
-        .filter(|&index| parsed[index].row.kind == MemoryKind::Semantic.as_str())
+    let mut order: Vec<&ImportRow> = rows
+        .iter()
+        .copied()
+        .filter(|row| row.kind == MemoryKind::Semantic.as_str())
         .collect();
     // Stable: entries of the same time keep the request's order.
-    order.sort_by_key(|&index| {
-        (
-            parsed[index].row.conversation_id,
-            parsed[index].row.created_at,
-        )
-    });
-    let contexts: Vec<(usize, String)> = order
+    order.sort_by_key(|row| (row.conversation_id, row.created_at));
+    order
         .iter()
         .enumerate()
-        .map(|(position, &index)| {
-            let row = &parsed[index].row;
-            let near = |other: &usize| {
-                let other = &parsed[*other].row;
+        .filter_map(|(position, row)| {
+            let near = |other: &&&ImportRow| {
                 other.conversation_id == row.conversation_id
                     && (other.created_at - row.created_at).abs() <= CONTEXT_WINDOW
             };
@@ -513,17 +507,12 @@ fn attach_neighbour_context(parsed: &mut [ParsedImport], turns: usize) {
             let context: Vec<&str> = before
                 .iter()
                 .chain(after)
-                .filter(|other| near(other))
-                .map(|&other| parsed[other].row.text.as_str())
+                .filter(near)
+                .map(|other| other.text.as_str())
                 .collect();
-            (index, context.join("\n"))
+            (!context.is_empty()).then(|| (row.id, context.join("\n")))
         })
-        .collect();
-    for (index, context) in contexts {
-        if !context.is_empty() {
-            parsed[index].row.search_context = Some(context);
-        }
-    }
+        .collect()
 }
 
 /// One imported entry in the response.
@@ -545,6 +534,7 @@ impl MemoryWriter {
         &self,
         scope: &Scope,
         entries: Vec<ParsedImport>,
+        context_turns: u32,
     ) -> Result<Vec<ImportedEntry>, IngestError> {
         let context = engram_store::retrieval::context(&self.pool, scope, None).await?;
         if !context.memory_enabled {
@@ -581,6 +571,19 @@ impl MemoryWriter {
             transfer::ImportOutcome::default()
         } else {
             let outcome = transfer::import(&mut transaction, scope, &rows).await?;
+            // Contexts only from what is stored: a turn a tombstone suppressed is nobody's
+            // context. Set on the new rows only (an import is idempotent by client id).
+            let suppressed: HashSet<Uuid> = outcome.suppressed.iter().copied().collect();
+            let stored: Vec<&ImportRow> = rows
+                .iter()
+                .filter(|row| !suppressed.contains(&row.id))
+                .collect();
+            let inserted: HashSet<Uuid> = outcome.inserted.iter().copied().collect();
+            let contexts: Vec<(Uuid, String)> = neighbour_contexts(&stored, context_turns as usize)
+                .into_iter()
+                .filter(|(id, _)| inserted.contains(id))
+                .collect();
+            transfer::set_search_contexts(&mut transaction, scope, &contexts).await?;
             // From here the write may land even if the caller stops waiting.
             mark_write_started();
             transaction.commit().await?;
@@ -757,26 +760,33 @@ mod tests {
             turn("d", "Hours later: the weather", 200),
         ];
         let parsed = parse_batch(&scope(), &turns, 1, &limits()).unwrap();
+        let rows: Vec<&ImportRow> = parsed.iter().map(|p| &p.row).collect();
+        let contexts = neighbour_contexts(&rows, 1);
         let context = |id: &str| {
-            parsed
+            let row = &parsed.iter().find(|p| p.client_id == id).unwrap().row;
+            contexts
                 .iter()
-                .find(|p| p.client_id == id)
-                .unwrap()
-                .row
-                .search_context
-                .clone()
+                .find(|(of, _)| *of == row.id)
+                .map(|(_, context)| context.as_str())
         };
-        assert_eq!(context("a").as_deref(), Some("Meet Toby, our pup"));
-        assert_eq!(
-            context("b").as_deref(),
-            Some("We adopted two dogs\nYes, last week!")
-        );
-        assert_eq!(context("c").as_deref(), Some("Meet Toby, our pup"));
+        assert_eq!(context("a"), Some("Meet Toby, our pup"));
+        assert_eq!(context("b"), Some("We adopted two dogs\nYes, last week!"));
+        assert_eq!(context("c"), Some("Meet Toby, our pup"));
         assert_eq!(context("d"), None, "hours apart: another sitting");
         assert_eq!(context("other"), None, "another conversation");
-        // The text itself is never changed, and without the option nothing is attached.
-        assert_eq!(parsed[1].row.text, "Meet Toby, our pup");
-        let alone = parse_batch(&scope(), &turns, 0, &limits()).unwrap();
-        assert!(alone.iter().all(|p| p.row.search_context.is_none()));
+        assert!(neighbour_contexts(&rows, 0).is_empty());
+        // What is not stored is nobody's context: without "b", "a" and "c" are neighbours.
+        let without_b: Vec<&ImportRow> = rows
+            .iter()
+            .copied()
+            .filter(|row| row.text != "Meet Toby, our pup")
+            .collect();
+        let contexts = neighbour_contexts(&without_b, 1);
+        assert!(
+            contexts
+                .iter()
+                .all(|(_, context)| !context.contains("Toby")),
+            "{contexts:?}"
+        );
     }
 }

@@ -266,7 +266,10 @@ pub async fn set_pinned(
     .transpose()
 }
 
-/// Deletes the given memories of the space and returns what was deleted.
+/// Deletes the given memories of the space and returns what was deleted. A neighbour that was
+/// searched with a deleted memory's words (an imported turn's `search_context`) loses its
+/// context and is embedded again without it: what the user forgot must not be found through
+/// another entry.
 pub async fn delete(
     connection: &mut PgConnection,
     scope: &Scope,
@@ -281,8 +284,22 @@ pub async fn delete(
         .bind(scope.user_id.as_uuid())
         .bind(scope.space.as_str())
         .bind(ids)
-        .fetch_all(connection)
+        .fetch_all(&mut *connection)
         .await?;
+    let texts: Vec<&str> = records.iter().map(|record| record.text.as_str()).collect();
+    if !texts.is_empty() {
+        sqlx::query(
+            "UPDATE memories SET search_context = NULL, needs_embedding = true \
+             WHERE user_id = $1 AND space = $2 AND search_context IS NOT NULL \
+               AND EXISTS (SELECT 1 FROM unnest($3::text[]) AS forgotten(text) \
+                           WHERE position(forgotten.text IN search_context) > 0)",
+        )
+        .bind(scope.user_id.as_uuid())
+        .bind(scope.space.as_str())
+        .bind(&texts)
+        .execute(connection)
+        .await?;
+    }
     Ok(records)
 }
 

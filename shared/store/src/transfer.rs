@@ -84,8 +84,6 @@ pub struct ImportRow {
     /// embedding backfill.
     pub embedding: Option<Vec<f32>>,
     pub embedding_model: Option<String>,
-    /// Neighbours' text the entry is also searched by (never shown).
-    pub search_context: Option<String>,
 }
 
 /// What an import did with each row it did not find already stored.
@@ -94,6 +92,31 @@ pub struct ImportOutcome {
     pub inserted: Vec<Uuid>,
     /// Rows matching a live tombstone (the user forgot that memory): not stored, like Remember.
     pub suppressed: Vec<Uuid>,
+}
+
+/// Sets the search context of imported entries (`(id, context)`), in the import's transaction.
+pub async fn set_search_contexts(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    contexts: &[(Uuid, String)],
+) -> Result<(), StoreError> {
+    if contexts.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<Uuid> = contexts.iter().map(|(id, _)| *id).collect();
+    let texts: Vec<&str> = contexts.iter().map(|(_, text)| text.as_str()).collect();
+    sqlx::query(
+        "UPDATE memories m SET search_context = c.context \
+         FROM unnest($3::uuid[], $4::text[]) AS c(id, context) \
+         WHERE m.user_id = $1 AND m.space = $2 AND m.id = c.id",
+    )
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(&ids)
+    .bind(&texts)
+    .execute(connection)
+    .await?;
+    Ok(())
 }
 
 /// Inserts the rows that are neither stored yet nor forgotten (a live tombstone within SimHash
@@ -113,7 +136,7 @@ pub async fn import(
                  difficulty float8, last_reviewed_at timestamptz, consolidated_at timestamptz, \
                  created_at timestamptz, simhash int8, tags text[], source_ids text[], \
                  metadata_confidence float8, importance float8, pinned bool, manually_saved bool, \
-                 embedding jsonb, embedding_model text, text_digest text, search_context text)), \
+                 embedding jsonb, embedding_model text, text_digest text)), \
          forgotten AS ( \
              SELECT r.id FROM incoming r \
              WHERE EXISTS (SELECT 1 FROM tombstones t WHERE t.user_id = $1 AND t.space = $2 AND ",
@@ -124,12 +147,12 @@ pub async fn import(
                  invalid_at, title, messages, surprise, start_at, end_at, stability, difficulty, \
                  last_reviewed_at, consolidated_at, created_at, updated_at, simhash, tags, source_ids, \
                  metadata_confidence, importance, pinned, manually_saved, needs_embedding, embedding_model, \
-                 embedded_at, search_context) \
+                 embedded_at) \
              SELECT id, $1, $2, kind, conversation_id, text, role, category, valid_at, invalid_at, title, \
                  messages, surprise, start_at, end_at, stability, difficulty, last_reviewed_at, consolidated_at, \
                  created_at, now(), simhash, tags, source_ids, metadata_confidence, importance, pinned, \
                  manually_saved, embedding IS NULL, CASE WHEN embedding IS NOT NULL THEN embedding_model END, \
-                 CASE WHEN embedding IS NOT NULL THEN now() END, search_context \
+                 CASE WHEN embedding IS NOT NULL THEN now() END \
              FROM incoming WHERE id NOT IN (SELECT id FROM forgotten) ORDER BY id \
              ON CONFLICT (id) DO NOTHING \
              RETURNING id, kind), \

@@ -858,6 +858,26 @@ async fn imported_turns_are_found_by_their_neighbours_words() {
             .map(|m| m.memory.unwrap().text)
             .collect()
     };
+    // How many entries BM25 found for "Lisbon" (the fallbacks then serve whatever is newest).
+    let word_matches = async |sandbox: &mut Sandbox, scope: &v1::Scope| -> u32 {
+        sandbox
+            .retrieval
+            .retrieve_memory(v1::RetrieveMemoryRequest {
+                scope: Some(scope.clone()),
+                query: "Lisbon".into(),
+                ranking: Some(v1::RankingOptions {
+                    sparse_only: true,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .served_by
+            .unwrap()
+            .sparse_hits
+    };
     for (context_turns, expected) in [
         (
             2,
@@ -885,6 +905,76 @@ async fn imported_turns_are_found_by_their_neighbours_words() {
         expected.sort();
         assert_eq!(found, expected, "context_turns {context_turns}");
     }
+    // What the user forgets is not found through its neighbours either: forgetting the Lisbon
+    // turn takes its words out of the other turn's context, and a turn a tombstone suppresses at
+    // import is nobody's context.
+    let scope = new_scope("history");
+    let (memories, _) = history(2);
+    let imported = sandbox
+        .ingest
+        .import_memories(v1::ImportMemoriesRequest {
+            scope: Some(scope.clone()),
+            memories,
+            context_turns: 2,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let lisbon_turn = imported
+        .entries
+        .iter()
+        .find(|e| e.client_id == "t1")
+        .unwrap()
+        .id
+        .clone();
+    sandbox
+        .ingest
+        .forget(v1::ForgetRequest {
+            scope: Some(scope.clone()),
+            memory_id: lisbon_turn,
+        })
+        .await
+        .unwrap();
+    assert_eq!(word_matches(&mut sandbox, &scope).await, 0);
+    let (memories, _) = history(2);
+    let again = sandbox
+        .ingest
+        .import_memories(v1::ImportMemoriesRequest {
+            scope: Some(scope.clone()),
+            memories,
+            context_turns: 2,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(again.suppressed, 1, "the forgotten turn stays forgotten");
+    let fresh = new_scope("history");
+    sandbox
+        .ingest
+        .remember(remember(&fresh, "Maria: Did you ever make it to Lisbon?"))
+        .await
+        .unwrap();
+    let remembered = crate::helpers::entries(&mut sandbox, &fresh).await;
+    sandbox
+        .ingest
+        .forget(v1::ForgetRequest {
+            scope: Some(fresh.clone()),
+            memory_id: remembered[0].id.clone(),
+        })
+        .await
+        .unwrap();
+    let (memories, _) = history(2);
+    sandbox
+        .ingest
+        .import_memories(v1::ImportMemoriesRequest {
+            scope: Some(fresh.clone()),
+            memories,
+            context_turns: 2,
+        })
+        .await
+        .unwrap();
+    assert_eq!(word_matches(&mut sandbox, &fresh).await, 0);
+
     let status = sandbox
         .ingest
         .import_memories(v1::ImportMemoriesRequest {
