@@ -356,8 +356,9 @@ pub fn parse_entry(
         .score(),
     };
     let tags = if tags.is_empty() {
-        // The days relative words meant when the entry was written, then what the text names.
-        let mut derived = when::date_tags(text.as_str(), created_at);
+        // The days relative words meant when the entry was said (valid_at, else created_at, as
+        // the Markdown resolves them), then what the text names.
+        let mut derived = when::date_tags(text.as_str(), valid_at.unwrap_or(created_at));
         for tag in extracted.tags {
             if !derived.contains(&tag) {
                 derived.push(tag);

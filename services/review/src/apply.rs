@@ -100,10 +100,15 @@ pub async fn apply(
     // A handful of statements whatever the number of memories: lock every state, record every
     // review, update the states that changed, audit them.
     let mut transaction = pool.begin().await.map_err(engram_store::StoreError::from)?;
-    // With memory off nothing is learnt from what the user says, ratings included: the review is
-    // computed like a dry run and nothing is recorded (not even the queries).
-    let memory_off = !spaces::get(&mut transaction, scope).await?.memory_enabled;
     let states = reviews::lock_states(&mut transaction, scope, &ids).await?;
+    // With memory off nothing is learnt from what the user says, ratings included: the review is
+    // computed like a dry run and nothing is recorded (not even the queries). The space's row is
+    // held until commit, so memory switched off meanwhile waits for this review; it is taken
+    // after the memories' rows, in the order writers take them (a write locks its entry, then
+    // its trigger updates the space's count), so the two cannot wait on each other.
+    let memory_off = !spaces::get_for_share(&mut transaction, scope)
+        .await?
+        .memory_enabled;
     let mut outcomes = Vec::with_capacity(graded.len());
     for graded in graded {
         let Some(memory) = states.iter().find(|state| state.id == graded.memory_id) else {

@@ -107,6 +107,10 @@ static PATTERNS: LazyLock<Vec<(Regex, Rule)>> = LazyLock::new(|| {
             format!(r"(?i)\b({EN_NUMBER})\s+(day|week|month|year)s?\s+ago\b"),
             Rule::EnAmount { sign: -1 },
         ),
+        rule(
+            format!("({ZH_NUMBER})(天|周|个?星期|个?礼拜|个月|年)(后|以后|之后|前|以前|之前)"),
+            Rule::ZhAmount,
+        ),
         rule("大后天".into(), Rule::Days(3)),
         rule("大前天".into(), Rule::Days(-3)),
         rule("后天".into(), Rule::Days(2)),
@@ -121,10 +125,6 @@ static PATTERNS: LazyLock<Vec<(Regex, Rule)>> = LazyLock::new(|| {
         rule("(下|上|这|本)个?(?:周|星期|礼拜)".into(), Rule::ZhWeek),
         rule("(下|上|这)个月|(本)月".into(), Rule::ZhMonth),
         rule("(明|去|今)年".into(), Rule::ZhYear),
-        rule(
-            format!("({ZH_NUMBER})(天|周|个?星期|个?礼拜|个月|年)(后|以后|之后|前|以前|之前)"),
-            Rule::ZhAmount,
-        ),
     ]
 });
 
@@ -164,6 +164,9 @@ pub fn resolve(text: &str, said_at: DateTime<Utc>) -> Vec<ResolvedDate> {
             if taken.iter().any(|&(s, e)| start < e && s < end) {
                 continue;
             }
+            if inside_chinese_word(text, start, end) {
+                continue;
+            }
             let group = |index: usize| captures.get(index).map(|m| m.as_str());
             let Some((from, to, span)) = apply(*rule, &group, today) else {
                 continue;
@@ -182,6 +185,20 @@ pub fn resolve(text: &str, said_at: DateTime<Utc>) -> Vec<ResolvedDate> {
     }
     found.sort_by_key(|(start, _)| *start);
     found.into_iter().map(|(_, resolved)| resolved).collect()
+}
+
+/// Whether a Chinese day word at `start..end` is the tail of another word running into 天:
+/// 以前/之前/以后 (以前天天加班: "used to work overtime every day"), 说明/聪明/透明 (说明天数:
+/// "state the number of days"). The regular expressions have no look-behind, so the character
+/// before is checked here. (What follows proves nothing: 明天天气 is tomorrow's weather.)
+fn inside_chinese_word(text: &str, start: usize, end: usize) -> bool {
+    let word = &text[start..end];
+    let before = text[..start].chars().next_back();
+    match word {
+        "前天" | "后天" => matches!(before, Some('以' | '之' | '先' | '日' | '午' | '然')),
+        "明天" => matches!(before, Some('说' | '聪' | '透' | '分' | '光' | '文' | '证')),
+        _ => false,
+    }
 }
 
 fn apply<'t>(
@@ -477,6 +494,15 @@ mod tests {
 
     #[test]
     fn what_is_not_relative_is_left_alone() {
+        assert_eq!(
+            tags("三天前天气很好"),
+            ["2026-11-22"],
+            "three days ago, not 前天"
+        );
+        assert!(tags("以前天天加班").is_empty());
+        assert!(tags("请说明天数").is_empty());
+        assert_eq!(tags("今天气温很低"), ["2026-11-25"]);
+        assert_eq!(tags("明天天气很好"), ["2026-11-26"]);
         assert!(tags("I was born on 1990-05-03").is_empty());
         assert!(tags("On Friday we go").is_empty());
         assert!(tags("The Next Generation; yesterdays; todays").is_empty());

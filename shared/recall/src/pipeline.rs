@@ -373,7 +373,9 @@ impl Recall {
             }
         }
 
-        let path = if recent {
+        let path = if nothing_left && below_floor > 0 {
+            "none".to_owned()
+        } else if recent {
             if legs.iter().all(|l| l.sparse.is_empty()) {
                 "none".to_owned()
             } else {

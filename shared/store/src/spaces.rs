@@ -40,6 +40,23 @@ pub async fn get(connection: &mut PgConnection, scope: &Scope) -> Result<SpaceRe
     Ok(record.unwrap_or_default())
 }
 
+/// [`get`], holding the space's row (when it has one) until the transaction ends, so that a
+/// settings change waits for what was decided on the settings read.
+pub async fn get_for_share(
+    connection: &mut PgConnection,
+    scope: &Scope,
+) -> Result<SpaceRecord, StoreError> {
+    let record = sqlx::query_as::<_, SpaceRecord>(
+        "SELECT memory_enabled, incognito_default, soft_cap, memory_count, updated_at \
+         FROM spaces WHERE user_id = $1 AND space = $2 FOR SHARE",
+    )
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .fetch_optional(connection)
+    .await?;
+    Ok(record.unwrap_or_default())
+}
+
 /// A settings change; `None` keeps the stored value. `soft_cap: Some(None)` clears the override.
 #[derive(Debug, Clone, Default)]
 pub struct SettingsPatch {
