@@ -304,27 +304,27 @@ impl SegmentationConsumer {
             return Ok(());
         }
         // Cleared before the tails are read: a turn committed from now on asks again.
-        if let Err(error) = engram_store::conversations::clear_segmentation_requests(
-            &self.segmenter.pool,
-            &conversations,
-        )
-        .await
-        {
-            for (_, delivery) in requests {
-                delivery
-                    .fail(&error.to_string(), self.settings.max_attempts)
-                    .await?;
-            }
-            return Ok(());
-        }
-        let outcomes = self.segmenter.segment_many(&conversations).await;
+        let outcomes: Vec<Result<(), String>> =
+            match engram_store::conversations::clear_segmentation_requests(
+                &self.segmenter.pool,
+                &conversations,
+            )
+            .await
+            {
+                Err(error) => vec![Err(error.to_string()); conversations.len()],
+                Ok(()) => self
+                    .segmenter
+                    .segment_many(&conversations)
+                    .await
+                    .into_iter()
+                    .map(|outcome| outcome.map(drop).map_err(|error| error.to_string()))
+                    .collect(),
+            };
         for (position, delivery) in requests {
             match &outcomes[position] {
-                Ok(_) => delivery.ack().await?,
-                Err(error) => {
-                    delivery
-                        .fail(&error.to_string(), self.settings.max_attempts)
-                        .await?;
+                Ok(()) => delivery.ack().await?,
+                Err(reason) => {
+                    delivery.fail(reason, self.settings.max_attempts).await?;
                 }
             }
         }

@@ -358,13 +358,11 @@ pub fn parse_entry(
     let tags = if tags.is_empty() {
         // The days relative words meant when the entry was said (valid_at, else created_at, as
         // the Markdown resolves them), then what the text names.
-        let mut derived = when::date_tags(text.as_str(), valid_at.unwrap_or(created_at));
-        for tag in extracted.tags {
-            if !derived.contains(&tag) {
-                derived.push(tag);
-            }
-        }
-        derived.into_iter().take(MAX_TAGS).collect()
+        crate::write_path::merge_labels(
+            &when::date_tags(text.as_str(), valid_at.unwrap_or(created_at)),
+            &extracted.tags,
+            MAX_TAGS,
+        )
     } else {
         tags
     };
@@ -461,7 +459,7 @@ pub fn parse_batch(
         ));
     }
     let mut seen = HashSet::with_capacity(entries.len());
-    let parsed = entries
+    entries
         .iter()
         .enumerate()
         .map(|(index, raw)| {
@@ -475,8 +473,7 @@ pub fn parse_batch(
             }
             Ok(parsed)
         })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(parsed)
+        .collect()
 }
 
 /// The search context of each imported fact: the text of up to `turns` facts before and after
@@ -567,19 +564,19 @@ impl MemoryWriter {
             .cloned()
             .collect();
         // An import of nothing but incognito entries leaves no trace at all, not even its audit.
-        let outcome = if rows.is_empty() {
+        let (inserted, suppressed): (HashSet<Uuid>, HashSet<Uuid>) = if rows.is_empty() {
             transaction.rollback().await?;
-            transfer::ImportOutcome::default()
+            Default::default()
         } else {
             let outcome = transfer::import(&mut transaction, scope, &rows).await?;
+            let inserted: HashSet<Uuid> = outcome.inserted.into_iter().collect();
+            let suppressed: HashSet<Uuid> = outcome.suppressed.into_iter().collect();
             // Contexts only from what is stored: a turn a tombstone suppressed is nobody's
             // context. Set on the new rows only (an import is idempotent by client id).
-            let suppressed: HashSet<Uuid> = outcome.suppressed.iter().copied().collect();
             let stored: Vec<&ImportRow> = rows
                 .iter()
                 .filter(|row| !suppressed.contains(&row.id))
                 .collect();
-            let inserted: HashSet<Uuid> = outcome.inserted.iter().copied().collect();
             let contexts: Vec<(Uuid, String)> = neighbour_contexts(&stored, context_turns as usize)
                 .into_iter()
                 .filter(|(id, _)| inserted.contains(id))
@@ -588,10 +585,8 @@ impl MemoryWriter {
             // From here the write may land even if the caller stops waiting.
             mark_write_started();
             transaction.commit().await?;
-            outcome
+            (inserted, suppressed)
         };
-        let inserted: HashSet<Uuid> = outcome.inserted.into_iter().collect();
-        let suppressed: HashSet<Uuid> = outcome.suppressed.into_iter().collect();
         if rows
             .iter()
             .any(|row| row.embedding.is_none() && inserted.contains(&row.id))

@@ -361,8 +361,9 @@ impl Recall {
         let nothing_left = legs
             .iter()
             .all(|l| l.sparse.is_empty() && l.dense.is_empty());
-        if nothing_left && below_floor > 0 {
-            // Serving the most recent entries would bring back what the floor just left out.
+        // Serving the most recent entries would bring back what the floor just left out.
+        let emptied_by_floor = nothing_left && below_floor > 0;
+        if emptied_by_floor {
             fallback_reasons.push("nothing above the relevance floor".to_owned());
         } else if nothing_left {
             fallback_reasons.push("nothing matched; serving the most recent entries".to_owned());
@@ -373,7 +374,7 @@ impl Recall {
             }
         }
 
-        let path = if nothing_left && below_floor > 0 {
+        let path = if emptied_by_floor {
             "none".to_owned()
         } else if recent {
             if legs.iter().all(|l| l.sparse.is_empty()) {

@@ -39,9 +39,10 @@ impl RecallSettings {
     /// the fused score, importance weighted 0.5 to relevance's 4, the sharpest RRF (k = 1: the
     /// first places of each leg decide), MMR at 0.7, and a relevance floor of 0.2 (the cosine an
     /// entry no query word matched needs: it left the turns' recall as it was and lifted the
-    /// episodes and facts, which low-cosine facts had crowded, from 71.6 to 79.9 %). Recency (β = 0.5, τ = 30 days) and the
-    /// candidates per leg (20) come from the task set (docs/eval/retrieval.md): the dialogs are
-    /// months old when asked about, so they cannot choose them.
+    /// episodes and facts, which low-cosine facts had crowded, from 71.6 to 79.9 %). Recency
+    /// (β = 0.5, τ = 30 days) and the candidates per leg (20) come from the task set
+    /// (docs/eval/retrieval.md): the dialogs are months old when asked about, so they cannot
+    /// choose them.
     pub fn defaults() -> Vec<(&'static str, config::Value)> {
         vec![
             ("recall.profile", "triscore".into()),

@@ -28,16 +28,16 @@ impl Default for SpaceRecord {
     }
 }
 
-pub async fn get(connection: &mut PgConnection, scope: &Scope) -> Result<SpaceRecord, StoreError> {
-    let record = sqlx::query_as::<_, SpaceRecord>(
+/// A space's settings row (one statement, read with or without a row lock).
+macro_rules! select_space {
+    () => {
         "SELECT memory_enabled, incognito_default, soft_cap, memory_count, updated_at \
-         FROM spaces WHERE user_id = $1 AND space = $2",
-    )
-    .bind(scope.user_id.as_uuid())
-    .bind(scope.space.as_str())
-    .fetch_optional(connection)
-    .await?;
-    Ok(record.unwrap_or_default())
+         FROM spaces WHERE user_id = $1 AND space = $2"
+    };
+}
+
+pub async fn get(connection: &mut PgConnection, scope: &Scope) -> Result<SpaceRecord, StoreError> {
+    read(connection, scope, select_space!()).await
 }
 
 /// [`get`], holding the space's row (when it has one) until the transaction ends, so that a
@@ -46,14 +46,19 @@ pub async fn get_for_share(
     connection: &mut PgConnection,
     scope: &Scope,
 ) -> Result<SpaceRecord, StoreError> {
-    let record = sqlx::query_as::<_, SpaceRecord>(
-        "SELECT memory_enabled, incognito_default, soft_cap, memory_count, updated_at \
-         FROM spaces WHERE user_id = $1 AND space = $2 FOR SHARE",
-    )
-    .bind(scope.user_id.as_uuid())
-    .bind(scope.space.as_str())
-    .fetch_optional(connection)
-    .await?;
+    read(connection, scope, concat!(select_space!(), " FOR SHARE")).await
+}
+
+async fn read(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    sql: &'static str,
+) -> Result<SpaceRecord, StoreError> {
+    let record = sqlx::query_as::<_, SpaceRecord>(sql)
+        .bind(scope.user_id.as_uuid())
+        .bind(scope.space.as_str())
+        .fetch_optional(connection)
+        .await?;
     Ok(record.unwrap_or_default())
 }
 

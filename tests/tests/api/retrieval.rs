@@ -838,45 +838,21 @@ async fn imported_turns_are_found_by_their_neighbours_words() {
             context_turns,
         )
     };
-    let lisbon = async |sandbox: &mut Sandbox, scope: &v1::Scope| -> Vec<String> {
-        sandbox
-            .retrieval
-            .retrieve_memory(v1::RetrieveMemoryRequest {
-                scope: Some(scope.clone()),
-                query: "Lisbon".into(),
-                ranking: Some(v1::RankingOptions {
-                    sparse_only: true,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner()
+    // "Lisbon" by BM25 alone: the texts found, and how many entries a word matched (with none,
+    // the fallbacks serve whatever is newest).
+    let lisbon = async |sandbox: &mut Sandbox, scope: &v1::Scope| -> (Vec<String>, u32) {
+        let mut request = query(scope, "Lisbon");
+        request.ranking = Some(v1::RankingOptions {
+            sparse_only: true,
+            ..Default::default()
+        });
+        let response = retrieve(sandbox, request).await;
+        let texts = response
             .semantic
             .into_iter()
             .map(|m| m.memory.unwrap().text)
-            .collect()
-    };
-    // How many entries BM25 found for "Lisbon" (the fallbacks then serve whatever is newest).
-    let word_matches = async |sandbox: &mut Sandbox, scope: &v1::Scope| -> u32 {
-        sandbox
-            .retrieval
-            .retrieve_memory(v1::RetrieveMemoryRequest {
-                scope: Some(scope.clone()),
-                query: "Lisbon".into(),
-                ranking: Some(v1::RankingOptions {
-                    sparse_only: true,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .served_by
-            .unwrap()
-            .sparse_hits
+            .collect();
+        (texts, response.served_by.unwrap().sparse_hits)
     };
     for (context_turns, expected) in [
         (
@@ -899,7 +875,7 @@ async fn imported_turns_are_found_by_their_neighbours_words() {
             })
             .await
             .unwrap();
-        let mut found = lisbon(&mut sandbox, &scope).await;
+        let (mut found, _) = lisbon(&mut sandbox, &scope).await;
         found.sort();
         let mut expected: Vec<String> = expected.into_iter().map(str::to_owned).collect();
         expected.sort();
@@ -935,7 +911,7 @@ async fn imported_turns_are_found_by_their_neighbours_words() {
         })
         .await
         .unwrap();
-    assert_eq!(word_matches(&mut sandbox, &scope).await, 0);
+    assert_eq!(lisbon(&mut sandbox, &scope).await.1, 0);
     let (memories, _) = history(2);
     let again = sandbox
         .ingest
@@ -973,7 +949,7 @@ async fn imported_turns_are_found_by_their_neighbours_words() {
         })
         .await
         .unwrap();
-    assert_eq!(word_matches(&mut sandbox, &fresh).await, 0);
+    assert_eq!(lisbon(&mut sandbox, &fresh).await.1, 0);
 
     let status = sandbox
         .ingest

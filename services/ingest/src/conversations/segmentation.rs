@@ -125,9 +125,9 @@ struct Prepared {
     /// When Engram received the segment's last turn: the reviews recorded before it are this
     /// segment's.
     last_received_at: DateTime<Utc>,
-    /// Whether the episode's surprise is known (the LLM judged it, or nothing is written);
-    /// otherwise `measure_surprise` measures it with embeddings.
-    surprise_measured: bool,
+    /// The LLM judged the episode's surprise (or nothing is written); otherwise
+    /// `measure_surprise` measures it with embeddings.
+    surprise_judged: bool,
     /// The episode's embedding when its surprise was measured with one: stored with the episode,
     /// so the backfill does not embed the same text again.
     embedding: Option<Vec<f32>>,
@@ -443,7 +443,7 @@ impl Segmenter {
             context,
             described_by,
             last_received_at: turns.last().map_or(now, |turn| turn.created_at),
-            surprise_measured: llm_surprise.is_some(),
+            surprise_judged: llm_surprise.is_some(),
             embedding: None,
         })
     }
@@ -511,7 +511,7 @@ impl Segmenter {
             .flat_map(|(position, prepared)| {
                 prepared
                     .iter_mut()
-                    .filter(|p| !p.trivial && !p.surprise_measured)
+                    .filter(|p| !p.trivial && !p.surprise_judged)
                     .map(move |p| (position, p))
             })
             .collect();
@@ -551,7 +551,6 @@ impl Segmenter {
             prepared.episode.surprise = surprise;
             prepared.episode.stability = stability;
             prepared.episode.difficulty = difficulty;
-            prepared.surprise_measured = true;
             prepared.embedding = Some(embedding);
         }
     }

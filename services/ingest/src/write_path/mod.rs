@@ -188,7 +188,7 @@ pub(crate) fn text_digest(normalized: &str) -> Vec<u8> {
 }
 
 /// `first` then the new items of `second`, case-insensitively unique, at most `limit`.
-fn merge_labels(first: &[String], second: &[String], limit: usize) -> Vec<String> {
+pub(crate) fn merge_labels(first: &[String], second: &[String], limit: usize) -> Vec<String> {
     let mut merged: Vec<String> = Vec::with_capacity(first.len() + second.len());
     for label in first.iter().chain(second) {
         if merged.len() == limit {
