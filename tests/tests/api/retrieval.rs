@@ -817,26 +817,42 @@ async fn relative_dates_are_resolved_against_when_they_were_said() {
 async fn imported_turns_are_found_by_their_neighbours_words() {
     let mut sandbox = Sandbox::start().await;
     let start = Utc::now() - Duration::days(30);
-    let history = |context_turns: u32| {
-        let turn = |id: &str, text: &str, minutes: i64| v1::ImportedMemory {
-            client_id: id.into(),
-            kind: v1::MemoryKind::Semantic.into(),
-            text: text.into(),
-            created_at: Some(to_proto(start + Duration::minutes(minutes))),
-            ..Default::default()
-        };
-        (
-            vec![
-                turn("t1", "Maria: Did you ever make it to Lisbon?", 0),
-                turn("t2", "Ana: Yes, last week!", 1),
-                turn(
-                    "t3",
-                    "Maria: A different day: my sister's piano recital",
-                    600,
-                ),
-            ],
-            context_turns,
-        )
+    let turn = |id: &str, text: &str, minutes: i64| v1::ImportedMemory {
+        client_id: id.into(),
+        kind: v1::MemoryKind::Semantic.into(),
+        text: text.into(),
+        created_at: Some(to_proto(start + Duration::minutes(minutes))),
+        ..Default::default()
+    };
+    let history = vec![
+        turn("t1", "Maria: Did you ever make it to Lisbon?", 0),
+        turn("t2", "Ana: Yes, last week!", 1),
+        turn(
+            "t3",
+            "Maria: A different day: my sister's piano recital",
+            600,
+        ),
+    ];
+    let import_history = async |sandbox: &mut Sandbox, scope: &v1::Scope, context_turns: u32| {
+        sandbox
+            .ingest
+            .import_memories(v1::ImportMemoriesRequest {
+                scope: Some(scope.clone()),
+                memories: history.clone(),
+                context_turns,
+            })
+            .await
+            .map(tonic::Response::into_inner)
+    };
+    let forget = async |sandbox: &mut Sandbox, scope: &v1::Scope, memory_id: String| {
+        sandbox
+            .ingest
+            .forget(v1::ForgetRequest {
+                scope: Some(scope.clone()),
+                memory_id,
+            })
+            .await
+            .unwrap();
     };
     // "Lisbon" by BM25 alone: the texts found, and how many entries a word matched (with none,
     // the fallbacks serve whatever is newest).
@@ -865,14 +881,7 @@ async fn imported_turns_are_found_by_their_neighbours_words() {
         (0, vec!["Maria: Did you ever make it to Lisbon?"]),
     ] {
         let scope = new_scope("history");
-        let (memories, context_turns) = history(context_turns);
-        sandbox
-            .ingest
-            .import_memories(v1::ImportMemoriesRequest {
-                scope: Some(scope.clone()),
-                memories,
-                context_turns,
-            })
+        import_history(&mut sandbox, &scope, context_turns)
             .await
             .unwrap();
         let (mut found, _) = lisbon(&mut sandbox, &scope).await;
@@ -885,17 +894,7 @@ async fn imported_turns_are_found_by_their_neighbours_words() {
     // turn takes its words out of the other turn's context, and a turn a tombstone suppresses at
     // import is nobody's context.
     let scope = new_scope("history");
-    let (memories, _) = history(2);
-    let imported = sandbox
-        .ingest
-        .import_memories(v1::ImportMemoriesRequest {
-            scope: Some(scope.clone()),
-            memories,
-            context_turns: 2,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let imported = import_history(&mut sandbox, &scope, 2).await.unwrap();
     let lisbon_turn = imported
         .entries
         .iter()
@@ -903,26 +902,9 @@ async fn imported_turns_are_found_by_their_neighbours_words() {
         .unwrap()
         .id
         .clone();
-    sandbox
-        .ingest
-        .forget(v1::ForgetRequest {
-            scope: Some(scope.clone()),
-            memory_id: lisbon_turn,
-        })
-        .await
-        .unwrap();
+    forget(&mut sandbox, &scope, lisbon_turn).await;
     assert_eq!(lisbon(&mut sandbox, &scope).await.1, 0);
-    let (memories, _) = history(2);
-    let again = sandbox
-        .ingest
-        .import_memories(v1::ImportMemoriesRequest {
-            scope: Some(scope.clone()),
-            memories,
-            context_turns: 2,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let again = import_history(&mut sandbox, &scope, 2).await.unwrap();
     assert_eq!(again.suppressed, 1, "the forgotten turn stays forgotten");
     let fresh = new_scope("history");
     sandbox
@@ -931,33 +913,11 @@ async fn imported_turns_are_found_by_their_neighbours_words() {
         .await
         .unwrap();
     let remembered = crate::helpers::entries(&mut sandbox, &fresh).await;
-    sandbox
-        .ingest
-        .forget(v1::ForgetRequest {
-            scope: Some(fresh.clone()),
-            memory_id: remembered[0].id.clone(),
-        })
-        .await
-        .unwrap();
-    let (memories, _) = history(2);
-    sandbox
-        .ingest
-        .import_memories(v1::ImportMemoriesRequest {
-            scope: Some(fresh.clone()),
-            memories,
-            context_turns: 2,
-        })
-        .await
-        .unwrap();
+    forget(&mut sandbox, &fresh, remembered[0].id.clone()).await;
+    import_history(&mut sandbox, &fresh, 2).await.unwrap();
     assert_eq!(lisbon(&mut sandbox, &fresh).await.1, 0);
 
-    let status = sandbox
-        .ingest
-        .import_memories(v1::ImportMemoriesRequest {
-            scope: Some(new_scope("history")),
-            memories: history(0).0,
-            context_turns: 6,
-        })
+    let status = import_history(&mut sandbox, &new_scope("history"), 6)
         .await
         .unwrap_err();
     assert_status(
