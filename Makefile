@@ -101,6 +101,11 @@ eval-review: up models ## Review: calibrate the local grader on tests/eval/revie
 report: up ## Retrieval metrics summary (hit rates, fallback and truncation shares, p95 latency) from the database
 	@bash deploy/local/report.sh
 
+.PHONY: bench-retention
+bench-retention: up models ## Retention benchmark: one run deleting 10 % of the 1M-memory database while RetrieveMemory serves 50 QPS (release build)
+	cargo build --release --bin ingest --bin retrieval --bin bench-retrieval
+	@bash deploy/bench/retention.sh
+
 .PHONY: bench-embed
 bench-embed: up models ## Embedding benchmark: raw model throughput, backfill throughput, write-to-embedding latency (release build)
 	cargo build --release --bin ingest --bin bench-embed

@@ -10,21 +10,12 @@ repo="$(cd "$here/../.." && pwd)"
 source "$here/../local/common.sh"
 
 bin="${CARGO_TARGET_DIR:?}/release"
-db=engram_bench_retrieval
-url="postgres://postgres@127.0.0.1:$ENGRAM_PG_PORT/$db"
 port=50063
 model_dir="$(bash "$here/../local/models.sh")"
-
-seeded="$(pg_psql postgres -c "SELECT 1 FROM pg_database WHERE datname = '$db'")"
-if [[ -n "$seeded" ]]; then
-    seeded="$(pg_psql "$db" -c "SELECT 1 FROM pg_indexes WHERE indexname = 'memory_embeddings_hnsw'" || true)"
-fi
-if [[ "${BENCH_REUSE:-0}" != 1 || -z "$seeded" ]]; then
-    log "creating a fresh $db database (seeding takes a while: the HNSW index over 1M vectors)"
-    pg_psql postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db TEMPLATE template1"
-    ENGRAM_DATABASE__URL="$url" "$bin/ingest" migrate
-    "$bin/bench-retrieval" --database-url "$url" --model-dir "$model_dir" seed
-fi
+# shellcheck source=retrieval-db.sh
+source "$here/retrieval-db.sh"
+ensure_retrieval_db
+url="$retrieval_db_url"
 
 log "starting a release retrieval service on 127.0.0.1:$port"
 # shellcheck disable=SC2086  # BENCH_SERVER_ENV holds extra VAR=value words for the server

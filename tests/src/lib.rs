@@ -180,6 +180,9 @@ pub struct Sandbox {
     pub retrieval: RetrievalServiceClient<Channel>,
     pub review: ReviewServiceClient<Channel>,
     pub ingest_metrics: Arc<IngestMetrics>,
+    /// The ingest service's retention job: tests start runs themselves (with the clock they
+    /// choose); the periodic runs are off in the sandbox.
+    pub retention: engram_ingest::retention::RetentionJob,
     pub review_metrics: Arc<engram_review::metrics::ReviewMetrics>,
     pub pool: PgPool,
     pub services: Vec<RunningService>,
@@ -241,6 +244,8 @@ fn ingest_settings(database_url: &str, options: &SandboxOptions) -> IngestSettin
         ingest_settings.memory.write_batch_concurrency = concurrency;
     }
     ingest_settings.embed.poll_interval_ms = 100;
+    // Tests that need a retention run start it themselves, at the instant they choose.
+    ingest_settings.retention.enabled = false;
     ingest_settings.amqp.enabled = options.bus.is_some();
     if let Some(bus) = &options.bus {
         ingest_settings.amqp.url = SecretString::from(bus.url.clone());
@@ -378,6 +383,7 @@ impl Sandbox {
             .await
             .expect("ingest starts");
         let ingest_metrics = ingest_app.metrics();
+        let retention = ingest_app.retention();
         let pool = ingest_app.pool().clone();
         let ingest = RunningService::spawn(ingest_app.local_addr(), |signal| async move {
             ingest_app
@@ -417,6 +423,7 @@ impl Sandbox {
             retrieval: RetrievalServiceClient::new(retrieval.channel().await),
             review: ReviewServiceClient::new(review.channel().await),
             ingest_metrics,
+            retention,
             review_metrics,
             pool,
             services: vec![ingest, retrieval, review],

@@ -19,6 +19,7 @@ use crate::config::IngestSettings;
 use crate::conversations::segmentation::Segmenter;
 use crate::grpc::IngestApi;
 use crate::metrics::IngestMetrics;
+use crate::retention::RetentionJob;
 use crate::write_path::{BackfillHooks, MemoryWriter};
 
 pub const SERVICE_NAME: &str = "engram.v1.IngestService";
@@ -35,6 +36,9 @@ pub struct App {
     backfill: Option<EmbeddingBackfill>,
     segmenter: Option<(Segmenter, Arc<Notify>)>,
     bus: Option<BusWorkers>,
+    retention: RetentionJob,
+    /// Whether this replica runs the retention job (`retention.enabled`).
+    runs_retention: bool,
 }
 
 /// What runs on the bus: the outbox relay, and the consumers of what this service handles.
@@ -152,6 +156,12 @@ impl App {
                 settings: settings.amqp.clone(),
             }),
         });
+        let retention = RetentionJob::new(
+            pool.clone(),
+            settings.retention.clone(),
+            settings.memory.tombstone_ttl(),
+            metrics.clone(),
+        );
         let server = GrpcServer::bind(&settings.grpc)
             .await?
             .watching_database(pool.clone());
@@ -163,6 +173,8 @@ impl App {
             backfill,
             segmenter: segmenter.map(|segmenter| (segmenter, segmentation_wake)),
             bus,
+            retention,
+            runs_retention: settings.retention.enabled,
         })
     }
 
@@ -178,6 +190,12 @@ impl App {
         self.writer.metrics.clone()
     }
 
+    /// The retention job this service runs (periodically when `retention.enabled`); a run can
+    /// also be started from it directly.
+    pub fn retention(&self) -> RetentionJob {
+        self.retention.clone()
+    }
+
     /// Serves until `shutdown` resolves, then drains, stops the background work (each finishes
     /// what it holds) and closes the pools: the group commit's once its batches are done, then
     /// the rest.
@@ -191,6 +209,11 @@ impl App {
         if let Some((segmenter, wake)) = self.segmenter {
             background.push(tokio::spawn(segmenter.run(wake, background_stop.clone())));
         }
+        if self.runs_retention {
+            background.push(tokio::spawn(
+                self.retention.clone().run(background_stop.clone()),
+            ));
+        }
         if let Some(bus) = self.bus {
             background.push(tokio::spawn(bus.relay.run(background_stop.clone())));
             if let Some(consumer) = bus.embedding {
@@ -202,7 +225,10 @@ impl App {
         }
 
         let commit_pool = self.writer.commit_pool().clone();
-        let routes = Routes::new(IngestServiceServer::new(IngestApi::new(self.writer)));
+        let routes = Routes::new(IngestServiceServer::new(IngestApi::new(
+            self.writer,
+            self.retention,
+        )));
         let served = self
             .server
             .serve(routes, &[SERVICE_NAME], self.tokens, shutdown)

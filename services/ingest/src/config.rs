@@ -23,6 +23,50 @@ pub struct IngestSettings {
     pub segmentation: SegmentationSettings,
     /// The LLM behind titles, summaries, facts and surprise (none by default: local rules).
     pub llm: engram_llm::LlmSettings,
+    /// How long data is kept, and the job that deletes it.
+    pub retention: RetentionSettings,
+}
+
+/// Data retention (`retention.*`): the service-wide defaults of each space's rules (in days, 0:
+/// off; see `engram_core::retention`) and the job that carries them out.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RetentionSettings {
+    /// Off: this replica never runs the job (PreviewRetention and the settings still work). On
+    /// in every replica is fine: a lock lets one run at a time.
+    pub enabled: bool,
+    /// Time between runs.
+    pub interval_secs: u64,
+    /// Entries (or conversations' turns) deleted per transaction.
+    pub batch: i64,
+    /// Pause after each batch, so a long run leaves room for requests.
+    pub batch_pause_ms: u64,
+    pub turn_retention_days: u32,
+    pub max_age_days: u32,
+    pub inactive_after_days: u32,
+    pub inactive_grace_days: u32,
+    /// An episode is unused while its FSRS retrievability is below this.
+    pub inactive_retrievability_below: f64,
+    /// Only facts of importance below this can become inactive.
+    pub inactive_fact_importance_below: f64,
+}
+
+impl RetentionSettings {
+    /// The rules every space follows unless it set its own.
+    pub fn defaults(&self) -> engram_core::retention::RetentionOverrides {
+        engram_core::retention::RetentionOverrides {
+            turn_days: Some(self.turn_retention_days),
+            max_age_days: Some(self.max_age_days),
+            inactive_after_days: Some(self.inactive_after_days),
+            inactive_grace_days: Some(self.inactive_grace_days),
+        }
+    }
+
+    pub fn inactivity(&self) -> engram_core::retention::InactivityRule {
+        engram_core::retention::InactivityRule {
+            retrievability_below: self.inactive_retrievability_below,
+            fact_importance_below: self.inactive_fact_importance_below,
+        }
+    }
 }
 
 /// Segmentation and consolidation of conversations (`segmentation.*`); the rules are
@@ -228,6 +272,25 @@ impl IngestSettings {
             ("segmentation.sweep_interval_ms", 5_000i64.into()),
             ("segmentation.consolidate", true.into()),
             ("segmentation.batch", 32i64.into()),
+        ]);
+        defaults.extend([
+            ("retention.enabled", true.into()),
+            ("retention.interval_secs", 3_600i64.into()),
+            ("retention.batch", 500i64.into()),
+            ("retention.batch_pause_ms", 0i64.into()),
+            // Raw turns: the summarized form (the episode) is what is kept for long.
+            ("retention.turn_retention_days", 180i64.into()),
+            // Off: nothing is deleted for its age alone unless a space asks for it.
+            ("retention.max_age_days", 0i64.into()),
+            ("retention.inactive_after_days", 90i64.into()),
+            ("retention.inactive_grace_days", 90i64.into()),
+            // FSRS-6's forgetting curve has a long tail (0.1 is reached only after about three
+            // million stability-days); 0.5, more likely forgotten than recalled, is reached after
+            // about 90 (some 200 days for an episode never reviewed).
+            ("retention.inactive_retrievability_below", 0.5f64.into()),
+            // Plain facts (0.3) and small talk fade; preferences, commitments and facts with
+            // confident metadata (0.5 and more) stay.
+            ("retention.inactive_fact_importance_below", 0.4f64.into()),
         ]);
         defaults.extend(engram_recall::embed_defaults());
         defaults.extend(engram_recall::RecallSettings::defaults());

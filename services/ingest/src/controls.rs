@@ -150,7 +150,17 @@ impl MemoryWriter {
         let mut transaction = engram_store::begin_with_spaces_locked(&self.pool, [scope]).await?;
         let before = spaces::get(&mut transaction, scope).await?;
         let after = spaces::update(&mut transaction, scope, &patch).await?;
-        let settings = |space: &SpaceRecord| json!({ "memory_enabled": space.memory_enabled, "incognito_default": space.incognito_default, "soft_cap": space.soft_cap });
+        let settings = |space: &SpaceRecord| {
+            json!({
+                "memory_enabled": space.memory_enabled,
+                "incognito_default": space.incognito_default,
+                "soft_cap": space.soft_cap,
+                "turn_retention_days": space.turn_retention_days,
+                "max_age_days": space.max_age_days,
+                "inactive_after_days": space.inactive_after_days,
+                "inactive_grace_days": space.inactive_grace_days,
+            })
+        };
         let (before, after_settings) = (settings(&before), settings(&after));
         // Setting what is already set (a retry, "turn memory off" said twice) is no new action.
         if before != after_settings {

@@ -1,12 +1,14 @@
 //! The gRPC edge of the ingest service: validate, authorize, call the writer, convert back.
 
 use engram_core::commands::MemoryCommand;
+use engram_core::retention::{self, DataRetention, RetentionOverrides};
 use engram_core::validate::{check_label, parse_labels, parse_page_size};
-use engram_core::{ConversationId, MemoryId, MemoryText, SpeakerRole, ValidationError};
+use engram_core::{ConversationId, MemoryId, MemoryKind, MemoryText, SpeakerRole, ValidationError};
 use engram_proto::v1;
 use engram_proto::v1::ingest_service_server::IngestService;
 use engram_server::convert::{
-    category_from_proto, memory_to_proto, role_from_proto, role_to_proto, scope_from_proto,
+    category_from_proto, kind_to_proto, memory_to_proto, role_from_proto, role_to_proto,
+    scope_from_proto,
 };
 use engram_server::paging::{
     RESPONSE_BYTE_BUDGET, fitting_count, parse_audit_token, parse_turn_token,
@@ -22,6 +24,7 @@ use crate::commands::CommandOutcome;
 use crate::controls::{EffectiveSettings, MAX_SOFT_CAP};
 use crate::conversations::{AppendedMessage, MAX_MESSAGES_PER_APPEND, NewMessage, TurnResult};
 use crate::error::IngestError;
+use crate::retention::RetentionJob;
 use crate::write_path::{MemoryWriter, RememberCommand, RememberResult};
 
 const MAX_TAGS: usize = 32;
@@ -31,16 +34,83 @@ const MAX_SOURCE_ID_CHARS: usize = 256;
 const DEFAULT_PAGE_SIZE: u32 = 50;
 const MAX_PAGE_SIZE: u32 = 500;
 const DEFAULT_TURN_PAGE_SIZE: u32 = 100;
+const DEFAULT_PREVIEW_PAGE_SIZE: u32 = 100;
 
 /// The `engram.v1.IngestService` implementation.
 #[derive(Debug, Clone)]
 pub struct IngestApi {
     writer: MemoryWriter,
+    retention: RetentionJob,
 }
 
 impl IngestApi {
-    pub fn new(writer: MemoryWriter) -> Self {
-        Self { writer }
+    pub fn new(writer: MemoryWriter, retention: RetentionJob) -> Self {
+        Self { writer, retention }
+    }
+
+    fn settings_to_proto(&self, settings: EffectiveSettings) -> v1::SpaceSettings {
+        let overrides = settings.space.retention_overrides();
+        let in_force = overrides.resolve(&self.retention.defaults());
+        v1::SpaceSettings {
+            memory_enabled: settings.space.memory_enabled,
+            incognito_default: settings.space.incognito_default,
+            soft_cap_override: settings
+                .space
+                .soft_cap
+                .and_then(|cap| u32::try_from(cap).ok())
+                .unwrap_or(0),
+            effective_soft_cap: settings.effective_soft_cap,
+            memory_count: u64::try_from(settings.space.memory_count).unwrap_or(0),
+            retention: Some(retention_to_proto(&in_force)),
+            retention_overrides: Some(v1::RetentionPolicy {
+                turn_retention_days: overrides.turn_days,
+                max_age_days: overrides.max_age_days,
+                inactive_after_days: overrides.inactive_after_days,
+                inactive_grace_days: overrides.inactive_grace_days,
+            }),
+        }
+    }
+}
+
+/// The rules in force, every field set (0: off).
+fn retention_to_proto(policy: &DataRetention) -> v1::RetentionPolicy {
+    let days = |rule: Option<u32>| Some(rule.unwrap_or(0));
+    v1::RetentionPolicy {
+        turn_retention_days: days(policy.turn_days),
+        max_age_days: days(policy.max_age_days),
+        inactive_after_days: days(policy.inactive_after_days),
+        inactive_grace_days: days(policy.inactive_grace_days),
+    }
+}
+
+/// The retention rules an UpdateSettings sets (each 0 to 36,500 days).
+fn retention_from_proto(
+    policy: Option<&v1::RetentionPolicy>,
+) -> Result<RetentionOverrides, ValidationError> {
+    let Some(policy) = policy else {
+        return Ok(RetentionOverrides::default());
+    };
+    let check = |field: &str, days: Option<u32>| {
+        days.map(|days| {
+            retention::check_days(field, days).map_err(|reason| ValidationError::new(field, reason))
+        })
+        .transpose()
+    };
+    Ok(RetentionOverrides {
+        turn_days: check("retention.turn_retention_days", policy.turn_retention_days)?,
+        max_age_days: check("retention.max_age_days", policy.max_age_days)?,
+        inactive_after_days: check("retention.inactive_after_days", policy.inactive_after_days)?,
+        inactive_grace_days: check("retention.inactive_grace_days", policy.inactive_grace_days)?,
+    })
+}
+
+fn retention_reason_to_proto(stored: &str) -> v1::RetentionReason {
+    match stored {
+        "AGE" => v1::RetentionReason::Age,
+        "INACTIVE" => v1::RetentionReason::Inactive,
+        "TURNS_SUMMARIZED" => v1::RetentionReason::TurnsSummarized,
+        "BECOMES_INACTIVE" => v1::RetentionReason::BecomesInactive,
+        _ => v1::RetentionReason::Unspecified,
     }
 }
 
@@ -49,20 +119,6 @@ fn optional_conversation(raw: &str) -> Result<Option<ConversationId>, Validation
         Ok(None)
     } else {
         ConversationId::parse("conversation_id", raw).map(Some)
-    }
-}
-
-fn settings_to_proto(settings: EffectiveSettings) -> v1::SpaceSettings {
-    v1::SpaceSettings {
-        memory_enabled: settings.space.memory_enabled,
-        incognito_default: settings.space.incognito_default,
-        soft_cap_override: settings
-            .space
-            .soft_cap
-            .and_then(|cap| u32::try_from(cap).ok())
-            .unwrap_or(0),
-        effective_soft_cap: settings.effective_soft_cap,
-        memory_count: u64::try_from(settings.space.memory_count).unwrap_or(0),
     }
 }
 
@@ -244,6 +300,8 @@ fn audit_action_to_proto(stored: &str) -> v1::AuditAction {
         Some(AuditAction::ForgetConversation) => v1::AuditAction::ForgetConversation,
         Some(AuditAction::Segment) => v1::AuditAction::Segment,
         Some(AuditAction::Review) => v1::AuditAction::Review,
+        Some(AuditAction::RetentionDelete) => v1::AuditAction::RetentionDelete,
+        Some(AuditAction::RetentionRun) => v1::AuditAction::RetentionRun,
         None => v1::AuditAction::Unspecified,
     }
 }
@@ -332,7 +390,7 @@ impl IngestService for IngestApi {
         let scope = authorized_scope(&request, request.get_ref().scope.clone())?;
         let settings = self.writer.settings(&scope).await?;
         Ok(Response::new(v1::GetSettingsResponse {
-            settings: Some(settings_to_proto(settings)),
+            settings: Some(self.settings_to_proto(settings)),
         }))
     }
 
@@ -354,13 +412,18 @@ impl IngestService for IngestApi {
                 .into());
             }
         };
+        let retention =
+            retention_from_proto(message.retention.as_ref()).map_err(IngestError::from)?;
         if message.memory_enabled.is_none()
             && message.incognito_default.is_none()
             && soft_cap.is_none()
+            && retention.is_empty()
+            && !message.reset_retention
         {
             return Err(IngestError::from(ValidationError::new(
                 "update",
-                "sets nothing; give at least one of memory_enabled, incognito_default, soft_cap",
+                "sets nothing; give at least one of memory_enabled, incognito_default, soft_cap, \
+                 a retention rule or reset_retention",
             ))
             .into());
         }
@@ -368,10 +431,12 @@ impl IngestService for IngestApi {
             memory_enabled: message.memory_enabled,
             incognito_default: message.incognito_default,
             soft_cap,
+            retention,
+            reset_retention: message.reset_retention,
         };
         let settings = self.writer.update_settings(&scope, patch, None).await?;
         Ok(Response::new(v1::UpdateSettingsResponse {
-            settings: Some(settings_to_proto(settings)),
+            settings: Some(self.settings_to_proto(settings)),
         }))
     }
 
@@ -651,6 +716,7 @@ impl IngestService for IngestApi {
             last_turn_at: summary.last_turn_at.map(to_proto),
             turns: listed,
             next_page_token,
+            turns_deleted_through: summary.turns_deleted_through,
         }))
     }
 
@@ -675,6 +741,54 @@ impl IngestService for IngestApi {
             facts_kept: count(receipt.facts_kept),
             pending_reviews_dropped: count(receipt.pending_reviews),
             tombstone_expires_at: Some(to_proto(receipt.tombstone_expires_at)),
+        }))
+    }
+
+    async fn preview_retention(
+        &self,
+        request: Request<v1::PreviewRetentionRequest>,
+    ) -> Result<Response<v1::PreviewRetentionResponse>, Status> {
+        let scope = authorized_scope(&request, request.get_ref().scope.clone())?;
+        let page_size = parse_page_size(
+            "page_size",
+            request.get_ref().page_size,
+            DEFAULT_PREVIEW_PAGE_SIZE,
+            MAX_PAGE_SIZE,
+        )
+        .map_err(IngestError::from)?;
+        let settings = self.writer.settings(&scope).await?;
+        let preview = self
+            .retention
+            .preview(&scope, &settings.space.retention_overrides(), page_size)
+            .await?;
+        let count = |n: i64| u64::try_from(n).unwrap_or_default();
+        let entries: Vec<v1::RetentionCandidate> = preview
+            .entries
+            .iter()
+            .map(|entry| v1::RetentionCandidate {
+                memory_id: entry.id.to_string(),
+                kind: MemoryKind::from_stored(&entry.kind)
+                    .map_or(v1::MemoryKind::Unspecified, kind_to_proto)
+                    .into(),
+                reason: retention_reason_to_proto(&entry.reason).into(),
+                title: entry.title.clone().unwrap_or_default(),
+                text: entry.text.clone(),
+                created_at: Some(to_proto(entry.created_at)),
+                inactive_since: entry.inactive_since.map(to_proto),
+            })
+            .collect();
+        Ok(Response::new(v1::PreviewRetentionResponse {
+            policy: Some(retention_to_proto(&preview.policy)),
+            as_of: Some(to_proto(preview.as_of)),
+            turns_to_delete: count(preview.counts.turns),
+            conversations_with_turns_to_delete: u32::try_from(
+                preview.counts.conversations_with_turns,
+            )
+            .unwrap_or(u32::MAX),
+            entries_past_max_age: count(preview.counts.past_max_age),
+            inactive_entries_past_grace: count(preview.counts.inactive_past_grace),
+            entries_becoming_inactive: count(preview.counts.becoming_inactive),
+            entries,
         }))
     }
 }

@@ -21,6 +21,7 @@ pub mod group_commit;
 pub mod grpc;
 pub mod import;
 pub mod metrics;
+pub mod retention;
 pub mod write_path;
 
 pub use app::App;

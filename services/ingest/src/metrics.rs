@@ -18,6 +18,20 @@ pub struct IngestMetrics {
     writes: WriteMetrics,
     embedding: EmbeddingMetrics,
     conversations: ConversationMetrics,
+    retention: RetentionMetrics,
+}
+
+/// The retention job: what it deleted and why, what it found inactive, and how its runs went.
+#[derive(Debug)]
+struct RetentionMetrics {
+    deleted_entries: AtomicU64,
+    deleted_turns: AtomicU64,
+    marked_inactive: AtomicU64,
+    runs: AtomicU64,
+    deleted_counter: Counter<u64>,
+    inactive_counter: Counter<u64>,
+    runs_counter: Counter<u64>,
+    run_duration: opentelemetry::metrics::Histogram<f64>,
 }
 
 /// Conversations: turns kept or skipped, segments closed, episodes and facts derived, and how
@@ -154,6 +168,29 @@ impl Default for IngestMetrics {
                 llm_fallback_counter: meter
                     .u64_counter("engram.conversations.llm_fallbacks")
                     .with_description("LLM steps that fell back to the local rules")
+                    .build(),
+            },
+            retention: RetentionMetrics {
+                deleted_entries: AtomicU64::new(0),
+                deleted_turns: AtomicU64::new(0),
+                marked_inactive: AtomicU64::new(0),
+                runs: AtomicU64::new(0),
+                deleted_counter: meter
+                    .u64_counter("engram.retention.deleted")
+                    .with_description("rows retention deleted (reason: AGE, INACTIVE, TURNS_SUMMARIZED)")
+                    .build(),
+                inactive_counter: meter
+                    .u64_counter("engram.retention.marked_inactive")
+                    .with_description("entries retention found unused and made inactive")
+                    .build(),
+                runs_counter: meter
+                    .u64_counter("engram.retention.runs")
+                    .with_description("retention runs (outcome: completed, skipped because another replica ran, failed)")
+                    .build(),
+                run_duration: meter
+                    .f64_histogram("engram.retention.run_duration")
+                    .with_unit("s")
+                    .with_description("how long a completed retention run took")
                     .build(),
             },
         }
@@ -378,6 +415,70 @@ impl IngestMetrics {
             facts_derived: metrics.facts_derived.load(Ordering::Relaxed),
             facts_superseded: metrics.facts_superseded.load(Ordering::Relaxed),
             llm_fallbacks: metrics.llm_fallbacks.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Retention counters, readable in tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RetentionCounts {
+    pub deleted_entries: u64,
+    pub deleted_turns: u64,
+    pub marked_inactive: u64,
+    pub runs: u64,
+}
+
+impl IngestMetrics {
+    pub fn record_retention_deleted(
+        &self,
+        reason: engram_core::retention::DeletionReason,
+        rows: u64,
+    ) {
+        use engram_core::retention::DeletionReason;
+        if rows == 0 {
+            return;
+        }
+        let metrics = &self.retention;
+        let total = if reason == DeletionReason::TurnsSummarized {
+            &metrics.deleted_turns
+        } else {
+            &metrics.deleted_entries
+        };
+        total.fetch_add(rows, Ordering::Relaxed);
+        metrics
+            .deleted_counter
+            .add(rows, &[KeyValue::new("reason", reason.as_str())]);
+    }
+
+    pub fn record_retention_marked_inactive(&self, entries: u64) {
+        let metrics = &self.retention;
+        metrics
+            .marked_inactive
+            .fetch_add(entries, Ordering::Relaxed);
+        metrics.inactive_counter.add(entries, &[]);
+    }
+
+    /// A run ended: `completed`, `skipped` (another replica held the lock) or `failed`.
+    pub fn record_retention_run(&self, outcome: &'static str, took: Option<std::time::Duration>) {
+        let metrics = &self.retention;
+        if outcome == "completed" {
+            metrics.runs.fetch_add(1, Ordering::Relaxed);
+        }
+        metrics
+            .runs_counter
+            .add(1, &[KeyValue::new("outcome", outcome)]);
+        if let Some(took) = took {
+            metrics.run_duration.record(took.as_secs_f64(), &[]);
+        }
+    }
+
+    pub fn retention_counts(&self) -> RetentionCounts {
+        let metrics = &self.retention;
+        RetentionCounts {
+            deleted_entries: metrics.deleted_entries.load(Ordering::Relaxed),
+            deleted_turns: metrics.deleted_turns.load(Ordering::Relaxed),
+            marked_inactive: metrics.marked_inactive.load(Ordering::Relaxed),
+            runs: metrics.runs.load(Ordering::Relaxed),
         }
     }
 }

@@ -140,6 +140,7 @@ pub fn retrieve_memory(
     }
     request.detail = parse_detail(message.detail)?;
     request.include_history = message.include_history;
+    request.include_inactive = message.include_inactive;
     Ok(request)
 }
 
@@ -166,5 +167,6 @@ pub fn context_pre_retrieve(
     request.detail = Detail::None;
     request.side_effects = false;
     request.include_history = message.include_history;
+    request.include_inactive = message.include_inactive;
     Ok(request)
 }

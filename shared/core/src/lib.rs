@@ -15,6 +15,7 @@ pub mod importance;
 pub mod memory_state;
 pub mod metadata;
 pub mod normalize;
+pub mod retention;
 pub mod retrieval;
 pub mod review;
 pub mod sanitize;

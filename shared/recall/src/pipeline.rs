@@ -43,6 +43,8 @@ pub struct RetrieveRequest {
     pub side_effects: bool,
     /// Show the older facts each fact superseded.
     pub include_history: bool,
+    /// Also search entries retention found inactive.
+    pub include_inactive: bool,
 }
 
 /// An entry returned, with why it ranked where it did.
@@ -146,6 +148,7 @@ impl Recall {
             dense: true,
             side_effects: true,
             include_history: false,
+            include_inactive: false,
         }
     }
 
@@ -246,6 +249,7 @@ impl Recall {
                     } else {
                         None
                     },
+                    include_inactive: request.include_inactive,
                 })
                 .collect()
         };

@@ -150,6 +150,7 @@ pub fn memory_to_proto(record: &MemoryRecord) -> v1::Memory {
             .structured_summary
             .as_ref()
             .map(structured_summary_to_proto),
+        inactive_since: to_proto_opt(record.inactive_since),
     }
 }
 

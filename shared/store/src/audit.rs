@@ -29,6 +29,10 @@ pub enum AuditAction {
     Segment,
     /// The review service graded a memory (and updated its FSRS state).
     Review,
+    /// Retention deleted a memory, or a conversation's summarized turns.
+    RetentionDelete,
+    /// A retention run's counts for a space.
+    RetentionRun,
 }
 
 impl AuditAction {
@@ -49,6 +53,8 @@ impl AuditAction {
             AuditAction::ForgetConversation => "forget_conversation",
             AuditAction::Segment => "segment",
             AuditAction::Review => "review",
+            AuditAction::RetentionDelete => "retention_delete",
+            AuditAction::RetentionRun => "retention_run",
         }
     }
 
@@ -70,6 +76,8 @@ impl AuditAction {
             ForgetConversation,
             Segment,
             Review,
+            RetentionDelete,
+            RetentionRun,
         ]
         .into_iter()
         .find(|action| action.as_str() == stored)

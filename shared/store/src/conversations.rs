@@ -283,6 +283,8 @@ pub struct ConversationSummary {
     pub segmented_through: i32,
     pub pending_reviews: i32,
     pub last_turn_at: Option<DateTime<Utc>>,
+    /// Turns up to this index were deleted (retention, ForgetConversation); -1: none.
+    pub turns_deleted_through: i32,
 }
 
 pub async fn summary(
@@ -293,7 +295,8 @@ pub async fn summary(
     let summary = sqlx::query_as(
         "SELECT COALESCE(c.incognito, s.incognito_default, false) AS incognito, \
                 c.next_turn_index AS turn_count, c.segmented_through, \
-                COALESCE(jsonb_array_length(c.pending_reviews), 0) AS pending_reviews, c.last_turn_at \
+                COALESCE(jsonb_array_length(c.pending_reviews), 0) AS pending_reviews, c.last_turn_at, \
+                c.turns_deleted_through \
          FROM conversations c LEFT JOIN spaces s ON s.user_id = c.user_id AND s.space = c.space \
          WHERE c.user_id = $1 AND c.space = $2 AND c.conversation_id = $3",
     )

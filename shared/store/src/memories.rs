@@ -15,7 +15,8 @@ macro_rules! memory_columns {
          title, messages, surprise, start_at, end_at, stability, difficulty, last_reviewed_at, \
          consolidated_at, created_at, updated_at, needs_embedding, embedding_model, simhash, \
          repeat_count, tags, source_ids, metadata_confidence, importance, pinned, manually_saved, \
-         last_scores, source_episode_ids, fact_subject, fact_value, superseded_by, structured_summary"
+         last_scores, source_episode_ids, fact_subject, fact_value, superseded_by, structured_summary, \
+         inactive_since"
     };
 }
 
@@ -63,6 +64,9 @@ pub struct MemoryRecord {
     pub superseded_by: Option<Uuid>,
     /// Episodes: what the segment established.
     pub structured_summary: Option<serde_json::Value>,
+    /// When retention found the entry unused (`engram_core::retention`): left out of retrieval
+    /// by default, deleted after the space's grace period unless used again.
+    pub inactive_since: Option<DateTime<Utc>>,
 }
 
 impl MemoryRecord {
@@ -244,7 +248,8 @@ pub async fn set_pinned(
              SELECT id AS previous_id, pinned AS was_pinned FROM memories \
              WHERE user_id = $1 AND space = $2 AND id = $3 FOR UPDATE) \
          UPDATE memories SET pinned = $4, \
-             updated_at = CASE WHEN was_pinned = $4 THEN updated_at ELSE now() END \
+             updated_at = CASE WHEN was_pinned = $4 THEN updated_at ELSE now() END, \
+             inactive_since = CASE WHEN $4 THEN NULL ELSE inactive_since END \
          FROM previous WHERE id = previous_id RETURNING was_pinned, ",
         memory_columns!(),
         ""

@@ -20,6 +20,8 @@ pub struct SearchFilter<'a> {
     pub kind: MemoryKind,
     pub conversation: Option<Uuid>,
     pub category: Option<&'a str>,
+    /// Also entries retention found inactive (left out by default).
+    pub include_inactive: bool,
 }
 
 /// BM25 parameters (k1, b).
@@ -62,12 +64,13 @@ pub async fn sparse_search(
                     ARRAY(SELECT lexeme FROM unnest(engram_search_words($3))) AS terms), \
          corpus AS MATERIALIZED ( \
              SELECT count(*)::float8 AS documents, coalesce(avg(search_length), 0)::float8 AS average_length \
-             FROM memories WHERE user_id = $1 AND space = $2 AND kind = $4 AND invalid_at IS NULL), \
+             FROM memories WHERE user_id = $1 AND space = $2 AND kind = $4 AND invalid_at IS NULL \
+               AND ($10 OR inactive_since IS NULL)), \
          matched AS MATERIALIZED ( \
              SELECT m.id, m.conversation_id, m.category, m.search_length, m.search_document \
              FROM memories m, query \
              WHERE m.user_id = $1 AND m.space = $2 AND m.kind = $4 AND m.invalid_at IS NULL \
-               AND m.search_document @@ query.words), \
+               AND ($10 OR m.inactive_since IS NULL) AND m.search_document @@ query.words), \
          postings AS ( \
              SELECT matched.id, t.lexeme AS term, cardinality(t.positions)::float8 AS frequency, \
                     matched.search_length::float8 AS length \
@@ -89,6 +92,7 @@ pub async fn sparse_search(
     .bind(bm25.k1)
     .bind(bm25.b)
     .bind(limit)
+    .bind(filter.include_inactive)
     .fetch_all(pool)
     .await?;
     Ok(hits(rows))
@@ -120,6 +124,7 @@ pub async fn trigram_search(
          FROM (SELECT id, search_text FROM memories \
                WHERE user_id = $1 AND space = $2 AND kind = $4 AND invalid_at IS NULL \
                  AND ($5::uuid IS NULL OR conversation_id = $5) AND ($6::text IS NULL OR category = $6) \
+                 AND ($9 OR inactive_since IS NULL) \
                ORDER BY created_at DESC, id DESC LIMIT $8) AS newest \
          WHERE $3 <% search_text \
          ORDER BY score DESC, id LIMIT $7",
@@ -132,6 +137,7 @@ pub async fn trigram_search(
     .bind(filter.category)
     .bind(limit)
     .bind(TRIGRAM_FALLBACK_SCAN)
+    .bind(filter.include_inactive)
     .fetch_all(&mut *transaction)
     .await?;
     transaction.commit().await?;
@@ -148,6 +154,7 @@ pub async fn most_recent(
         "SELECT id, 0::float8 AS score FROM memories \
          WHERE user_id = $1 AND space = $2 AND kind = $3 AND invalid_at IS NULL \
            AND ($4::uuid IS NULL OR conversation_id = $4) AND ($5::text IS NULL OR category = $5) \
+           AND ($7 OR inactive_since IS NULL) \
          ORDER BY created_at DESC, id DESC LIMIT $6",
     )
     .bind(filter.scope.user_id.as_uuid())
@@ -156,6 +163,7 @@ pub async fn most_recent(
     .bind(filter.conversation)
     .bind(filter.category)
     .bind(limit)
+    .bind(filter.include_inactive)
     .fetch_all(pool)
     .await?;
     Ok(hits(rows))
@@ -188,6 +196,7 @@ pub async fn dense_search(
                  FROM memory_embeddings e JOIN memories m ON m.id = e.memory_id \
                  WHERE e.user_id = $1 AND e.space = $2 AND e.kind = $4 AND m.invalid_at IS NULL \
                    AND ($5::uuid IS NULL OR m.conversation_id = $5) AND ($6::text IS NULL OR m.category = $6) \
+                   AND ($8 OR m.inactive_since IS NULL) \
                  ORDER BY score DESC, id LIMIT $7",
             )
             .bind(filter.scope.user_id.as_uuid())
@@ -197,6 +206,7 @@ pub async fn dense_search(
             .bind(filter.conversation)
             .bind(filter.category)
             .bind(limit)
+            .bind(filter.include_inactive)
             .fetch_all(pool)
             .await?;
             Ok(hits(rows))
@@ -220,6 +230,7 @@ pub async fn dense_search(
                      FROM memory_embeddings e JOIN memories m ON m.id = e.memory_id \
                      WHERE e.user_id = $1 AND e.space = $2 AND e.kind = $4 AND m.invalid_at IS NULL \
                        AND ($5::uuid IS NULL OR m.conversation_id = $5) AND ($6::text IS NULL OR m.category = $6) \
+                   AND ($8 OR m.inactive_since IS NULL) \
                      ORDER BY e.embedding <=> $3 LIMIT $7) c \
                  ORDER BY c.distance, c.id",
             )
@@ -230,6 +241,7 @@ pub async fn dense_search(
             .bind(filter.conversation)
             .bind(filter.category)
             .bind(limit)
+            .bind(filter.include_inactive)
             .fetch_all(&mut *transaction)
             .await?;
             transaction.commit().await?;

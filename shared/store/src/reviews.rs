@@ -205,7 +205,7 @@ pub async fn update_states(
     }
     sqlx::query(
         "UPDATE memories m SET stability = s.stability, difficulty = s.difficulty, \
-             last_reviewed_at = $6, updated_at = now() \
+             last_reviewed_at = $6, updated_at = now(), inactive_since = NULL \
          FROM unnest($3::uuid[], $4::float8[], $5::float8[]) AS s(id, stability, difficulty) \
          WHERE m.user_id = $1 AND m.space = $2 AND m.id = s.id",
     )

@@ -129,7 +129,7 @@ pub async fn lock_progress(
 }
 
 /// Records that every turn up to `through` is in a closed segment (an explicit close it covered
-/// is done).
+/// is done), and starts the retention clock of those turns (`summarized_segments`).
 pub async fn mark_segmented(
     connection: &mut PgConnection,
     scope: &Scope,
@@ -137,10 +137,15 @@ pub async fn mark_segmented(
     through: i32,
 ) -> Result<(), StoreError> {
     sqlx::query(
-        "UPDATE conversations SET segmented_through = $4, updated_at = now(), \
-             close_requested_through = CASE WHEN close_requested_through <= $4 THEN NULL \
-                                            ELSE close_requested_through END \
-         WHERE user_id = $1 AND space = $2 AND conversation_id = $3",
+        "WITH progress AS ( \
+             UPDATE conversations SET segmented_through = $4, updated_at = now(), \
+                 close_requested_through = CASE WHEN close_requested_through <= $4 THEN NULL \
+                                                ELSE close_requested_through END \
+             WHERE user_id = $1 AND space = $2 AND conversation_id = $3 \
+             RETURNING user_id) \
+         INSERT INTO summarized_segments (user_id, space, conversation_id, last_turn_index) \
+         SELECT $1, $2, $3, $4 FROM progress \
+         ON CONFLICT DO NOTHING",
     )
     .bind(scope.user_id.as_uuid())
     .bind(scope.space.as_str())
@@ -288,7 +293,8 @@ pub async fn write_episode(
             engram_core::importance::merged_importance(importance, episode.importance, repeats);
         let record = sqlx::query_as::<_, MemoryRecord>(concat!(
             "WITH updated AS ( \
-                 UPDATE memories SET repeat_count = repeat_count + 1, importance = $4, updated_at = now() \
+                 UPDATE memories SET repeat_count = repeat_count + 1, importance = $4, updated_at = now(), \
+                     inactive_since = NULL \
                  WHERE user_id = $1 AND space = $2 AND id = $3 RETURNING *), \
              audited AS ( \
                  INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \
@@ -494,6 +500,7 @@ pub async fn forget_conversation(
     // or pending any more, and a later turn may be said at any time.
     let pending: Option<i32> = sqlx::query_scalar(
         "UPDATE conversations c SET segmented_through = c.next_turn_index - 1, pending_reviews = NULL, \
+             turns_deleted_through = c.next_turn_index - 1, \
              close_requested_through = NULL, last_turn_at = NULL, last_appended_at = NULL, \
              updated_at = now() \
          FROM (SELECT COALESCE(jsonb_array_length(pending_reviews), 0) AS pending FROM conversations \
@@ -528,7 +535,34 @@ pub async fn forget_conversation(
     .bind(id)
     .fetch_all(&mut *connection)
     .await?;
-    let episode_ids: Vec<Uuid> = episodes.iter().map(|episode| episode.id).collect();
+    sqlx::query(
+        "DELETE FROM summarized_segments WHERE user_id = $1 AND space = $2 AND conversation_id = $3",
+    )
+    .bind(user)
+    .bind(space)
+    .bind(id)
+    .execute(&mut *connection)
+    .await?;
+    // Every episode the conversation ever had, also those retention has deleted since (their
+    // creation is audited with the conversation): a fact derived only from them came from this
+    // conversation and goes with it.
+    let episode_ids: Vec<Uuid> = sqlx::query_scalar(
+        "SELECT DISTINCT memory_id FROM audit_events \
+         WHERE user_id = $1 AND space = $2 AND conversation_id = $3 \
+           AND action = 'create' AND memory_id IS NOT NULL \
+         UNION SELECT unnest($4::uuid[])",
+    )
+    .bind(user)
+    .bind(space)
+    .bind(id)
+    .bind(
+        episodes
+            .iter()
+            .map(|episode| episode.id)
+            .collect::<Vec<_>>(),
+    )
+    .fetch_all(&mut *connection)
+    .await?;
     let facts: Vec<MemoryRecord> = sqlx::query_as(concat!(
         "DELETE FROM memories WHERE user_id = $1 AND space = $2 AND kind = 'semantic' \
            AND source_episode_ids <> '{}' AND source_episode_ids <@ $3::uuid[] \

@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use engram_core::Scope;
+use engram_core::retention::RetentionOverrides;
 use sqlx::PgConnection;
 
 use crate::StoreError;
@@ -14,6 +15,24 @@ pub struct SpaceRecord {
     pub soft_cap: Option<i32>,
     pub memory_count: i64,
     pub updated_at: Option<DateTime<Utc>>,
+    /// Retention rules in days (0: off); `None` follows the service default.
+    pub turn_retention_days: Option<i32>,
+    pub max_age_days: Option<i32>,
+    pub inactive_after_days: Option<i32>,
+    pub inactive_grace_days: Option<i32>,
+}
+
+impl SpaceRecord {
+    /// The space's own retention values (the rest follow the service defaults).
+    pub fn retention_overrides(&self) -> RetentionOverrides {
+        let days = |value: Option<i32>| value.and_then(|days| u32::try_from(days).ok());
+        RetentionOverrides {
+            turn_days: days(self.turn_retention_days),
+            max_age_days: days(self.max_age_days),
+            inactive_after_days: days(self.inactive_after_days),
+            inactive_grace_days: days(self.inactive_grace_days),
+        }
+    }
 }
 
 impl Default for SpaceRecord {
@@ -24,15 +43,30 @@ impl Default for SpaceRecord {
             soft_cap: None,
             memory_count: 0,
             updated_at: None,
+            turn_retention_days: None,
+            max_age_days: None,
+            inactive_after_days: None,
+            inactive_grace_days: None,
         }
     }
+}
+
+/// The columns of [`SpaceRecord`].
+macro_rules! space_columns {
+    () => {
+        "memory_enabled, incognito_default, soft_cap, memory_count, updated_at, \
+         turn_retention_days, max_age_days, inactive_after_days, inactive_grace_days"
+    };
 }
 
 /// A space's settings row (one statement, read with or without a row lock).
 macro_rules! select_space {
     () => {
-        "SELECT memory_enabled, incognito_default, soft_cap, memory_count, updated_at \
-         FROM spaces WHERE user_id = $1 AND space = $2"
+        concat!(
+            "SELECT ",
+            space_columns!(),
+            " FROM spaces WHERE user_id = $1 AND space = $2"
+        )
     };
 }
 
@@ -68,6 +102,11 @@ pub struct SettingsPatch {
     pub memory_enabled: Option<bool>,
     pub incognito_default: Option<bool>,
     pub soft_cap: Option<Option<i32>>,
+    /// Retention values to set (days, 0: off).
+    pub retention: RetentionOverrides,
+    /// Clears the space's retention values first, so the service defaults apply again (except
+    /// where `retention` sets one).
+    pub reset_retention: bool,
 }
 
 pub async fn update(
@@ -79,22 +118,36 @@ pub async fn update(
         Some(value) => (true, value),
         None => (false, None),
     };
-    let record = sqlx::query_as::<_, SpaceRecord>(
-        "INSERT INTO spaces (user_id, space, memory_enabled, incognito_default, soft_cap) \
-         VALUES ($1, $2, COALESCE($3, true), COALESCE($4, false), CASE WHEN $5 THEN $6 ELSE NULL END) \
+    let days = |value: Option<u32>| value.map(|days| days.min(i32::MAX as u32) as i32);
+    let retention = &patch.retention;
+    let record = sqlx::query_as::<_, SpaceRecord>(concat!(
+        "INSERT INTO spaces (user_id, space, memory_enabled, incognito_default, soft_cap, \
+             turn_retention_days, max_age_days, inactive_after_days, inactive_grace_days) \
+         VALUES ($1, $2, COALESCE($3, true), COALESCE($4, false), CASE WHEN $5 THEN $6 ELSE NULL END, \
+             $8, $9, $10, $11) \
          ON CONFLICT (user_id, space) DO UPDATE SET \
              memory_enabled = COALESCE($3, spaces.memory_enabled), \
              incognito_default = COALESCE($4, spaces.incognito_default), \
              soft_cap = CASE WHEN $5 THEN $6 ELSE spaces.soft_cap END, \
+             turn_retention_days = COALESCE($8, CASE WHEN $7 THEN NULL ELSE spaces.turn_retention_days END), \
+             max_age_days = COALESCE($9, CASE WHEN $7 THEN NULL ELSE spaces.max_age_days END), \
+             inactive_after_days = COALESCE($10, CASE WHEN $7 THEN NULL ELSE spaces.inactive_after_days END), \
+             inactive_grace_days = COALESCE($11, CASE WHEN $7 THEN NULL ELSE spaces.inactive_grace_days END), \
              updated_at = now() \
-         RETURNING memory_enabled, incognito_default, soft_cap, memory_count, updated_at",
-    )
+         RETURNING ",
+        space_columns!()
+    ))
     .bind(scope.user_id.as_uuid())
     .bind(scope.space.as_str())
     .bind(patch.memory_enabled)
     .bind(patch.incognito_default)
     .bind(set_soft_cap)
     .bind(soft_cap)
+    .bind(patch.reset_retention)
+    .bind(days(retention.turn_days))
+    .bind(days(retention.max_age_days))
+    .bind(days(retention.inactive_after_days))
+    .bind(days(retention.inactive_grace_days))
     .fetch_one(connection)
     .await?;
     Ok(record)

@@ -62,6 +62,45 @@ pub async fn insert(
     Ok(())
 }
 
+/// A tombstone to write: the deleted memory, its SimHash and the digest of its normalized text.
+pub type NewTombstone = (Uuid, SimHash, Vec<u8>);
+
+/// [`insert`] for many memories of one space, in one statement.
+pub async fn insert_many(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    tombstones: &[NewTombstone],
+    expires_at: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    if tombstones.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "INSERT INTO tombstones (user_id, space, memory_id, simhash, text_digest, expires_at) \
+         SELECT $1, $2, t.memory_id, t.simhash, t.text_digest, $6 \
+         FROM unnest($3::uuid[], $4::int8[], $5::bytea[]) AS t(memory_id, simhash, text_digest)",
+    )
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(tombstones.iter().map(|(id, _, _)| *id).collect::<Vec<_>>())
+    .bind(
+        tombstones
+            .iter()
+            .map(|(_, simhash, _)| simhash.as_i64())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        tombstones
+            .iter()
+            .map(|(_, _, digest)| digest.as_slice())
+            .collect::<Vec<_>>(),
+    )
+    .bind(expires_at)
+    .execute(connection)
+    .await?;
+    Ok(())
+}
+
 /// Removes expired tombstones; returns how many.
 pub async fn purge_expired(connection: &mut PgConnection) -> Result<u64, StoreError> {
     let result = sqlx::query("DELETE FROM tombstones WHERE expires_at <= now()")

@@ -285,7 +285,7 @@ macro_rules! merge_ctes {
                      manually_saved = b.manually_saved, pinned = b.pinned, tags = b.tags, \
                      source_ids = b.source_ids, metadata_confidence = b.metadata_confidence, \
                      last_scores = b.last_scores, source_episode_ids = b.source_episode_ids, \
-                     updated_at = now() \
+                     updated_at = now(), inactive_since = NULL \
                  FROM merge_batch b \
                  WHERE m.user_id = b.user_id AND m.space = b.space AND m.id = b.id \
                  RETURNING m.*), \

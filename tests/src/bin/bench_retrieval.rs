@@ -85,6 +85,26 @@ enum Command {
         #[arg(long, default_value = "make bench-retrieval")]
         command_line: String,
     },
+    /// Make a share of the memories due for deletion by age, then measure RetrieveMemory at a
+    /// fixed rate before and while one retention run deletes them; write the report.
+    Retention {
+        #[arg(long, default_value = "http://127.0.0.1:50064")]
+        endpoint: String,
+        #[arg(long, default_value_t = 10_000)]
+        spaces: i64,
+        #[arg(long, default_value_t = 50)]
+        rate: u32,
+        /// Seconds of the measurement before the run.
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
+        /// Percentage of the memories made due (by age).
+        #[arg(long, default_value_t = 10)]
+        due_percent: i32,
+        #[arg(long)]
+        report: std::path::PathBuf,
+        #[arg(long, default_value = "make bench-retention")]
+        command_line: String,
+    },
 }
 
 const SUBJECTS: &[&str] = &[
@@ -639,6 +659,37 @@ fn row(name: &str, load: &str, m: &Measurement) -> String {
     )
 }
 
+/// (a): RetrieveMemory over gRPC with default settings; an answer the dense leg did not serve
+/// counts as an error (the benchmark measures the hybrid pipeline, not its fallback).
+async fn retrieve_call(endpoint: &str) -> anyhow::Result<Call> {
+    let channel = tonic::transport::Channel::from_shared(endpoint.to_owned())?
+        .connect()
+        .await?;
+    Ok(Arc::new(move |query: Query| {
+        let mut client = RetrievalServiceClient::new(channel.clone());
+        Box::pin(async move {
+            let response = client
+                .retrieve_memory(v1::RetrieveMemoryRequest {
+                    scope: Some(v1::Scope {
+                        user_id: query.user,
+                        space: SPACE.into(),
+                    }),
+                    query: query.text,
+                    ..Default::default()
+                })
+                .await?
+                .into_inner();
+            anyhow::ensure!(
+                response
+                    .served_by
+                    .is_some_and(|s| !s.used_fallback || s.dense_hits > 0),
+                "the dense leg did not serve"
+            );
+            Ok(())
+        })
+    }))
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn run(
     url: &str,
@@ -672,32 +723,7 @@ async fn run(
         .collect::<HashSet<_>>()
         .len();
 
-    let channel = tonic::transport::Channel::from_shared(endpoint.to_owned())?
-        .connect()
-        .await?;
-    let service: Call = Arc::new(move |query: Query| {
-        let mut client = RetrievalServiceClient::new(channel.clone());
-        Box::pin(async move {
-            let response = client
-                .retrieve_memory(v1::RetrieveMemoryRequest {
-                    scope: Some(v1::Scope {
-                        user_id: query.user,
-                        space: SPACE.into(),
-                    }),
-                    query: query.text,
-                    ..Default::default()
-                })
-                .await?
-                .into_inner();
-            anyhow::ensure!(
-                response
-                    .served_by
-                    .is_some_and(|s| !s.used_fallback || s.dense_hits > 0),
-                "the dense leg did not serve"
-            );
-            Ok(())
-        })
-    });
+    let service = retrieve_call(endpoint).await?;
 
     let model_dir = model_dir.to_owned();
     let model = tokio::task::spawn_blocking(move || {
@@ -801,6 +827,174 @@ async fn run(
     Ok(())
 }
 
+/// The load of the retention benchmark.
+struct RetentionLoad {
+    rate: u32,
+    seconds: u64,
+    due_percent: i32,
+}
+
+/// How old the memories made due are, and the maximum age every space gets: the seed's own
+/// memories are far younger, so exactly the chosen share is due.
+const DUE_AGE_DAYS: i32 = 4_000;
+const MAX_AGE_DAYS: i32 = 3_650;
+
+async fn retention(
+    url: &str,
+    endpoint: &str,
+    spaces: i64,
+    load: RetentionLoad,
+    report: &std::path::Path,
+    command_line: &str,
+) -> anyhow::Result<()> {
+    let pool = PgPoolOptions::new()
+        .max_connections(16)
+        .connect(url)
+        .await?;
+    eprintln!("making {} % of the memories due by age", load.due_percent);
+    sqlx::query("UPDATE spaces SET max_age_days = $1")
+        .bind(MAX_AGE_DAYS)
+        .execute(&pool)
+        .await?;
+    sqlx::query(
+        "UPDATE memories SET created_at = now() - make_interval(days => $1) \
+         WHERE NOT pinned AND NOT manually_saved AND abs(hashtext(id::text)) % 100 < $2",
+    )
+    .bind(DUE_AGE_DAYS)
+    .bind(load.due_percent)
+    .execute(&pool)
+    .await?;
+    engram_e2e::bench::settle_seed(&mut *pool.acquire().await?).await?;
+    let (memories, due): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(*) FILTER (WHERE created_at < now() - make_interval(days => $1) \
+                                            AND NOT pinned AND NOT manually_saved) FROM memories",
+    )
+    .bind(MAX_AGE_DAYS)
+    .fetch_one(&pool)
+    .await?;
+    anyhow::ensure!(due > 0, "nothing is due: is the database seeded?");
+
+    let queries = query_set(&pool, spaces, 6_000).await?;
+    let service = retrieve_call(endpoint).await?;
+    eprintln!("warming up");
+    let _ = at_rate(&service, &queries[..200], load.rate, 4).await;
+    eprintln!(
+        "RetrieveMemory at {} QPS for {} s, before the run",
+        load.rate, load.seconds
+    );
+    let before = at_rate(&service, &queries[200..3_000], load.rate, load.seconds).await;
+    eprintln!("  p95 {}", millis(before.histogram.value_at_quantile(0.95)));
+
+    // The job as the ingest service runs it: its default settings, its own connections.
+    let settings: engram_ingest::IngestSettings =
+        engram_server::settings::load_defaults_only(engram_ingest::IngestSettings::defaults())?;
+    let job_pool = PgPoolOptions::new().max_connections(4).connect(url).await?;
+    let job = engram_ingest::retention::RetentionJob::new(
+        job_pool,
+        settings.retention.clone(),
+        settings.memory.tombstone_ttl(),
+        Arc::new(engram_ingest::metrics::IngestMetrics::default()),
+    );
+    eprintln!("one retention run, under the same load");
+    let run = tokio::spawn(async move { job.run_once(chrono::Utc::now()).await });
+    let mut during = Measurement {
+        histogram: new_histogram(),
+        elapsed: Duration::ZERO,
+        errors: 0,
+    };
+    let mut offset = 3_000;
+    while !run.is_finished() {
+        let end = (offset + load.rate as usize * 2).min(queries.len());
+        let window = at_rate(&service, &queries[offset..end], load.rate, 2).await;
+        offset = if end == queries.len() { 3_000 } else { end };
+        during.histogram.add(&window.histogram)?;
+        during.elapsed += window.elapsed;
+        during.errors += window.errors;
+    }
+    let outcome = run.await??.context("another retention run held the lock")?;
+    let deleted = outcome.entries_deleted();
+    let rate = deleted as f64 / outcome.took.as_secs_f64();
+    eprintln!(
+        "  deleted {deleted} in {:.1} s ({rate:.0} rows/s); p95 {}",
+        outcome.took.as_secs_f64(),
+        millis(during.histogram.value_at_quantile(0.95))
+    );
+
+    let (left, tombstones, audited): (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM memories WHERE created_at < now() - make_interval(days => $1) \
+                   AND NOT pinned AND NOT manually_saved), \
+                (SELECT count(*) FROM tombstones), \
+                (SELECT count(*) FROM audit_events WHERE action = 'retention_delete')",
+    )
+    .bind(MAX_AGE_DAYS)
+    .fetch_one(&pool)
+    .await?;
+    let marked: u64 = outcome
+        .spaces
+        .iter()
+        .map(|(_, run)| run.marked_inactive)
+        .sum();
+    let before_p95 = before.histogram.value_at_quantile(0.95);
+    let during_p95 = during.histogram.value_at_quantile(0.95);
+    let raised = during_p95 as f64 / before_p95.max(1) as f64;
+    let verdict = |met: bool| if met { "met" } else { "**missed**" };
+    let text = format!(
+        "# Retention benchmark\n\n\
+         Produced by `{command_line}` on {date}.\n\n\
+         Machine: {machine}.\n\n\
+         ## Data\n\n\
+         A copy of the retrieval benchmark's database (`make bench-retrieval`: {memories} memories in {spaces} \
+         spaces of 100, facts and episodes, with embeddings and the HNSW index). Every space gets \
+         `max_age_days = {MAX_AGE_DAYS}`; {percent} % of the memories neither pinned nor saved (chosen by a hash \
+         of their id) were made {DUE_AGE_DAYS} days old: **{due} due**. The other rules are at their defaults \
+         (turns 180 days, inactivity after 90 days with a 90-day grace), so the run also looks for \
+         inactive entries in every space, as it would in production.\n\n\
+         ## Run\n\n\
+         One run of the job as the ingest service runs it (`engram_ingest::retention::RetentionJob`, default \
+         settings: batches of {batch}, each a transaction holding its space's lock; every deleted entry \
+         leaves a tombstone and an audit event), on 4 connections of its own, in this process, while \
+         RetrieveMemory is asked {rate_qps} queries a second over gRPC (open loop, latency from when each \
+         query was due; the query mix of `make bench-retrieval`) against a release retrieval service.\n\n\
+         ## Targets\n\n\
+         | target | measured | |\n|---|---|---|\n\
+         | deletes at ≥ 5,000 rows/s | {deleted} deleted in {took:.1} s: **{rate:.0} rows/s** | {rate_verdict} |\n\
+         | RetrieveMemory p95 at {rate_qps} QPS raised ≤ 20 % while it runs | {before_p95} before, {during_p95} during (×{raised:.2}) | {latency_verdict} |\n\n\
+         ## Detail\n\n\
+         | RetrieveMemory at {rate_qps} QPS | queries | p50 | p95 | p99 | max | errors |\n|---|---|---|---|---|---|---|\n\
+         | before the run ({seconds} s) | {before_n} | {before_p50} | {before_p95} | {before_p99} | {before_max} | {before_errors} |\n\
+         | during the run | {during_n} | {during_p50} | {during_p95} | {during_p99} | {during_max} | {during_errors} |\n\n\
+         After the run: {left} due memories left, {tombstones} tombstones, {audited} `retention_delete` audit \
+         events; {spaces_touched} spaces had something done; {marked} entries were found inactive.\n",
+        date = chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
+        machine = machine_summary(
+            "Postgres, the retrieval service (release build), the query model, the retention job and the load generator"
+        ),
+        percent = load.due_percent,
+        batch = settings.retention.batch,
+        rate_qps = load.rate,
+        seconds = load.seconds,
+        took = outcome.took.as_secs_f64(),
+        rate_verdict = verdict(rate >= 5_000.0 && left == 0),
+        latency_verdict = verdict(raised <= 1.2),
+        before_p95 = millis(before_p95),
+        during_p95 = millis(during_p95),
+        before_n = before.histogram.len(),
+        before_p50 = millis(before.histogram.value_at_quantile(0.5)),
+        before_p99 = millis(before.histogram.value_at_quantile(0.99)),
+        before_max = millis(before.histogram.max()),
+        before_errors = before.errors,
+        during_n = during.histogram.len(),
+        during_p50 = millis(during.histogram.value_at_quantile(0.5)),
+        during_p99 = millis(during.histogram.value_at_quantile(0.99)),
+        during_max = millis(during.histogram.max()),
+        during_errors = during.errors,
+        spaces_touched = outcome.spaces.len(),
+    );
+    std::fs::write(report, text).with_context(|| format!("writing {}", report.display()))?;
+    eprintln!("report written to {}", report.display());
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -827,6 +1021,29 @@ async fn main() -> anyhow::Result<()> {
                 rate,
                 seconds,
                 concurrency,
+                &report,
+                &command_line,
+            )
+            .await
+        }
+        Command::Retention {
+            endpoint,
+            spaces,
+            rate,
+            seconds,
+            due_percent,
+            report,
+            command_line,
+        } => {
+            retention(
+                &cli.database_url,
+                &endpoint,
+                spaces,
+                RetentionLoad {
+                    rate,
+                    seconds,
+                    due_percent,
+                },
                 &report,
                 &command_line,
             )

@@ -153,6 +153,7 @@ async fn hnsw_search_agrees_with_exact_search_within_a_space() {
         kind: engram_core::MemoryKind::Semantic,
         conversation: None,
         category: None,
+        include_inactive: false,
     };
     let own: std::collections::HashSet<uuid::Uuid> =
         sqlx::query_scalar("SELECT id FROM memories WHERE user_id = $1")

@@ -18,6 +18,7 @@ mod privacy;
 mod read_services;
 mod readiness;
 mod response_size;
+mod retention;
 mod retrieval;
 mod review;
 mod transfer;

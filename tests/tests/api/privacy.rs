@@ -1,4 +1,4 @@
-//! What memory off and incognito leave behind: every one of the 24 RPCs is called in an incognito
+//! What memory off and incognito leave behind: every one of the 25 RPCs is called in an incognito
 //! conversation and in a space with memory off, and the rows of every table are counted before
 //! and after. Content never leaves a row (no memory, no metrics row with the query, no pending
 //! review, no audit of a skipped write); the user's own controls (settings, incognito switches,
@@ -278,6 +278,15 @@ async fn reads_and_controls(
         })
         .await
         .unwrap();
+    probe
+        .sandbox
+        .ingest
+        .preview_retention(v1::PreviewRetentionRequest {
+            scope: Some(scope.clone()),
+            page_size: 0,
+        })
+        .await
+        .unwrap();
     // A dry run records nothing in any mode (a real one in a memory-off space: its own test).
     let dry = grade(probe.sandbox, scope, stored, true).await;
     assert!(dry.iter().all(|graded| !graded.applied), "{dry:?}");
@@ -285,7 +294,7 @@ async fn reads_and_controls(
         .leaves(
             &format!(
                 "{mode}: ListEntries, GetSummary, ExportSpace, ListAudit, GetMemoryState, \
-                 GetReviewStats, GradeMemories dry run"
+                 GetReviewStats, PreviewRetention, GradeMemories dry run"
             ),
             &[],
         )

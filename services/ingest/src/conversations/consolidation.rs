@@ -139,6 +139,8 @@ impl Segmenter {
             kind: MemoryKind::Semantic,
             conversation: None,
             category: None,
+            // A fact that still exists can be contradicted, active or not.
+            include_inactive: true,
         };
         let mut candidate_ids: Vec<Uuid> = Vec::new();
         for (_, text) in created {

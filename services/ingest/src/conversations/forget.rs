@@ -6,6 +6,7 @@ use engram_core::{ConversationId, Scope, SimHash};
 use engram_server::deadline::mark_write_started;
 use engram_store::audit::{self, AuditAction};
 use engram_store::memories::MemoryRecord;
+use engram_store::tombstones::NewTombstone;
 use engram_store::{segments, tombstones};
 use serde_json::json;
 
@@ -23,15 +24,20 @@ pub struct ConversationReceipt {
     pub tombstone_expires_at: DateTime<Utc>,
 }
 
-/// The text a tombstone fingerprints for an entry: an episode as segmentation fingerprinted it
-/// (title and summary), a fact its text.
-fn fingerprinted(memory: &MemoryRecord) -> String {
-    match &memory.title {
+/// The tombstone of a deleted entry: its SimHash and the digest of the text it was fingerprinted
+/// by (an episode as segmentation fingerprinted it, title and summary; a fact its text).
+pub(crate) fn tombstone_for(memory: &MemoryRecord) -> NewTombstone {
+    let fingerprinted = match &memory.title {
         Some(title) if !title.is_empty() => {
             normalize_for_fingerprint(&format!("{title}\n{}", memory.text))
         }
         _ => normalize_for_fingerprint(&memory.text),
-    }
+    };
+    (
+        memory.id,
+        SimHash::from_i64(memory.simhash),
+        text_digest(&fingerprinted),
+    )
 }
 
 impl MemoryWriter {
@@ -53,17 +59,13 @@ impl MemoryWriter {
                 ))
             })?;
         let expires_at = (Utc::now() + self.settings.tombstone_ttl()).trunc_subsecs(6);
-        for memory in forgotten.episodes.iter().chain(&forgotten.facts) {
-            tombstones::insert(
-                &mut transaction,
-                scope,
-                memory.id,
-                SimHash::from_i64(memory.simhash),
-                &text_digest(&fingerprinted(memory)),
-                expires_at,
-            )
-            .await?;
-        }
+        let tombstones: Vec<NewTombstone> = forgotten
+            .episodes
+            .iter()
+            .chain(&forgotten.facts)
+            .map(tombstone_for)
+            .collect();
+        tombstones::insert_many(&mut transaction, scope, &tombstones, expires_at).await?;
         let receipt = ConversationReceipt {
             turns: forgotten.turns,
             episodes: forgotten.episodes.len() as u64,

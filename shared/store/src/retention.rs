@@ -1,0 +1,392 @@
+//! The statements of retention (`engram_core::retention`): which spaces have rules, which turns
+//! and entries a run deletes or finds inactive, and the preview of the same. The conditions are
+//! written once (the macros below), so a preview and a run at the same instant select the same
+//! rows; each run statement adds only the index-friendly bounds they imply, and a batch limit.
+
+use chrono::{DateTime, Utc};
+use engram_core::Scope;
+use engram_core::retention::RetentionOverrides;
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use crate::StoreError;
+
+/// SQL: entry `m` is older than `$created_before` and neither pinned nor saved (false when the
+/// instant is NULL: the rule is off).
+macro_rules! due_for_age {
+    ($created_before:literal) => {
+        concat!(
+            "COALESCE(m.created_at < ",
+            $created_before,
+            "::timestamptz AND NOT m.pinned AND NOT m.manually_saved, false)"
+        )
+    };
+}
+
+/// SQL: entry `m` has been inactive since before `$inactive_before` and is neither pinned nor
+/// saved.
+macro_rules! due_for_inactive_deletion {
+    ($inactive_before:literal) => {
+        concat!(
+            "COALESCE(m.inactive_since < ",
+            $inactive_before,
+            "::timestamptz AND NOT m.pinned AND NOT m.manually_saved, false)"
+        )
+    };
+}
+
+/// SQL: entry `m` (with its `memory_retention` row `r`) is active, neither pinned nor saved, and
+/// unused since before `$unused_since`: nothing returned, repeated or changed it since
+/// (`last_scored_at` is refreshed when a retrieval returns the entry, at most an hour stale, and
+/// by every write of it), and
+/// - an episode: its retrievability has been below the threshold since before then, i.e. its
+///   last review is more than `stability * $seconds_per_stability_day` seconds before it;
+/// - a fact: never said again and of importance below `$fact_importance_below`.
+macro_rules! becoming_inactive {
+    ($unused_since:literal, $seconds_per_stability_day:literal, $fact_importance_below:literal) => {
+        concat!(
+            "COALESCE(m.inactive_since IS NULL AND NOT m.pinned AND NOT m.manually_saved \
+               AND GREATEST(r.last_scored_at, m.updated_at) < ",
+            $unused_since,
+            "::timestamptz AND CASE WHEN m.kind = 'episodic' \
+                 THEN extract(epoch FROM ",
+            $unused_since,
+            "::timestamptz - m.last_reviewed_at) > m.stability * ",
+            $seconds_per_stability_day,
+            "::float8 \
+                 ELSE m.repeat_count = 0 AND m.importance < ",
+            $fact_importance_below,
+            "::float8 END, false)"
+        )
+    };
+}
+
+/// SQL: the conversations of space (`$1`, `$2`) with segments closed before `$closed_before`,
+/// each with the last turn of the latest such segment (`through`): every turn up to it is due.
+macro_rules! summarized_turns_due {
+    ($closed_before:literal) => {
+        concat!(
+            "SELECT conversation_id, max(last_turn_index) AS through FROM summarized_segments \
+             WHERE user_id = $1 AND space = $2 AND closed_at < ",
+            $closed_before,
+            "::timestamptz GROUP BY conversation_id"
+        )
+    };
+}
+
+/// What one space's rules are judged by at one instant.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EntryCutoffs {
+    pub created_before: Option<DateTime<Utc>>,
+    pub inactive_before: Option<DateTime<Utc>>,
+    pub unused_since: Option<DateTime<Utc>>,
+    /// Seconds after its last review, per day of stability, at which an episode's
+    /// retrievability is below the threshold; `None`: never.
+    pub seconds_per_stability_day: Option<f64>,
+    pub fact_importance_below: f64,
+}
+
+/// A space with rows, and its own retention rules.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpaceRules {
+    pub scope: Scope,
+    pub overrides: RetentionOverrides,
+}
+
+#[derive(sqlx::FromRow)]
+struct SpaceRulesRow {
+    user_id: Uuid,
+    space: String,
+    turn_retention_days: Option<i32>,
+    max_age_days: Option<i32>,
+    inactive_after_days: Option<i32>,
+    inactive_grace_days: Option<i32>,
+}
+
+/// Spaces in (user, space) order after `after`, up to `limit`. A row that no longer makes a
+/// valid scope (it cannot: every space is written through a validated scope) is skipped.
+pub async fn spaces_page(
+    pool: &PgPool,
+    after: Option<&Scope>,
+    limit: i64,
+) -> Result<Vec<SpaceRules>, StoreError> {
+    let rows: Vec<SpaceRulesRow> = sqlx::query_as(
+        "SELECT user_id, space, turn_retention_days, max_age_days, inactive_after_days, \
+                inactive_grace_days FROM spaces \
+         WHERE $1::uuid IS NULL OR (user_id, space) > ($1, $2) \
+         ORDER BY user_id, space LIMIT $3",
+    )
+    .bind(after.map(|scope| scope.user_id.as_uuid()))
+    .bind(after.map(|scope| scope.space.as_str()).unwrap_or(""))
+    .bind(limit)
+    .fetch_all(pool)
+    .await?;
+    let days = |value: Option<i32>| value.and_then(|days| u32::try_from(days).ok());
+    Ok(rows
+        .into_iter()
+        .filter_map(|row| {
+            let scope = Scope::parse("scope", &row.user_id.to_string(), &row.space).ok()?;
+            Some(SpaceRules {
+                scope,
+                overrides: RetentionOverrides {
+                    turn_days: days(row.turn_retention_days),
+                    max_age_days: days(row.max_age_days),
+                    inactive_after_days: days(row.inactive_after_days),
+                    inactive_grace_days: days(row.inactive_grace_days),
+                },
+            })
+        })
+        .collect())
+}
+
+/// Raw turns deleted from one conversation.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct DeletedTurns {
+    pub conversation_id: Uuid,
+    /// Every turn up to this index is gone.
+    pub through: i32,
+    pub turns: i64,
+}
+
+/// Deletes the raw turns of segments closed before `closed_before` in up to `conversations`
+/// conversations of the space (their turn embeddings go with them), forgets those segments, and
+/// records on each conversation how far its turns are gone. Episodes are not touched.
+pub async fn delete_summarized_turns(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    closed_before: DateTime<Utc>,
+    conversations: i64,
+) -> Result<Vec<DeletedTurns>, StoreError> {
+    let deleted = sqlx::query_as(concat!(
+        "WITH due AS MATERIALIZED (",
+        summarized_turns_due!("$3"),
+        " ORDER BY conversation_id LIMIT $4), \
+         deleted AS ( \
+             DELETE FROM conversation_turns t USING due \
+             WHERE t.user_id = $1 AND t.space = $2 AND t.conversation_id = due.conversation_id \
+               AND t.turn_index <= due.through \
+             RETURNING t.conversation_id), \
+         segments_done AS ( \
+             DELETE FROM summarized_segments s USING due \
+             WHERE s.user_id = $1 AND s.space = $2 AND s.conversation_id = due.conversation_id \
+               AND s.last_turn_index <= due.through), \
+         progress AS ( \
+             UPDATE conversations c SET turns_deleted_through = GREATEST(c.turns_deleted_through, due.through) \
+             FROM due WHERE c.user_id = $1 AND c.space = $2 AND c.conversation_id = due.conversation_id) \
+         SELECT due.conversation_id, due.through, \
+                (SELECT count(*) FROM deleted d WHERE d.conversation_id = due.conversation_id) AS turns \
+         FROM due ORDER BY due.conversation_id"
+    ))
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(closed_before)
+    .bind(conversations)
+    .fetch_all(connection)
+    .await?;
+    Ok(deleted)
+}
+
+/// The oldest entries of the space past the maximum age, up to `limit`.
+pub async fn due_for_age(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    created_before: DateTime<Utc>,
+    limit: i64,
+) -> Result<Vec<Uuid>, StoreError> {
+    let ids = sqlx::query_scalar(concat!(
+        "SELECT m.id FROM memories m \
+         WHERE m.user_id = $1 AND m.space = $2 AND m.created_at < $3 AND ",
+        due_for_age!("$3"),
+        " ORDER BY m.created_at, m.id LIMIT $4"
+    ))
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(created_before)
+    .bind(limit)
+    .fetch_all(connection)
+    .await?;
+    Ok(ids)
+}
+
+/// The entries of the space inactive for longer than the grace period, longest first, up to
+/// `limit`.
+pub async fn due_for_inactive_deletion(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    inactive_before: DateTime<Utc>,
+    limit: i64,
+) -> Result<Vec<Uuid>, StoreError> {
+    let ids = sqlx::query_scalar(concat!(
+        "SELECT m.id FROM memories m \
+         WHERE m.user_id = $1 AND m.space = $2 AND m.inactive_since < $3 AND ",
+        due_for_inactive_deletion!("$3"),
+        " ORDER BY m.inactive_since, m.id LIMIT $4"
+    ))
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(inactive_before)
+    .bind(limit)
+    .fetch_all(connection)
+    .await?;
+    Ok(ids)
+}
+
+/// Marks up to `limit` unused entries of the space inactive as of `now`; returns their ids.
+/// Rows a writer holds are skipped (the next run sees them again).
+pub async fn mark_inactive(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    cutoffs: &EntryCutoffs,
+    now: DateTime<Utc>,
+    limit: i64,
+) -> Result<Vec<Uuid>, StoreError> {
+    let Some(unused_since) = cutoffs.unused_since else {
+        return Ok(Vec::new());
+    };
+    // Read through memory_retention's (user, space, last_scored_at) index: an unused entry's
+    // score was last written before the cutoff (or never).
+    let ids = sqlx::query_scalar(concat!(
+        "UPDATE memories target SET inactive_since = $6 FROM ( \
+             SELECT m.id FROM memory_retention r JOIN memories m ON m.id = r.memory_id \
+             WHERE r.user_id = $1 AND r.space = $2 AND NOT r.protected \
+               AND (r.last_scored_at IS NULL OR r.last_scored_at < $3) \
+               AND m.user_id = $1 AND m.space = $2 AND ",
+        becoming_inactive!("$3", "$4", "$5"),
+        " ORDER BY m.id LIMIT $7 FOR UPDATE OF m SKIP LOCKED) due \
+         WHERE target.id = due.id RETURNING target.id"
+    ))
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(unused_since)
+    .bind(cutoffs.seconds_per_stability_day)
+    .bind(cutoffs.fact_importance_below)
+    .bind(now)
+    .bind(limit)
+    .fetch_all(connection)
+    .await?;
+    Ok(ids)
+}
+
+/// What a run would do to a space (counts), as [`preview`] reports it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PreviewCounts {
+    pub turns: i64,
+    pub conversations_with_turns: i64,
+    pub past_max_age: i64,
+    pub inactive_past_grace: i64,
+    pub becoming_inactive: i64,
+}
+
+/// One entry a run would delete or find inactive.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct PreviewEntry {
+    pub id: Uuid,
+    pub kind: String,
+    /// `AGE`, `INACTIVE` or `BECOMES_INACTIVE`.
+    pub reason: String,
+    pub title: Option<String>,
+    pub text: String,
+    pub created_at: DateTime<Utc>,
+    pub inactive_since: Option<DateTime<Utc>>,
+}
+
+/// SQL: every entry of space (`$1`, `$2`) a run would act on, with its `reason` (the first rule
+/// that applies, in the order a run applies them), given the cutoffs `$3` (created before), `$4`
+/// (inactive before), `$5` (unused since), `$6` (seconds per stability day), `$7` (fact
+/// importance below).
+macro_rules! classified_entries {
+    () => {
+        concat!(
+            "SELECT m.id, m.kind, m.title, left(m.text, 200) AS text, m.created_at, m.inactive_since, \
+                    CASE WHEN ",
+            due_for_age!("$3"),
+            " THEN 'AGE' WHEN ",
+            due_for_inactive_deletion!("$4"),
+            " THEN 'INACTIVE' ELSE 'BECOMES_INACTIVE' END AS reason \
+             FROM memories m JOIN memory_retention r ON r.memory_id = m.id \
+             WHERE m.user_id = $1 AND m.space = $2 AND (",
+            due_for_age!("$3"),
+            " OR ",
+            due_for_inactive_deletion!("$4"),
+            " OR ",
+            becoming_inactive!("$5", "$6", "$7"),
+            ")"
+        )
+    };
+}
+
+/// What a run at `turns_closed_before` / `cutoffs` would do to the space, and its first `limit`
+/// entries (AGE, then INACTIVE, then BECOMES_INACTIVE; oldest first within each). Reads only.
+pub async fn preview(
+    pool: &PgPool,
+    scope: &Scope,
+    turns_closed_before: Option<DateTime<Utc>>,
+    cutoffs: &EntryCutoffs,
+    limit: i64,
+) -> Result<(PreviewCounts, Vec<PreviewEntry>), StoreError> {
+    let mut transaction = pool.begin().await?;
+    // One snapshot for the counts and the page.
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .execute(&mut *transaction)
+        .await?;
+    let (conversations_with_turns, turns): (i64, i64) = sqlx::query_as(concat!(
+        "WITH due AS (",
+        summarized_turns_due!("$3"),
+        ") SELECT count(DISTINCT due.conversation_id), count(t.turn_index) \
+         FROM due JOIN conversation_turns t ON t.user_id = $1 AND t.space = $2 \
+             AND t.conversation_id = due.conversation_id AND t.turn_index <= due.through"
+    ))
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(turns_closed_before)
+    .fetch_one(&mut *transaction)
+    .await?;
+    let by_reason: Vec<(String, i64)> = sqlx::query_as(concat!(
+        "SELECT reason, count(*) FROM (",
+        classified_entries!(),
+        ") classified GROUP BY reason"
+    ))
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(cutoffs.created_before)
+    .bind(cutoffs.inactive_before)
+    .bind(cutoffs.unused_since)
+    .bind(cutoffs.seconds_per_stability_day)
+    .bind(cutoffs.fact_importance_below)
+    .fetch_all(&mut *transaction)
+    .await?;
+    let entries: Vec<PreviewEntry> = sqlx::query_as(concat!(
+        "SELECT * FROM (",
+        classified_entries!(),
+        ") classified \
+         ORDER BY CASE reason WHEN 'AGE' THEN 0 WHEN 'INACTIVE' THEN 1 ELSE 2 END, created_at, id \
+         LIMIT $8"
+    ))
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(cutoffs.created_before)
+    .bind(cutoffs.inactive_before)
+    .bind(cutoffs.unused_since)
+    .bind(cutoffs.seconds_per_stability_day)
+    .bind(cutoffs.fact_importance_below)
+    .bind(limit)
+    .fetch_all(&mut *transaction)
+    .await?;
+    transaction.commit().await?;
+    let count = |reason: &str| {
+        by_reason
+            .iter()
+            .find(|(name, _)| name == reason)
+            .map_or(0, |(_, count)| *count)
+    };
+    Ok((
+        PreviewCounts {
+            turns,
+            conversations_with_turns,
+            past_max_age: count("AGE"),
+            inactive_past_grace: count("INACTIVE"),
+            becoming_inactive: count("BECOMES_INACTIVE"),
+        },
+        entries,
+    ))
+}
