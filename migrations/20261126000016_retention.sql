@@ -24,6 +24,12 @@ ALTER TABLE memories ADD COLUMN inactive_since timestamptz NULL;
 CREATE INDEX memories_scope_inactive ON memories (user_id, space, inactive_since)
     WHERE inactive_since IS NOT NULL;
 
+-- When a retrieval (RetrieveMemory, ContextPreRetrieve) last returned the entry, at most a day
+-- stale (it is rewritten only when older): with the entry's own updated_at (every write of it:
+-- create, merge, pin, review) it says when the entry was last used. Not the cached scores'
+-- time, which the soft cap also rewrites.
+ALTER TABLE memory_retention ADD COLUMN last_returned_at timestamptz NULL;
+
 -- Deleting entries clears the search context of neighbours that quoted them (memories::delete):
 -- only entries imported with context_turns have one, so that lookup reads them alone instead of
 -- the whole space, batch after batch of a retention run.
@@ -44,6 +50,12 @@ CREATE TABLE summarized_segments (
     PRIMARY KEY (user_id, space, conversation_id, last_turn_index)
 );
 CREATE INDEX summarized_segments_scope_closed ON summarized_segments (user_id, space, closed_at);
+
+-- The job goes through the spaces table: a space that so far only holds conversations gets its
+-- row (with the defaults) when a segment closes; these are the ones from before.
+INSERT INTO spaces (user_id, space)
+SELECT DISTINCT user_id, space FROM conversations
+ON CONFLICT DO NOTHING;
 
 -- Turns up to this index were deleted by retention (GetConversation says so); -1: none.
 ALTER TABLE conversations ADD COLUMN turns_deleted_through integer NOT NULL DEFAULT -1;

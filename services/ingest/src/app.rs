@@ -161,7 +161,7 @@ impl App {
             settings.retention.clone(),
             settings.memory.tombstone_ttl(),
             metrics.clone(),
-        );
+        )?;
         let server = GrpcServer::bind(&settings.grpc)
             .await?
             .watching_database(pool.clone());

@@ -22,10 +22,11 @@ use engram_core::retention::{DataRetention, DeletionReason, RetentionOverrides};
 use engram_core::{ConversationId, Scope};
 use engram_store::audit::{self, AuditAction};
 use engram_store::memories;
-use engram_store::retention::{self as store, EntryCutoffs, PreviewCounts, PreviewEntry};
+use engram_store::retention::{self as store, DueBy, EntryCutoffs, PreviewCounts, PreviewEntry};
 use engram_store::tombstones::{self, NewTombstone};
 use serde_json::json;
-use sqlx::PgPool;
+use sqlx::pool::PoolConnection;
+use sqlx::{PgPool, Postgres};
 use tokio::sync::watch;
 use uuid::Uuid;
 
@@ -54,6 +55,8 @@ pub struct SpaceRun {
     pub past_max_age: u64,
     pub inactive: u64,
     pub marked_inactive: u64,
+    /// Made active again because the space switched its inactivity rule off.
+    pub reactivated: u64,
 }
 
 impl SpaceRun {
@@ -67,6 +70,10 @@ impl SpaceRun {
 pub struct RunReport {
     pub started_at: DateTime<Utc>,
     pub spaces: Vec<(Scope, SpaceRun)>,
+    /// Spaces the run could not finish (the error is logged; the next run tries them again).
+    pub failed_spaces: u64,
+    /// The service began shutting down: the run stopped between two batches.
+    pub interrupted: bool,
     pub took: Duration,
 }
 
@@ -93,6 +100,46 @@ pub struct RetentionPreview {
     pub entries: Vec<PreviewEntry>,
 }
 
+/// The connection holding the run's session lock. Dropped without [`RunLock::release`] (a
+/// panic, a cancelled run), it closes the connection instead of returning it to the pool, so the
+/// lock never lingers in a pooled session.
+struct RunLock(Option<PoolConnection<Postgres>>);
+
+impl RunLock {
+    /// Takes the lock if no other session holds it.
+    async fn try_take(pool: &PgPool) -> Result<Option<Self>, IngestError> {
+        let mut connection = pool.acquire().await?;
+        let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1, $2)")
+            .bind(LOCK_CLASS)
+            .bind(LOCK_RETENTION)
+            .fetch_one(&mut *connection)
+            .await?;
+        Ok(locked.then_some(Self(Some(connection))))
+    }
+
+    async fn release(mut self) {
+        if let Some(mut connection) = self.0.take() {
+            let unlocked: Result<bool, _> = sqlx::query_scalar("SELECT pg_advisory_unlock($1, $2)")
+                .bind(LOCK_CLASS)
+                .bind(LOCK_RETENTION)
+                .fetch_one(&mut *connection)
+                .await;
+            if !matches!(unlocked, Ok(true)) {
+                // Closing the session is what surely releases the lock.
+                drop(connection.detach());
+            }
+        }
+    }
+}
+
+impl Drop for RunLock {
+    fn drop(&mut self) {
+        if let Some(connection) = self.0.take() {
+            drop(connection.detach());
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct RetentionJob {
     pool: PgPool,
@@ -113,20 +160,38 @@ impl std::fmt::Debug for RetentionJob {
 }
 
 impl RetentionJob {
+    /// Fails when a default is out of range (0 to 36,500 days).
     pub fn new(
         pool: PgPool,
         settings: RetentionSettings,
         tombstone_ttl: chrono::Duration,
         metrics: Arc<IngestMetrics>,
-    ) -> Self {
+    ) -> anyhow::Result<Self> {
+        for (name, days) in [
+            (
+                "retention.turn_retention_days",
+                settings.turn_retention_days,
+            ),
+            ("retention.max_age_days", settings.max_age_days),
+            (
+                "retention.inactive_after_days",
+                settings.inactive_after_days,
+            ),
+            (
+                "retention.inactive_grace_days",
+                settings.inactive_grace_days,
+            ),
+        ] {
+            engram_core::retention::check_days(name, days).map_err(anyhow::Error::msg)?;
+        }
         let days = settings.inactivity().days_below_per_stability_day();
-        Self {
+        Ok(Self {
             pool,
             seconds_per_stability_day: days.is_finite().then_some(days * 86_400.0),
             settings: Arc::new(settings),
             tombstone_ttl,
             metrics,
-        }
+        })
     }
 
     /// The rules every space follows unless it set its own.
@@ -145,7 +210,8 @@ impl RetentionJob {
         }
     }
 
-    /// Runs every `interval_secs` until `stop` turns true.
+    /// Runs every `interval_secs` until `stop` turns true (a run under way stops at its next
+    /// batch).
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         let interval = Duration::from_secs(self.settings.interval_secs.max(1));
         let mut ticks = tokio::time::interval_at(
@@ -158,56 +224,60 @@ impl RetentionJob {
                 _ = ticks.tick() => {}
                 _ = stop.changed() => return,
             }
-            match self.run_once(Utc::now()).await {
+            match self.run_until(Utc::now(), &stop).await {
                 Ok(Some(report)) => tracing::info!(
                     spaces = report.spaces.len(),
                     entries_deleted = report.entries_deleted(),
                     turns_deleted = report.turns_deleted(),
+                    failed_spaces = report.failed_spaces,
+                    interrupted = report.interrupted,
                     took_ms = report.took.as_millis() as u64,
-                    "retention run completed"
+                    "retention run ended"
                 ),
                 Ok(None) => tracing::debug!("retention run skipped: another replica is running it"),
                 Err(error) => tracing::warn!(%error, "retention run failed; the next one retries"),
+            }
+            if *stop.borrow() {
+                return;
             }
         }
     }
 
     /// One run over every space, judged at `now`; `None` when another run holds the lock.
-    #[tracing::instrument(skip_all, err(Display))]
     pub async fn run_once(&self, now: DateTime<Utc>) -> Result<Option<RunReport>, IngestError> {
-        // A session lock: held until unlocked or until the connection closes (a replica that dies
-        // mid-run releases it).
-        let mut lock = self.pool.acquire().await?;
-        let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1, $2)")
-            .bind(LOCK_CLASS)
-            .bind(LOCK_RETENTION)
-            .fetch_one(&mut *lock)
-            .await?;
-        if !locked {
+        let (_keep, never) = watch::channel(false);
+        self.run_until(now, &never).await
+    }
+
+    /// [`RetentionJob::run_once`], stopping between two batches once `stop` is true.
+    #[tracing::instrument(skip_all, err(Display))]
+    pub async fn run_until(
+        &self,
+        now: DateTime<Utc>,
+        stop: &watch::Receiver<bool>,
+    ) -> Result<Option<RunReport>, IngestError> {
+        // A session lock: held until released or until its connection closes (a replica that
+        // dies mid-run releases it).
+        let Some(lock) = RunLock::try_take(&self.pool).await? else {
             self.metrics.record_retention_run("skipped", None);
             return Ok(None);
-        }
+        };
         let started = Instant::now();
-        let result = self.run_locked(now).await;
-        let unlocked = sqlx::query("SELECT pg_advisory_unlock($1, $2)")
-            .bind(LOCK_CLASS)
-            .bind(LOCK_RETENTION)
-            .execute(&mut *lock)
-            .await;
-        if unlocked.is_err() {
-            // Never hand a session that may still hold the lock back to the pool: closing it
-            // releases the lock.
-            drop(lock.detach());
-        }
+        let result = self.run_locked(now, stop).await;
+        lock.release().await;
         match result {
-            Ok(spaces) => {
-                let took = started.elapsed();
-                self.metrics.record_retention_run("completed", Some(took));
-                Ok(Some(RunReport {
-                    started_at: now,
-                    spaces,
-                    took,
-                }))
+            Ok(mut report) => {
+                report.took = started.elapsed();
+                let outcome = if report.failed_spaces > 0 {
+                    "completed_with_failures"
+                } else if report.interrupted {
+                    "interrupted"
+                } else {
+                    "completed"
+                };
+                self.metrics
+                    .record_retention_run(outcome, Some(report.took));
+                Ok(Some(report))
             }
             Err(error) => {
                 self.metrics.record_retention_run("failed", None);
@@ -216,24 +286,43 @@ impl RetentionJob {
         }
     }
 
-    async fn run_locked(&self, now: DateTime<Utc>) -> Result<Vec<(Scope, SpaceRun)>, IngestError> {
+    async fn run_locked(
+        &self,
+        now: DateTime<Utc>,
+        stop: &watch::Receiver<bool>,
+    ) -> Result<RunReport, IngestError> {
         let defaults = self.defaults();
+        let mut report = RunReport {
+            started_at: now,
+            ..RunReport::default()
+        };
         let mut after: Option<Scope> = None;
-        let mut runs = Vec::new();
         loop {
             let page = store::spaces_page(&self.pool, after.as_ref(), SPACES_PAGE).await?;
             let Some(last) = page.last() else {
-                return Ok(runs);
+                return Ok(report);
             };
             after = Some(last.scope.clone());
             for space in &page {
-                let policy = space.overrides.resolve(&defaults);
-                if policy.is_off() {
-                    continue;
+                if *stop.borrow() {
+                    report.interrupted = true;
+                    return Ok(report);
                 }
-                let run = self.run_space(&space.scope, &policy, now).await?;
-                if !run.is_empty() {
-                    runs.push((space.scope.clone(), run));
+                let policy = space.overrides.resolve(&defaults);
+                // One space's failure (a statement timeout, say) must not hold back the others;
+                // the next run tries it again.
+                match self.run_space(&space.scope, &policy, now, stop).await {
+                    Ok(run) if run.is_empty() => {}
+                    Ok(run) => report.spaces.push((space.scope.clone(), run)),
+                    Err(error) => {
+                        report.failed_spaces += 1;
+                        tracing::warn!(
+                            %error,
+                            user_id = %space.scope.user_id,
+                            space = %space.scope.space,
+                            "retention of a space failed; the next run retries it"
+                        );
+                    }
                 }
             }
         }
@@ -244,15 +333,20 @@ impl RetentionJob {
         scope: &Scope,
         policy: &DataRetention,
         now: DateTime<Utc>,
+        stop: &watch::Receiver<bool>,
     ) -> Result<SpaceRun, IngestError> {
         let mut run = SpaceRun::default();
         let batch = self.settings.batch.max(1);
+        let go_on = |taken: usize| taken as i64 >= batch && !*stop.borrow();
         if let Some(closed_before) = policy.cutoffs(now).turns_closed_before {
-            loop {
-                let done = self
-                    .delete_turns(scope, closed_before, batch, &mut run)
-                    .await?;
-                if done < batch {
+            // A batch of `batch` segments may span fewer conversations, so the phase goes on
+            // until a batch finds nothing due (each one removes the segments it took).
+            while self
+                .delete_turns(scope, closed_before, batch, &mut run)
+                .await?
+                > 0
+            {
+                if *stop.borrow() {
                     break;
                 }
                 self.pause().await;
@@ -260,44 +354,61 @@ impl RetentionJob {
         }
         let cutoffs = self.cutoffs(policy, now);
         if let Some(created_before) = cutoffs.created_before {
+            let mut cursor = None;
             loop {
-                let (deleted, taken) = self
-                    .delete_entries(scope, DeletionReason::Age, created_before, batch)
+                let (deleted, taken, next) = self
+                    .delete_entries(scope, DeletionReason::Age, created_before, cursor, batch)
                     .await?;
                 run.past_max_age += deleted as u64;
-                if (taken as i64) < batch {
+                cursor = next;
+                if !go_on(taken) {
                     break;
                 }
                 self.pause().await;
             }
         }
         if let Some(inactive_before) = cutoffs.inactive_before {
+            let mut cursor = None;
             loop {
-                let (deleted, taken) = self
-                    .delete_entries(scope, DeletionReason::Inactive, inactive_before, batch)
+                let (deleted, taken, next) = self
+                    .delete_entries(
+                        scope,
+                        DeletionReason::Inactive,
+                        inactive_before,
+                        cursor,
+                        batch,
+                    )
                     .await?;
                 run.inactive += deleted as u64;
-                if (taken as i64) < batch {
+                cursor = next;
+                if !go_on(taken) {
                     break;
                 }
                 self.pause().await;
             }
         }
         if cutoffs.unused_since.is_some() {
+            let mut cursor = None;
             loop {
                 let mut transaction =
                     engram_store::begin_with_spaces_locked(&self.pool, [scope]).await?;
-                let marked =
-                    store::mark_inactive(&mut transaction, scope, &cutoffs, now, batch).await?;
+                let (marked, next) =
+                    store::mark_inactive(&mut transaction, scope, &cutoffs, now, cursor, batch)
+                        .await?;
                 transaction.commit().await?;
                 run.marked_inactive += marked.len() as u64;
                 self.metrics
                     .record_retention_marked_inactive(marked.len() as u64);
-                if (marked.len() as i64) < batch {
+                cursor = next;
+                if !go_on(marked.len()) {
                     break;
                 }
                 self.pause().await;
             }
+        } else {
+            // Without the rule nothing is inactive (the space switched it off).
+            let mut connection = self.pool.acquire().await?;
+            run.reactivated = store::reactivate_all(&mut connection, scope).await?;
         }
         if !run.is_empty() {
             let mut connection = self.pool.acquire().await?;
@@ -316,6 +427,7 @@ impl RetentionJob {
                     },
                     "conversations_with_turns_deleted": run.conversations,
                     "marked_inactive": run.marked_inactive,
+                    "reactivated": run.reactivated,
                 }),
             )
             .await?;
@@ -329,14 +441,15 @@ impl RetentionJob {
         }
     }
 
-    /// One batch of summarized turns; returns how many conversations it took.
+    /// One batch of summarized turns (the `batch` oldest due segments); returns how many
+    /// conversations it took (0: nothing was due any more).
     async fn delete_turns(
         &self,
         scope: &Scope,
         closed_before: DateTime<Utc>,
         batch: i64,
         run: &mut SpaceRun,
-    ) -> Result<i64, IngestError> {
+    ) -> Result<usize, IngestError> {
         let mut transaction = engram_store::begin_with_spaces_locked(&self.pool, [scope]).await?;
         let deleted =
             store::delete_summarized_turns(&mut transaction, scope, closed_before, batch).await?;
@@ -351,6 +464,7 @@ impl RetentionJob {
                     "reason": DeletionReason::TurnsSummarized.as_str(),
                     "turns": conversation.turns,
                     "through_turn_index": conversation.through,
+                    "episode_excerpts_cleared": conversation.excerpts_cleared,
                 }),
             )
             .await?;
@@ -361,31 +475,29 @@ impl RetentionJob {
         run.conversations += deleted.iter().filter(|deleted| deleted.turns > 0).count() as u64;
         self.metrics
             .record_retention_deleted(DeletionReason::TurnsSummarized, turns as u64);
-        Ok(deleted.len() as i64)
+        Ok(deleted.len())
     }
 
-    /// One batch of entries due for `reason` before `cutoff`: how many were deleted, and how many
-    /// were selected (a row gone between the selection and the delete, to a concurrent Forget,
-    /// is not found again by the next batch).
+    /// One batch of entries due for `reason` before `cutoff`, after `cursor`: how many were
+    /// deleted, how many were taken, and where the next batch starts.
     async fn delete_entries(
         &self,
         scope: &Scope,
         reason: DeletionReason,
         cutoff: DateTime<Utc>,
+        cursor: store::Cursor,
         batch: i64,
-    ) -> Result<(usize, usize), IngestError> {
+    ) -> Result<(usize, usize, store::Cursor), IngestError> {
         let mut transaction = engram_store::begin_with_spaces_locked(&self.pool, [scope]).await?;
-        let due: Vec<Uuid> = match reason {
-            DeletionReason::Age => {
-                store::due_for_age(&mut transaction, scope, cutoff, batch).await?
-            }
-            DeletionReason::Inactive => {
-                store::due_for_inactive_deletion(&mut transaction, scope, cutoff, batch).await?
-            }
-            DeletionReason::TurnsSummarized => Vec::new(),
+        let rule = match reason {
+            DeletionReason::Age => DueBy::Age,
+            DeletionReason::Inactive => DueBy::Inactivity,
+            DeletionReason::TurnsSummarized => return Ok((0, 0, cursor)),
         };
+        let (due, next) =
+            store::due_for_deletion(&mut transaction, scope, rule, cutoff, cursor, batch).await?;
         if due.is_empty() {
-            return Ok((0, 0));
+            return Ok((0, 0, cursor));
         }
         let deleted = memories::delete(&mut transaction, scope, &due).await?;
         let expires_at = (Utc::now() + self.tombstone_ttl).trunc_subsecs(6);
@@ -417,7 +529,7 @@ impl RetentionJob {
         transaction.commit().await?;
         self.metrics
             .record_retention_deleted(reason, deleted.len() as u64);
-        Ok((deleted.len(), due.len()))
+        Ok((deleted.len(), due.len(), next))
     }
 
     /// What a run now would do to the space (PreviewRetention). Reads only.

@@ -237,7 +237,6 @@ mod tests {
             inactive_grace_days: Some(7),
             ..Default::default()
         };
-        assert!(retention.is_off());
         assert_eq!(retention.cutoffs(Utc::now()).inactive_before, None);
     }
 

@@ -468,11 +468,28 @@ impl Recall {
                 latency_retrieval_ms: elapsed_ms(started),
                 error_stage: None,
             };
-            let reviewed: Vec<Uuid> = retrieval.episodic.iter().map(|m| m.record.id).collect();
+            // An inactive episode shown because the request asked for inactive entries is not
+            // put up for review: browsing them is not using them, and a review would make it
+            // active again.
+            let reviewed: Vec<Uuid> = retrieval
+                .episodic
+                .iter()
+                .filter(|m| m.record.inactive_since.is_none())
+                .map(|m| m.record.id)
+                .collect();
             *stage = "record";
             self.record(request, &retrieval, metrics, reviewed, now)
                 .await?;
         }
+        // What a retrieval returns is in use: retention's inactivity rule leaves it alone.
+        // ContextPreRetrieve, which records nothing else, notes this too.
+        let returned: Vec<Uuid> = retrieval
+            .semantic
+            .iter()
+            .chain(&retrieval.episodic)
+            .map(|m| m.record.id)
+            .collect();
+        engram_store::retention::note_returned(&self.pool, &request.scope, &returned, now).await?;
         Ok(retrieval)
     }
 

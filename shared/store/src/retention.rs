@@ -35,10 +35,10 @@ macro_rules! due_for_inactive_deletion {
     };
 }
 
-/// SQL: entry `m` (with its `memory_retention` row `r`) is active, neither pinned nor saved, and
-/// unused since before `$unused_since`: nothing returned, repeated or changed it since
-/// (`last_scored_at` is refreshed when a retrieval returns the entry, at most an hour stale, and
-/// by every write of it), and
+/// SQL: entry `m` (with its `memory_retention` row `r`) is active, neither pinned nor saved,
+/// created before `$unused_since` and unused since then: no retrieval returned it
+/// (`r.last_returned_at`, at most a day stale) and no write touched it (`m.updated_at`: create,
+/// merge, pin, review), and
 /// - an episode: its retrievability has been below the threshold since before then, i.e. its
 ///   last review is more than `stability * $seconds_per_stability_day` seconds before it;
 /// - a fact: never said again and of importance below `$fact_importance_below`.
@@ -46,7 +46,9 @@ macro_rules! becoming_inactive {
     ($unused_since:literal, $seconds_per_stability_day:literal, $fact_importance_below:literal) => {
         concat!(
             "COALESCE(m.inactive_since IS NULL AND NOT m.pinned AND NOT m.manually_saved \
-               AND GREATEST(r.last_scored_at, m.updated_at) < ",
+               AND m.created_at < ",
+            $unused_since,
+            "::timestamptz AND GREATEST(r.last_returned_at, m.updated_at) < ",
             $unused_since,
             "::timestamptz AND CASE WHEN m.kind = 'episodic' \
                  THEN extract(epoch FROM ",
@@ -146,114 +148,152 @@ pub struct DeletedTurns {
     /// Every turn up to this index is gone.
     pub through: i32,
     pub turns: i64,
+    /// Episodes of the conversation whose verbatim excerpt (`messages`) was cleared with them.
+    pub excerpts_cleared: i64,
 }
 
-/// Deletes the raw turns of segments closed before `closed_before` in up to `conversations`
-/// conversations of the space (their turn embeddings go with them), forgets those segments, and
-/// records on each conversation how far its turns are gone. Episodes are not touched.
+/// Deletes the raw turns of the (up to) `segments` oldest segments of the space closed before
+/// `closed_before` (their turn embeddings go with them) and forgets those segments; records on
+/// each conversation how far its turns are gone. The episodes stay, less their verbatim excerpt
+/// of the deleted turns (`messages` emptied): the summary is what is kept. Returns one row per
+/// conversation touched.
 pub async fn delete_summarized_turns(
     connection: &mut PgConnection,
     scope: &Scope,
     closed_before: DateTime<Utc>,
-    conversations: i64,
+    segments: i64,
 ) -> Result<Vec<DeletedTurns>, StoreError> {
-    let deleted = sqlx::query_as(concat!(
-        "WITH due AS MATERIALIZED (",
-        summarized_turns_due!("$3"),
-        " ORDER BY conversation_id LIMIT $4), \
+    // Oldest segments first, through the (user, space, closed_at) index; a conversation's later
+    // segments close later, so its picked ones cover every earlier turn.
+    let deleted = sqlx::query_as(
+        "WITH picked AS MATERIALIZED ( \
+             SELECT conversation_id, last_turn_index FROM summarized_segments \
+             WHERE user_id = $1 AND space = $2 AND closed_at < $3 \
+             ORDER BY closed_at LIMIT $4), \
+         due AS MATERIALIZED ( \
+             SELECT conversation_id, max(last_turn_index) AS through FROM picked GROUP BY conversation_id), \
          deleted AS ( \
              DELETE FROM conversation_turns t USING due \
              WHERE t.user_id = $1 AND t.space = $2 AND t.conversation_id = due.conversation_id \
                AND t.turn_index <= due.through \
-             RETURNING t.conversation_id), \
+             RETURNING t.conversation_id, t.spoken_at), \
+         deleted_by_conversation AS MATERIALIZED ( \
+             SELECT conversation_id, count(*) AS turns, max(spoken_at) AS last_spoken \
+             FROM deleted GROUP BY conversation_id), \
          segments_done AS ( \
              DELETE FROM summarized_segments s USING due \
              WHERE s.user_id = $1 AND s.space = $2 AND s.conversation_id = due.conversation_id \
                AND s.last_turn_index <= due.through), \
          progress AS ( \
              UPDATE conversations c SET turns_deleted_through = GREATEST(c.turns_deleted_through, due.through) \
-             FROM due WHERE c.user_id = $1 AND c.space = $2 AND c.conversation_id = due.conversation_id) \
-         SELECT due.conversation_id, due.through, \
-                (SELECT count(*) FROM deleted d WHERE d.conversation_id = due.conversation_id) AS turns \
-         FROM due ORDER BY due.conversation_id"
-    ))
+             FROM due WHERE c.user_id = $1 AND c.space = $2 AND c.conversation_id = due.conversation_id), \
+         excerpts AS ( \
+             UPDATE memories m SET messages = '[]'::jsonb \
+             FROM deleted_by_conversation d \
+             WHERE m.user_id = $1 AND m.space = $2 AND m.kind = 'episodic' \
+               AND m.conversation_id = d.conversation_id AND m.end_at <= d.last_spoken \
+               AND m.messages <> '[]'::jsonb \
+             RETURNING m.conversation_id), \
+         excerpts_by_conversation AS ( \
+             SELECT conversation_id, count(*) AS cleared FROM excerpts GROUP BY conversation_id) \
+         SELECT due.conversation_id, due.through, COALESCE(d.turns, 0) AS turns, \
+                COALESCE(e.cleared, 0) AS excerpts_cleared \
+         FROM due LEFT JOIN deleted_by_conversation d USING (conversation_id) \
+              LEFT JOIN excerpts_by_conversation e USING (conversation_id) \
+         ORDER BY due.conversation_id",
+    )
     .bind(scope.user_id.as_uuid())
     .bind(scope.space.as_str())
     .bind(closed_before)
-    .bind(conversations)
+    .bind(segments)
     .fetch_all(connection)
     .await?;
     Ok(deleted)
 }
 
-/// The oldest entries of the space past the maximum age, up to `limit`.
-pub async fn due_for_age(
-    connection: &mut PgConnection,
-    scope: &Scope,
-    created_before: DateTime<Utc>,
-    limit: i64,
-) -> Result<Vec<Uuid>, StoreError> {
-    let ids = sqlx::query_scalar(concat!(
-        "SELECT m.id FROM memories m \
-         WHERE m.user_id = $1 AND m.space = $2 AND m.created_at < $3 AND ",
-        due_for_age!("$3"),
-        " ORDER BY m.created_at, m.id LIMIT $4"
-    ))
-    .bind(scope.user_id.as_uuid())
-    .bind(scope.space.as_str())
-    .bind(created_before)
-    .bind(limit)
-    .fetch_all(connection)
-    .await?;
-    Ok(ids)
+/// Where a phase of a run got to in a space: the next batch starts after this (ordering key,
+/// id), so no batch reads again what an earlier one passed over.
+pub type Cursor = Option<(DateTime<Utc>, Uuid)>;
+
+/// The next batch's rows, and the cursor after them.
+fn advance(rows: Vec<(Uuid, DateTime<Utc>)>) -> (Vec<Uuid>, Cursor) {
+    let cursor = rows.last().map(|(id, key)| (*key, *id));
+    (rows.into_iter().map(|(id, _)| id).collect(), cursor)
 }
 
-/// The entries of the space inactive for longer than the grace period, longest first, up to
-/// `limit`.
-pub async fn due_for_inactive_deletion(
-    connection: &mut PgConnection,
-    scope: &Scope,
-    inactive_before: DateTime<Utc>,
-    limit: i64,
-) -> Result<Vec<Uuid>, StoreError> {
-    let ids = sqlx::query_scalar(concat!(
-        "SELECT m.id FROM memories m \
-         WHERE m.user_id = $1 AND m.space = $2 AND m.inactive_since < $3 AND ",
-        due_for_inactive_deletion!("$3"),
-        " ORDER BY m.inactive_since, m.id LIMIT $4"
-    ))
-    .bind(scope.user_id.as_uuid())
-    .bind(scope.space.as_str())
-    .bind(inactive_before)
-    .bind(limit)
-    .fetch_all(connection)
-    .await?;
-    Ok(ids)
+/// Which deletion rule a batch applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DueBy {
+    /// Created before the cutoff (oldest first).
+    Age,
+    /// Inactive since before the cutoff (longest first).
+    Inactivity,
 }
 
-/// Marks up to `limit` unused entries of the space inactive as of `now`; returns their ids.
-/// Rows a writer holds are skipped (the next run sees them again).
+/// The next `limit` entries of the space due by `rule` before `cutoff`, after `after`, locked
+/// for the transaction: a concurrent pin, review or merge is waited for, then seen (the
+/// condition is checked again on the row as it is then).
+pub async fn due_for_deletion(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    rule: DueBy,
+    cutoff: DateTime<Utc>,
+    after: Cursor,
+    limit: i64,
+) -> Result<(Vec<Uuid>, Cursor), StoreError> {
+    let sql = match rule {
+        DueBy::Age => concat!(
+            "SELECT m.id, m.created_at FROM memories m \
+             WHERE m.user_id = $1 AND m.space = $2 AND m.created_at < $3 \
+               AND ($4::timestamptz IS NULL OR (m.created_at, m.id) > ($4, $5)) AND ",
+            due_for_age!("$3"),
+            " ORDER BY m.created_at, m.id LIMIT $6 FOR UPDATE OF m"
+        ),
+        DueBy::Inactivity => concat!(
+            "SELECT m.id, m.inactive_since FROM memories m \
+             WHERE m.user_id = $1 AND m.space = $2 AND m.inactive_since < $3 \
+               AND ($4::timestamptz IS NULL OR (m.inactive_since, m.id) > ($4, $5)) AND ",
+            due_for_inactive_deletion!("$3"),
+            " ORDER BY m.inactive_since, m.id LIMIT $6 FOR UPDATE OF m"
+        ),
+    };
+    let (after_key, after_id) = after.unzip();
+    let rows: Vec<(Uuid, DateTime<Utc>)> = sqlx::query_as(sql)
+        .bind(scope.user_id.as_uuid())
+        .bind(scope.space.as_str())
+        .bind(cutoff)
+        .bind(after_key)
+        .bind(after_id)
+        .bind(limit)
+        .fetch_all(connection)
+        .await?;
+    Ok(advance(rows))
+}
+
+/// Marks up to `limit` unused entries of the space after `after` inactive as of `now` (oldest
+/// first, through the (user, space, created_at) index: an unused entry was created before the
+/// cutoff). Rows a writer holds are skipped (the next run sees them again).
 pub async fn mark_inactive(
     connection: &mut PgConnection,
     scope: &Scope,
     cutoffs: &EntryCutoffs,
     now: DateTime<Utc>,
+    after: Cursor,
     limit: i64,
-) -> Result<Vec<Uuid>, StoreError> {
+) -> Result<(Vec<Uuid>, Cursor), StoreError> {
     let Some(unused_since) = cutoffs.unused_since else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), None));
     };
-    // Read through memory_retention's (user, space, last_scored_at) index: an unused entry's
-    // score was last written before the cutoff (or never).
-    let ids = sqlx::query_scalar(concat!(
+    let (after_key, after_id) = after.unzip();
+    let rows: Vec<(Uuid, DateTime<Utc>)> = sqlx::query_as(concat!(
         "UPDATE memories target SET inactive_since = $6 FROM ( \
-             SELECT m.id FROM memory_retention r JOIN memories m ON m.id = r.memory_id \
-             WHERE r.user_id = $1 AND r.space = $2 AND NOT r.protected \
-               AND (r.last_scored_at IS NULL OR r.last_scored_at < $3) \
-               AND m.user_id = $1 AND m.space = $2 AND ",
+             SELECT m.id FROM memories m JOIN memory_retention r ON r.memory_id = m.id \
+             WHERE m.user_id = $1 AND m.space = $2 AND m.created_at < $3 \
+               AND ($7::timestamptz IS NULL OR (m.created_at, m.id) > ($7, $8)) AND ",
         becoming_inactive!("$3", "$4", "$5"),
-        " ORDER BY m.id LIMIT $7 FOR UPDATE OF m SKIP LOCKED) due \
-         WHERE target.id = due.id RETURNING target.id"
+        " ORDER BY m.created_at, m.id LIMIT $9 FOR UPDATE OF m SKIP LOCKED) due \
+         WHERE target.user_id = $1 AND target.space = $2 AND target.id = due.id \
+         RETURNING target.id, target.created_at"
     ))
     .bind(scope.user_id.as_uuid())
     .bind(scope.space.as_str())
@@ -261,10 +301,61 @@ pub async fn mark_inactive(
     .bind(cutoffs.seconds_per_stability_day)
     .bind(cutoffs.fact_importance_below)
     .bind(now)
+    .bind(after_key)
+    .bind(after_id)
     .bind(limit)
     .fetch_all(connection)
     .await?;
-    Ok(ids)
+    let mut rows = rows;
+    rows.sort_by_key(|(id, created_at)| (*created_at, *id));
+    Ok(advance(rows))
+}
+
+/// Makes every inactive entry of the space active again (its inactivity rule was switched off:
+/// nothing is inactive without it). Returns how many.
+pub async fn reactivate_all(
+    connection: &mut PgConnection,
+    scope: &Scope,
+) -> Result<u64, StoreError> {
+    let result = sqlx::query(
+        "UPDATE memories SET inactive_since = NULL \
+         WHERE user_id = $1 AND space = $2 AND inactive_since IS NOT NULL",
+    )
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .execute(connection)
+    .await?;
+    Ok(result.rows_affected())
+}
+
+/// How long a retrieval's note that it returned an entry stays good enough: it is rewritten only
+/// when older, so a busy entry costs at most one write a day. The inactivity rule counts in days.
+const RETURNED_REFRESH_SECS: f64 = 86_400.0;
+
+/// Notes that a retrieval returned these entries of the space at `now` (see
+/// [`RETURNED_REFRESH_SECS`]): they are in use, so the inactivity rule leaves them alone.
+pub async fn note_returned(
+    pool: &PgPool,
+    scope: &Scope,
+    ids: &[Uuid],
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "UPDATE memory_retention SET last_returned_at = $4 \
+         WHERE user_id = $1 AND space = $2 AND memory_id = ANY($3) \
+           AND (last_returned_at IS NULL OR last_returned_at < $4 - make_interval(secs => $5))",
+    )
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(ids)
+    .bind(now)
+    .bind(RETURNED_REFRESH_SECS)
+    .execute(pool)
+    .await?;
+    Ok(())
 }
 
 /// What a run would do to a space (counts), as [`preview`] reports it.

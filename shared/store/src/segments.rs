@@ -129,7 +129,8 @@ pub async fn lock_progress(
 }
 
 /// Records that every turn up to `through` is in a closed segment (an explicit close it covered
-/// is done), and starts the retention clock of those turns (`summarized_segments`).
+/// is done), and starts the retention clock of those turns (`summarized_segments`; the space
+/// gets its settings row, which the retention job goes through, if it had none).
 pub async fn mark_segmented(
     connection: &mut PgConnection,
     scope: &Scope,
@@ -142,7 +143,10 @@ pub async fn mark_segmented(
                  close_requested_through = CASE WHEN close_requested_through <= $4 THEN NULL \
                                                 ELSE close_requested_through END \
              WHERE user_id = $1 AND space = $2 AND conversation_id = $3 \
-             RETURNING user_id) \
+             RETURNING user_id), \
+         space_row AS ( \
+             INSERT INTO spaces (user_id, space) SELECT $1, $2 FROM progress \
+             ON CONFLICT DO NOTHING) \
          INSERT INTO summarized_segments (user_id, space, conversation_id, last_turn_index) \
          SELECT $1, $2, $3, $4 FROM progress \
          ON CONFLICT DO NOTHING",

@@ -894,7 +894,7 @@ async fn retention(
         settings.retention.clone(),
         settings.memory.tombstone_ttl(),
         Arc::new(engram_ingest::metrics::IngestMetrics::default()),
-    );
+    )?;
     eprintln!("one retention run, under the same load");
     let run = tokio::spawn(async move { job.run_once(chrono::Utc::now()).await });
     let mut during = Measurement {

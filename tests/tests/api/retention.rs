@@ -123,6 +123,18 @@ fn imported_episode(
     }
 }
 
+/// Backdates every entry of the space's last write by `days` (as if imported then).
+async fn untouched_for(sandbox: &Sandbox, scope: &v1::Scope, days: i32) {
+    sqlx::query(
+        "UPDATE memories SET updated_at = now() - make_interval(days => $2) WHERE user_id = $1::uuid",
+    )
+    .bind(&scope.user_id)
+    .bind(days)
+    .execute(&sandbox.pool)
+    .await
+    .unwrap();
+}
+
 fn ids(memories: &[v1::Memory]) -> HashSet<String> {
     memories.iter().map(|memory| memory.id.clone()).collect()
 }
@@ -307,13 +319,27 @@ async fn summarized_turns_are_deleted_after_the_window_and_their_episode_stays()
     assert_eq!(state.turn_count, 5);
     let kept: Vec<u32> = state.turns.iter().map(|turn| turn.turn_index).collect();
     assert_eq!(kept, vec![4], "the open segment's turn stays");
-    let left = ids(&entries(&mut sandbox, &chat.scope).await);
-    assert!(left.contains(&episodes[0].id), "the episode stays");
+    assert!(
+        !episodes[0].messages.is_empty(),
+        "the episode kept an excerpt of its turns"
+    );
+    let listed = entries(&mut sandbox, &chat.scope).await;
+    let episode = listed
+        .iter()
+        .find(|m| m.id == episodes[0].id)
+        .expect("the episode stays");
+    assert_eq!(episode.title, episodes[0].title);
+    assert_eq!(episode.text, episodes[0].text);
+    assert!(
+        episode.messages.is_empty(),
+        "its verbatim excerpt of the deleted turns goes with them"
+    );
     let deleted = audited(&mut sandbox, &chat.scope, v1::AuditAction::RetentionDelete).await;
     assert_eq!(deleted.len(), 1);
     assert_eq!(deleted[0].conversation_id, chat.id);
     assert_eq!(detail(&deleted[0])["reason"], "TURNS_SUMMARIZED");
     assert_eq!(detail(&deleted[0])["turns"], 4);
+    assert_eq!(detail(&deleted[0])["episode_excerpts_cleared"], 1);
     let runs = audited(&mut sandbox, &chat.scope, v1::AuditAction::RetentionRun).await;
     assert_eq!(runs.len(), 1);
     assert_eq!(detail(&runs[0])["deleted"]["TURNS_SUMMARIZED"], 4);
@@ -425,6 +451,8 @@ async fn unused_entries_become_inactive_and_are_deleted_after_the_grace_period()
             },
             // Stable: still likely recalled.
             imported_episode("stable", "the Lisbon conference", 5_000.0, 200),
+            // Faded, but a retrieval returns it below: in use.
+            imported_episode("returned", "the Porto ferry ride", 1.0, 200),
             v1::ImportedMemory {
                 importance: Some(0.2),
                 ..imported_fact("plain", "The user once tried a Lisbon custard tart", 200)
@@ -437,13 +465,7 @@ async fn unused_entries_become_inactive_and_are_deleted_after_the_grace_period()
     )
     .await;
     // Imported 60 days ago, and nothing returned them since.
-    sqlx::query(
-        "UPDATE memories SET updated_at = now() - interval '60 days' WHERE user_id = $1::uuid",
-    )
-    .bind(&scope.user_id)
-    .execute(&sandbox.pool)
-    .await
-    .unwrap();
+    untouched_for(&sandbox, &scope, 60).await;
     let by_title: HashMap<String, v1::Memory> = entries(&mut sandbox, &scope)
         .await
         .into_iter()
@@ -457,6 +479,19 @@ async fn unused_entries_become_inactive_and_are_deleted_after_the_grace_period()
         })
         .collect();
     let id = |key: &str| by_title[key].id.clone();
+    let ferry = retrieve(
+        &mut sandbox,
+        v1::RetrieveMemoryRequest {
+            scope: Some(scope.clone()),
+            query: "Porto ferry".into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(
+        ferry.episodic[0].memory.as_ref().unwrap().id,
+        id("the Porto ferry ride")
+    );
 
     let previewed = preview(&mut sandbox, &scope).await;
     assert_eq!(previewed.entries_becoming_inactive, 3);
@@ -573,6 +608,7 @@ async fn unused_entries_become_inactive_and_are_deleted_after_the_grace_period()
         "the Lisbon flat viewing",
         "the Lisbon wedding",
         "the Lisbon conference",
+        "the Porto ferry ride",
         "The user is allergic to Lisbon's pollen",
     ] {
         assert!(left.contains(&id(kept)), "{kept} stays");
@@ -617,6 +653,28 @@ async fn two_runs_started_together_delete_each_row_once() {
     }
     let previewed = preview(&mut sandbox, &scope).await;
     assert_eq!(previewed.entries_past_max_age, 1_200);
+
+    // While another session holds the run's lock (another replica mid-run), a run skips.
+    let mut other_replica = sandbox.pool.acquire().await.unwrap();
+    let held: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1, 1)")
+        .bind(0x656e_6772_i32)
+        .fetch_one(&mut *other_replica)
+        .await
+        .unwrap();
+    assert!(held);
+    assert!(
+        sandbox
+            .retention
+            .run_once(Utc::now())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(
+        preview(&mut sandbox, &scope).await.entries_past_max_age,
+        1_200
+    );
+    drop(other_replica.detach());
 
     let (first, second) = (sandbox.retention.clone(), sandbox.retention.clone());
     let now = Utc::now();
@@ -715,4 +773,53 @@ async fn forgetting_a_conversation_reaches_facts_of_episodes_retention_deleted()
     assert!(entries(&mut sandbox, &chat.scope).await.is_empty());
     let state = chat.state(&mut sandbox).await;
     assert_eq!(state.turns_deleted_through, 3);
+}
+
+/// A space that switches its inactivity rule off has nothing inactive any more.
+#[tokio::test]
+async fn switching_the_inactivity_rule_off_makes_entries_active_again() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("home");
+    import(
+        &mut sandbox,
+        &scope,
+        vec![v1::ImportedMemory {
+            importance: Some(0.2),
+            ..imported_fact("plain", "The user once bought a blue umbrella", 200)
+        }],
+    )
+    .await;
+    untouched_for(&sandbox, &scope, 120).await;
+    let report = run(&sandbox, Utc::now()).await;
+    assert_eq!(
+        report.spaces[0].1.marked_inactive, 1,
+        "the default rule: 90 days"
+    );
+    assert!(
+        entries(&mut sandbox, &scope).await[0]
+            .inactive_since
+            .is_some()
+    );
+
+    set_retention(
+        &mut sandbox,
+        &scope,
+        v1::RetentionPolicy {
+            inactive_after_days: days(0),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(
+        preview(&mut sandbox, &scope)
+            .await
+            .inactive_entries_past_grace,
+        0
+    );
+    let report = run(&sandbox, Utc::now() + Duration::days(365)).await;
+    assert_eq!(report.spaces[0].1.reactivated, 1);
+    assert_eq!(report.entries_deleted(), 0);
+    let listed = entries(&mut sandbox, &scope).await;
+    assert_eq!(listed.len(), 1);
+    assert!(listed[0].inactive_since.is_none());
 }
