@@ -40,6 +40,8 @@ pub struct RetentionSettings {
     pub batch: i64,
     /// Pause after each batch, so a long run leaves room for requests.
     pub batch_pause_ms: u64,
+    /// Spaces worked on at once (each on its own connection).
+    pub concurrency: usize,
     pub turn_retention_days: u32,
     pub max_age_days: u32,
     pub inactive_after_days: u32,
@@ -278,6 +280,7 @@ impl IngestSettings {
             ("retention.interval_secs", 3_600i64.into()),
             ("retention.batch", 500i64.into()),
             ("retention.batch_pause_ms", 0i64.into()),
+            ("retention.concurrency", 2i64.into()),
             // Raw turns: the summarized form (the episode) is what is kept for long.
             ("retention.turn_retention_days", 180i64.into()),
             // Off: nothing is deleted for its age alone unless a space asks for it.

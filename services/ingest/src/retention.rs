@@ -22,8 +22,11 @@ use engram_core::retention::{DataRetention, DeletionReason, RetentionOverrides};
 use engram_core::{ConversationId, Scope};
 use engram_store::audit::{self, AuditAction};
 use engram_store::memories;
-use engram_store::retention::{self as store, DueBy, EntryCutoffs, PreviewCounts, PreviewEntry};
+use engram_store::retention::{
+    self as store, DueBy, EntryCutoffs, PreviewCounts, PreviewEntry, SpaceCutoffs, SpaceWork,
+};
 use engram_store::tombstones::{self, NewTombstone};
+use futures::StreamExt as _;
 use serde_json::json;
 use sqlx::pool::PoolConnection;
 use sqlx::{PgPool, Postgres};
@@ -298,28 +301,54 @@ impl RetentionJob {
         };
         let mut after: Option<Scope> = None;
         loop {
+            if *stop.borrow() {
+                report.interrupted = true;
+                return Ok(report);
+            }
             let page = store::spaces_page(&self.pool, after.as_ref(), SPACES_PAGE).await?;
             let Some(last) = page.last() else {
                 return Ok(report);
             };
             after = Some(last.scope.clone());
-            for space in &page {
-                if *stop.borrow() {
-                    report.interrupted = true;
-                    return Ok(report);
+            let policies: Vec<DataRetention> = page
+                .iter()
+                .map(|space| space.overrides.resolve(&defaults))
+                .collect();
+            let cutoffs: Vec<SpaceCutoffs<'_>> = page
+                .iter()
+                .zip(&policies)
+                .map(|(space, policy)| SpaceCutoffs {
+                    scope: &space.scope,
+                    turns_closed_before: policy.cutoffs(now).turns_closed_before,
+                    entries: self.cutoffs(policy, now),
+                })
+                .collect();
+            let work = store::work_due(&self.pool, &cutoffs).await?;
+            // The spaces with something to do, a few at a time (each on its own connection).
+            // The futures are gathered first: a stream over the iterator's closures would not
+            // be Send across the await.
+            let mut due = Vec::new();
+            for (space, work) in cutoffs.iter().zip(work) {
+                if work.any() {
+                    due.push(self.scoped_run(space, work, now, stop));
                 }
-                let policy = space.overrides.resolve(&defaults);
-                // One space's failure (a statement timeout, say) must not hold back the others;
-                // the next run tries it again.
-                match self.run_space(&space.scope, &policy, now, stop).await {
+            }
+            let runs: Vec<(&Scope, Result<SpaceRun, IngestError>)> = futures::stream::iter(due)
+                .buffer_unordered(self.settings.concurrency.max(1))
+                .collect()
+                .await;
+            for (scope, run) in runs {
+                match run {
                     Ok(run) if run.is_empty() => {}
-                    Ok(run) => report.spaces.push((space.scope.clone(), run)),
+                    Ok(run) => report.spaces.push((scope.clone(), run)),
+                    // One space's failure (a statement timeout, say) must not hold back the
+                    // others; the next run tries it again.
                     Err(error) => {
                         report.failed_spaces += 1;
                         tracing::warn!(
                             %error,
-                            user_id = %space.scope.user_id,
-                            space = %space.scope.space,
+                            user_id = %scope.user_id,
+                            space = %scope.space,
                             "retention of a space failed; the next run retries it"
                         );
                     }
@@ -328,17 +357,30 @@ impl RetentionJob {
         }
     }
 
+    async fn scoped_run<'a>(
+        &self,
+        space: &'a SpaceCutoffs<'a>,
+        work: SpaceWork,
+        now: DateTime<Utc>,
+        stop: &watch::Receiver<bool>,
+    ) -> (&'a Scope, Result<SpaceRun, IngestError>) {
+        (space.scope, self.run_space(space, work, now, stop).await)
+    }
+
+    /// The steps `work` says have something to do in one space.
     async fn run_space(
         &self,
-        scope: &Scope,
-        policy: &DataRetention,
+        space: &SpaceCutoffs<'_>,
+        work: SpaceWork,
         now: DateTime<Utc>,
         stop: &watch::Receiver<bool>,
     ) -> Result<SpaceRun, IngestError> {
+        let scope = space.scope;
+        let cutoffs = &space.entries;
         let mut run = SpaceRun::default();
         let batch = self.settings.batch.max(1);
         let go_on = |taken: usize| taken as i64 >= batch && !*stop.borrow();
-        if let Some(closed_before) = policy.cutoffs(now).turns_closed_before {
+        if let (true, Some(closed_before)) = (work.turns, space.turns_closed_before) {
             // A batch of `batch` segments may span fewer conversations, so the phase goes on
             // until a batch finds nothing due (each one removes the segments it took).
             while self
@@ -352,14 +394,30 @@ impl RetentionJob {
                 self.pause().await;
             }
         }
-        let cutoffs = self.cutoffs(policy, now);
-        if let Some(created_before) = cutoffs.created_before {
+        for (due, reason, cutoff) in [
+            (
+                work.past_max_age,
+                DeletionReason::Age,
+                cutoffs.created_before,
+            ),
+            (
+                work.inactive,
+                DeletionReason::Inactive,
+                cutoffs.inactive_before,
+            ),
+        ] {
+            let (true, Some(cutoff)) = (due, cutoff) else {
+                continue;
+            };
             let mut cursor = None;
             loop {
                 let (deleted, taken, next) = self
-                    .delete_entries(scope, DeletionReason::Age, created_before, cursor, batch)
+                    .delete_entries(scope, reason, cutoff, cursor, batch)
                     .await?;
-                run.past_max_age += deleted as u64;
+                match reason {
+                    DeletionReason::Age => run.past_max_age += deleted as u64,
+                    _ => run.inactive += deleted as u64,
+                }
                 cursor = next;
                 if !go_on(taken) {
                     break;
@@ -367,33 +425,13 @@ impl RetentionJob {
                 self.pause().await;
             }
         }
-        if let Some(inactive_before) = cutoffs.inactive_before {
-            let mut cursor = None;
-            loop {
-                let (deleted, taken, next) = self
-                    .delete_entries(
-                        scope,
-                        DeletionReason::Inactive,
-                        inactive_before,
-                        cursor,
-                        batch,
-                    )
-                    .await?;
-                run.inactive += deleted as u64;
-                cursor = next;
-                if !go_on(taken) {
-                    break;
-                }
-                self.pause().await;
-            }
-        }
-        if cutoffs.unused_since.is_some() {
+        if work.becoming_inactive {
             let mut cursor = None;
             loop {
                 let mut transaction =
                     engram_store::begin_with_spaces_locked(&self.pool, [scope]).await?;
                 let (marked, next) =
-                    store::mark_inactive(&mut transaction, scope, &cutoffs, now, cursor, batch)
+                    store::mark_inactive(&mut transaction, scope, cutoffs, now, cursor, batch)
                         .await?;
                 transaction.commit().await?;
                 run.marked_inactive += marked.len() as u64;
@@ -405,7 +443,8 @@ impl RetentionJob {
                 }
                 self.pause().await;
             }
-        } else {
+        }
+        if work.reactivate {
             // Without the rule nothing is inactive (the space switched it off).
             let mut connection = self.pool.acquire().await?;
             run.reactivated = store::reactivate_all(&mut connection, scope).await?;

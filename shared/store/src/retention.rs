@@ -141,6 +141,87 @@ pub async fn spaces_page(
         .collect())
 }
 
+/// One space's cutoffs, as a run judges it.
+#[derive(Debug, Clone, Copy)]
+pub struct SpaceCutoffs<'a> {
+    pub scope: &'a Scope,
+    pub turns_closed_before: Option<DateTime<Utc>>,
+    pub entries: EntryCutoffs,
+}
+
+/// Which steps of a run have something to do in a space.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, sqlx::FromRow)]
+pub struct SpaceWork {
+    pub turns: bool,
+    pub past_max_age: bool,
+    pub inactive: bool,
+    pub becoming_inactive: bool,
+    /// The inactivity rule is off and some entries are still inactive.
+    pub reactivate: bool,
+}
+
+impl SpaceWork {
+    pub fn any(&self) -> bool {
+        self.turns
+            || self.past_max_age
+            || self.inactive
+            || self.becoming_inactive
+            || self.reactivate
+    }
+}
+
+/// What each space has to do (in the order given), found in one statement: most spaces have
+/// nothing due on most runs, and finding that out costs one index probe per step, not a
+/// transaction per step. Every space must share `seconds_per_stability_day` and
+/// `fact_importance_below` (service settings).
+pub async fn work_due(
+    pool: &PgPool,
+    spaces: &[SpaceCutoffs<'_>],
+) -> Result<Vec<SpaceWork>, StoreError> {
+    let Some(first) = spaces.first() else {
+        return Ok(Vec::new());
+    };
+    let column =
+        |pick: fn(&SpaceCutoffs<'_>) -> Option<DateTime<Utc>>| -> Vec<Option<DateTime<Utc>>> {
+            spaces.iter().map(pick).collect()
+        };
+    let work = sqlx::query_as(concat!(
+        "SELECT \
+             EXISTS (SELECT 1 FROM summarized_segments s WHERE s.user_id = t.user_id \
+                     AND s.space = t.space AND s.closed_at < t.turns_before) AS turns, \
+             EXISTS (SELECT 1 FROM memories m WHERE m.user_id = t.user_id AND m.space = t.space \
+                     AND m.created_at < t.created_before AND ",
+        due_for_age!("t.created_before"),
+        ") AS past_max_age, \
+             EXISTS (SELECT 1 FROM memories m WHERE m.user_id = t.user_id AND m.space = t.space \
+                     AND m.inactive_since < t.inactive_before AND ",
+        due_for_inactive_deletion!("t.inactive_before"),
+        ") AS inactive, \
+             EXISTS (SELECT 1 FROM memories m JOIN memory_retention r ON r.memory_id = m.id \
+                     WHERE m.user_id = t.user_id AND m.space = t.space \
+                       AND m.created_at < t.unused_since AND ",
+        becoming_inactive!("t.unused_since", "$7", "$8"),
+        ") AS becoming_inactive, \
+             t.unused_since IS NULL AND EXISTS (SELECT 1 FROM memories m WHERE m.user_id = t.user_id \
+                     AND m.space = t.space AND m.inactive_since IS NOT NULL) AS reactivate \
+         FROM unnest($1::uuid[], $2::text[], $3::timestamptz[], $4::timestamptz[], $5::timestamptz[], \
+                     $6::timestamptz[]) WITH ORDINALITY \
+              AS t(user_id, space, turns_before, created_before, inactive_before, unused_since, position) \
+         ORDER BY t.position"
+    ))
+    .bind(spaces.iter().map(|s| s.scope.user_id.as_uuid()).collect::<Vec<_>>())
+    .bind(spaces.iter().map(|s| s.scope.space.as_str()).collect::<Vec<_>>())
+    .bind(column(|s| s.turns_closed_before))
+    .bind(column(|s| s.entries.created_before))
+    .bind(column(|s| s.entries.inactive_before))
+    .bind(column(|s| s.entries.unused_since))
+    .bind(first.entries.seconds_per_stability_day)
+    .bind(first.entries.fact_importance_below)
+    .fetch_all(pool)
+    .await?;
+    Ok(work)
+}
+
 /// Raw turns deleted from one conversation.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct DeletedTurns {

@@ -674,7 +674,12 @@ async fn two_runs_started_together_delete_each_row_once() {
         preview(&mut sandbox, &scope).await.entries_past_max_age,
         1_200
     );
-    drop(other_replica.detach());
+    sqlx::query("SELECT pg_advisory_unlock($1, 1)")
+        .bind(0x656e_6772_i32)
+        .execute(&mut *other_replica)
+        .await
+        .unwrap();
+    drop(other_replica);
 
     let (first, second) = (sandbox.retention.clone(), sandbox.retention.clone());
     let now = Utc::now();
