@@ -23,9 +23,10 @@ use engram_core::{ConversationId, Scope};
 use engram_store::audit::{self, AuditAction};
 use engram_store::memories;
 use engram_store::retention::{
-    self as store, DueBy, EntryCutoffs, PreviewCounts, PreviewEntry, SpaceCutoffs, SpaceWork,
+    self as store, DueBy, DueTarget, EntryCutoffs, PreviewCounts, PreviewEntry, SpaceCutoffs,
+    SpaceWork,
 };
-use engram_store::tombstones::{self, NewTombstone};
+use engram_store::tombstones;
 use futures::StreamExt as _;
 use serde_json::json;
 use sqlx::pool::PoolConnection;
@@ -46,6 +47,11 @@ const LOCK_RETENTION: i32 = 1;
 /// Spaces read per page while a run goes through them.
 const SPACES_PAGE: i64 = 500;
 
+/// Spaces whose due entries are deleted together, in one transaction per round (holding their
+/// locks): most spaces have a few entries due, and a transaction per space would cost more
+/// than the deletions.
+const GROUP_SPACES: usize = 50;
+
 /// The first run after start-up waits this long (or the interval, if shorter), so that a fleet
 /// of replicas starting together does not all try at once.
 const FIRST_RUN_DELAY: Duration = Duration::from_secs(60);
@@ -65,6 +71,15 @@ pub struct SpaceRun {
 impl SpaceRun {
     fn is_empty(&self) -> bool {
         *self == Self::default()
+    }
+
+    fn add(&mut self, other: SpaceRun) {
+        self.turns += other.turns;
+        self.conversations += other.conversations;
+        self.past_max_age += other.past_max_age;
+        self.inactive += other.inactive;
+        self.marked_inactive += other.marked_inactive;
+        self.reactivated += other.reactivated;
     }
 }
 
@@ -324,50 +339,244 @@ impl RetentionJob {
                 })
                 .collect();
             let work = store::work_due(&self.pool, &cutoffs).await?;
-            // The spaces with something to do, a few at a time (each on its own connection).
-            // The futures are gathered first: a stream over the iterator's closures would not
-            // be Send across the await.
-            let mut due = Vec::new();
-            for (space, work) in cutoffs.iter().zip(work) {
-                if work.any() {
-                    due.push(self.scoped_run(space, work, now, stop));
+            let mut runs = vec![SpaceRun::default(); page.len()];
+            let mut failed = vec![false; page.len()];
+
+            // Deletions by age, then by inactivity, many spaces per transaction.
+            for (reason, rule) in [
+                (DeletionReason::Age, DueBy::Age),
+                (DeletionReason::Inactive, DueBy::Inactivity),
+            ] {
+                let due: Vec<(usize, DateTime<Utc>)> = cutoffs
+                    .iter()
+                    .zip(&work)
+                    .enumerate()
+                    .filter_map(|(index, (space, work))| match rule {
+                        DueBy::Age if work.past_max_age => {
+                            space.entries.created_before.map(|cutoff| (index, cutoff))
+                        }
+                        DueBy::Inactivity if work.inactive => {
+                            space.entries.inactive_before.map(|cutoff| (index, cutoff))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                for group in due.chunks(GROUP_SPACES) {
+                    match self.delete_group(&cutoffs, group, reason, rule, stop).await {
+                        Ok(deleted) => {
+                            for (index, count) in deleted {
+                                match reason {
+                                    DeletionReason::Age => runs[index].past_max_age += count,
+                                    _ => runs[index].inactive += count,
+                                }
+                            }
+                        }
+                        Err(error) => {
+                            tracing::warn!(%error, spaces = group.len(), "retention deletions failed in a group of spaces; the next run retries them");
+                            for (index, _) in group {
+                                failed[*index] = true;
+                            }
+                        }
+                    }
                 }
             }
-            let runs: Vec<(&Scope, Result<SpaceRun, IngestError>)> = futures::stream::iter(due)
-                .buffer_unordered(self.settings.concurrency.max(1))
-                .collect()
-                .await;
-            for (scope, run) in runs {
+
+            // The steps that are rare and per space (turns, finding inactive entries), a few
+            // spaces at a time. The futures are gathered first: a stream over the iterator's
+            // closures would not be Send across the await.
+            let mut per_space = Vec::new();
+            for (index, (space, work)) in cutoffs.iter().zip(&work).enumerate() {
+                if !failed[index] && (work.turns || work.becoming_inactive || work.reactivate) {
+                    per_space.push(self.indexed_run(index, space, *work, now, stop));
+                }
+            }
+            let finished: Vec<(usize, Result<SpaceRun, IngestError>)> =
+                futures::stream::iter(per_space)
+                    .buffer_unordered(self.settings.concurrency.max(1))
+                    .collect()
+                    .await;
+            for (index, run) in finished {
                 match run {
-                    Ok(run) if run.is_empty() => {}
-                    Ok(run) => report.spaces.push((scope.clone(), run)),
+                    Ok(run) => runs[index].add(run),
                     // One space's failure (a statement timeout, say) must not hold back the
                     // others; the next run tries it again.
                     Err(error) => {
-                        report.failed_spaces += 1;
+                        failed[index] = true;
                         tracing::warn!(
                             %error,
-                            user_id = %scope.user_id,
-                            space = %scope.space,
+                            user_id = %cutoffs[index].scope.user_id,
+                            space = %cutoffs[index].scope.space,
                             "retention of a space failed; the next run retries it"
                         );
                     }
                 }
             }
+
+            self.audit_runs(&cutoffs, &runs, now).await?;
+            report.failed_spaces += failed.iter().filter(|failed| **failed).count() as u64;
+            report.spaces.extend(
+                cutoffs
+                    .iter()
+                    .zip(runs)
+                    .filter(|(_, run)| !run.is_empty())
+                    .map(|(space, run)| (space.scope.clone(), run)),
+            );
         }
     }
 
-    async fn scoped_run<'a>(
+    /// One `RETENTION_RUN` event per space that had something done, in one statement.
+    async fn audit_runs(
         &self,
-        space: &'a SpaceCutoffs<'a>,
+        spaces: &[SpaceCutoffs<'_>],
+        runs: &[SpaceRun],
+        now: DateTime<Utc>,
+    ) -> Result<(), IngestError> {
+        let events: Vec<(&Scope, Option<Uuid>, serde_json::Value)> = spaces
+            .iter()
+            .zip(runs)
+            .filter(|(_, run)| !run.is_empty())
+            .map(|(space, run)| {
+                (
+                    space.scope,
+                    None,
+                    json!({
+                        "started_at": now,
+                        "deleted": {
+                            DeletionReason::TurnsSummarized.as_str(): run.turns,
+                            DeletionReason::Age.as_str(): run.past_max_age,
+                            DeletionReason::Inactive.as_str(): run.inactive,
+                        },
+                        "conversations_with_turns_deleted": run.conversations,
+                        "marked_inactive": run.marked_inactive,
+                        "reactivated": run.reactivated,
+                    }),
+                )
+            })
+            .collect();
+        if events.is_empty() {
+            return Ok(());
+        }
+        let mut transaction = self.pool.begin().await?;
+        sqlx::query("SET LOCAL synchronous_commit = off")
+            .execute(&mut *transaction)
+            .await?;
+        audit::append_across(&mut transaction, AuditAction::RetentionRun, &events).await?;
+        transaction.commit().await?;
+        Ok(())
+    }
+
+    /// Deletes what `rule` makes due in a group of spaces (page indexes with their cutoffs), a
+    /// transaction per round holding the group's locks; a space leaves the group when its due
+    /// entries run out. Returns how many entries each space lost.
+    async fn delete_group(
+        &self,
+        spaces: &[SpaceCutoffs<'_>],
+        group: &[(usize, DateTime<Utc>)],
+        reason: DeletionReason,
+        rule: DueBy,
+        stop: &watch::Receiver<bool>,
+    ) -> Result<Vec<(usize, u64)>, IngestError> {
+        let mut pending: Vec<(usize, DateTime<Utc>, store::Cursor)> = group
+            .iter()
+            .map(|(index, cutoff)| (*index, *cutoff, None))
+            .collect();
+        let mut deleted_per_space = vec![0u64; group.len()];
+        let position: std::collections::HashMap<usize, usize> = group
+            .iter()
+            .enumerate()
+            .map(|(at, (index, _))| (*index, at))
+            .collect();
+        let batch = self.settings.batch.max(1);
+        while !pending.is_empty() && !*stop.borrow() {
+            // A round takes at most `batch` entries in all.
+            let per_space = (batch / pending.len() as i64).max(1);
+            let scopes: Vec<&Scope> = pending
+                .iter()
+                .map(|(index, ..)| spaces[*index].scope)
+                .collect();
+            let mut transaction = self.begin(scopes.iter().copied()).await?;
+            let targets: Vec<DueTarget<'_>> = pending
+                .iter()
+                .map(|(index, cutoff, after)| DueTarget {
+                    scope: spaces[*index].scope,
+                    cutoff: *cutoff,
+                    after: *after,
+                })
+                .collect();
+            let due = store::due_across(&mut transaction, rule, &targets, per_space).await?;
+            let entries: Vec<(&Scope, Uuid)> = due
+                .iter()
+                .map(|(target, id, _)| (targets[*target as usize].scope, *id))
+                .collect();
+            let deleted = memories::delete_across(&mut transaction, &entries).await?;
+            let target_of: std::collections::HashMap<Uuid, usize> = due
+                .iter()
+                .map(|(target, id, _)| (*id, *target as usize))
+                .collect();
+            let expires_at = (Utc::now() + self.tombstone_ttl).trunc_subsecs(6);
+            let mut tombstones = Vec::with_capacity(deleted.len());
+            let mut events = Vec::with_capacity(deleted.len());
+            for memory in &deleted {
+                let Some(&target) = target_of.get(&memory.id) else {
+                    continue;
+                };
+                let scope = targets[target].scope;
+                tombstones.push((scope, tombstone_for(memory)));
+                events.push((
+                    scope,
+                    Some(memory.id),
+                    json!({
+                        "reason": reason.as_str(),
+                        "kind": memory.kind,
+                        "created_at": memory.created_at,
+                        "inactive_since": memory.inactive_since,
+                        "tombstone_expires_at": expires_at,
+                    }),
+                ));
+                deleted_per_space[position[&pending[target].0]] += 1;
+            }
+            tombstones::insert_many(&mut transaction, &tombstones, expires_at).await?;
+            audit::append_across(&mut transaction, AuditAction::RetentionDelete, &events).await?;
+            transaction.commit().await?;
+            self.metrics
+                .record_retention_deleted(reason, deleted.len() as u64);
+            // A space whose round was full may have more; the others are done.
+            let mut taken = vec![(0i64, None); pending.len()];
+            for (target, id, key) in &due {
+                let slot = &mut taken[*target as usize];
+                slot.0 += 1;
+                slot.1 = Some((*key, *id));
+            }
+            pending = pending
+                .into_iter()
+                .zip(taken)
+                .filter(|(_, (count, _))| *count >= per_space)
+                .map(|((index, cutoff, _), (_, cursor))| (index, cutoff, cursor))
+                .collect();
+            if !pending.is_empty() {
+                self.pause().await;
+            }
+        }
+        Ok(group
+            .iter()
+            .zip(deleted_per_space)
+            .map(|((index, _), count)| (*index, count))
+            .collect())
+    }
+
+    async fn indexed_run(
+        &self,
+        index: usize,
+        space: &SpaceCutoffs<'_>,
         work: SpaceWork,
         now: DateTime<Utc>,
         stop: &watch::Receiver<bool>,
-    ) -> (&'a Scope, Result<SpaceRun, IngestError>) {
-        (space.scope, self.run_space(space, work, now, stop).await)
+    ) -> (usize, Result<SpaceRun, IngestError>) {
+        (index, self.run_space(space, work, now, stop).await)
     }
 
-    /// The steps `work` says have something to do in one space.
+    /// The per-space steps `work` says have something to do: raw turns, finding inactive
+    /// entries, making them active again when the rule is off.
     async fn run_space(
         &self,
         space: &SpaceCutoffs<'_>,
@@ -376,10 +585,8 @@ impl RetentionJob {
         stop: &watch::Receiver<bool>,
     ) -> Result<SpaceRun, IngestError> {
         let scope = space.scope;
-        let cutoffs = &space.entries;
         let mut run = SpaceRun::default();
         let batch = self.settings.batch.max(1);
-        let go_on = |taken: usize| taken as i64 >= batch && !*stop.borrow();
         if let (true, Some(closed_before)) = (work.turns, space.turns_closed_before) {
             // A batch of `batch` segments may span fewer conversations, so the phase goes on
             // until a batch finds nothing due (each one removes the segments it took).
@@ -394,51 +601,25 @@ impl RetentionJob {
                 self.pause().await;
             }
         }
-        for (due, reason, cutoff) in [
-            (
-                work.past_max_age,
-                DeletionReason::Age,
-                cutoffs.created_before,
-            ),
-            (
-                work.inactive,
-                DeletionReason::Inactive,
-                cutoffs.inactive_before,
-            ),
-        ] {
-            let (true, Some(cutoff)) = (due, cutoff) else {
-                continue;
-            };
-            let mut cursor = None;
-            loop {
-                let (deleted, taken, next) = self
-                    .delete_entries(scope, reason, cutoff, cursor, batch)
-                    .await?;
-                match reason {
-                    DeletionReason::Age => run.past_max_age += deleted as u64,
-                    _ => run.inactive += deleted as u64,
-                }
-                cursor = next;
-                if !go_on(taken) {
-                    break;
-                }
-                self.pause().await;
-            }
-        }
         if work.becoming_inactive {
             let mut cursor = None;
             loop {
-                let mut transaction =
-                    engram_store::begin_with_spaces_locked(&self.pool, [scope]).await?;
-                let (marked, next) =
-                    store::mark_inactive(&mut transaction, scope, cutoffs, now, cursor, batch)
-                        .await?;
+                let mut transaction = self.begin([scope]).await?;
+                let (marked, next) = store::mark_inactive(
+                    &mut transaction,
+                    scope,
+                    &space.entries,
+                    now,
+                    cursor,
+                    batch,
+                )
+                .await?;
                 transaction.commit().await?;
                 run.marked_inactive += marked.len() as u64;
                 self.metrics
                     .record_retention_marked_inactive(marked.len() as u64);
                 cursor = next;
-                if !go_on(marked.len()) {
+                if (marked.len() as i64) < batch || *stop.borrow() {
                     break;
                 }
                 self.pause().await;
@@ -449,29 +630,23 @@ impl RetentionJob {
             let mut connection = self.pool.acquire().await?;
             run.reactivated = store::reactivate_all(&mut connection, scope).await?;
         }
-        if !run.is_empty() {
-            let mut connection = self.pool.acquire().await?;
-            audit::append(
-                &mut connection,
-                scope,
-                AuditAction::RetentionRun,
-                None,
-                None,
-                json!({
-                    "started_at": now,
-                    "deleted": {
-                        DeletionReason::TurnsSummarized.as_str(): run.turns,
-                        DeletionReason::Age.as_str(): run.past_max_age,
-                        DeletionReason::Inactive.as_str(): run.inactive,
-                    },
-                    "conversations_with_turns_deleted": run.conversations,
-                    "marked_inactive": run.marked_inactive,
-                    "reactivated": run.reactivated,
-                }),
-            )
-            .await?;
-        }
         Ok(run)
+    }
+
+    /// A transaction of the job: holding the spaces' locks, like every write of them, and
+    /// committed without waiting for the WAL flush. A crash can undo the last few hundred
+    /// milliseconds of a run (a deletion with its tombstone and audit event, all or nothing);
+    /// the next run does them again. Waiting for a flush per batch would make the disk, not the
+    /// work, set the pace: most spaces need one small batch.
+    async fn begin<'a>(
+        &self,
+        scopes: impl IntoIterator<Item = &'a Scope>,
+    ) -> Result<sqlx::Transaction<'static, Postgres>, IngestError> {
+        let mut transaction = engram_store::begin_with_spaces_locked(&self.pool, scopes).await?;
+        sqlx::query("SET LOCAL synchronous_commit = off")
+            .execute(&mut *transaction)
+            .await?;
+        Ok(transaction)
     }
 
     async fn pause(&self) {
@@ -489,7 +664,7 @@ impl RetentionJob {
         batch: i64,
         run: &mut SpaceRun,
     ) -> Result<usize, IngestError> {
-        let mut transaction = engram_store::begin_with_spaces_locked(&self.pool, [scope]).await?;
+        let mut transaction = self.begin([scope]).await?;
         let deleted =
             store::delete_summarized_turns(&mut transaction, scope, closed_before, batch).await?;
         for conversation in deleted.iter().filter(|deleted| deleted.turns > 0) {
@@ -515,60 +690,6 @@ impl RetentionJob {
         self.metrics
             .record_retention_deleted(DeletionReason::TurnsSummarized, turns as u64);
         Ok(deleted.len())
-    }
-
-    /// One batch of entries due for `reason` before `cutoff`, after `cursor`: how many were
-    /// deleted, how many were taken, and where the next batch starts.
-    async fn delete_entries(
-        &self,
-        scope: &Scope,
-        reason: DeletionReason,
-        cutoff: DateTime<Utc>,
-        cursor: store::Cursor,
-        batch: i64,
-    ) -> Result<(usize, usize, store::Cursor), IngestError> {
-        let mut transaction = engram_store::begin_with_spaces_locked(&self.pool, [scope]).await?;
-        let rule = match reason {
-            DeletionReason::Age => DueBy::Age,
-            DeletionReason::Inactive => DueBy::Inactivity,
-            DeletionReason::TurnsSummarized => return Ok((0, 0, cursor)),
-        };
-        let (due, next) =
-            store::due_for_deletion(&mut transaction, scope, rule, cutoff, cursor, batch).await?;
-        if due.is_empty() {
-            return Ok((0, 0, cursor));
-        }
-        let deleted = memories::delete(&mut transaction, scope, &due).await?;
-        let expires_at = (Utc::now() + self.tombstone_ttl).trunc_subsecs(6);
-        let tombstones: Vec<NewTombstone> = deleted.iter().map(tombstone_for).collect();
-        tombstones::insert_many(&mut transaction, scope, &tombstones, expires_at).await?;
-        let events: Vec<(Uuid, serde_json::Value)> = deleted
-            .iter()
-            .map(|memory| {
-                (
-                    memory.id,
-                    json!({
-                        "reason": reason.as_str(),
-                        "kind": memory.kind,
-                        "created_at": memory.created_at,
-                        "inactive_since": memory.inactive_since,
-                        "tombstone_expires_at": expires_at,
-                    }),
-                )
-            })
-            .collect();
-        audit::append_each(
-            &mut transaction,
-            scope,
-            AuditAction::RetentionDelete,
-            None,
-            &events,
-        )
-        .await?;
-        transaction.commit().await?;
-        self.metrics
-            .record_retention_deleted(reason, deleted.len() as u64);
-        Ok((deleted.len(), due.len(), next))
     }
 
     /// What a run now would do to the space (PreviewRetention). Reads only.

@@ -150,6 +150,48 @@ pub async fn append_each(
     Ok(())
 }
 
+/// Appends one event of `action` per (space, memory, detail), for several spaces at once, in
+/// one statement.
+pub async fn append_across(
+    connection: &mut PgConnection,
+    action: AuditAction,
+    events: &[(&Scope, Option<Uuid>, serde_json::Value)],
+) -> Result<(), StoreError> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "INSERT INTO audit_events (user_id, space, action, memory_id, detail) \
+         SELECT e.user_id, e.space, $1, e.memory_id, e.detail \
+         FROM unnest($2::uuid[], $3::text[], $4::uuid[], $5::jsonb[]) WITH ORDINALITY \
+              AS e(user_id, space, memory_id, detail, position) \
+         ORDER BY e.position",
+    )
+    .bind(action.as_str())
+    .bind(
+        events
+            .iter()
+            .map(|(scope, _, _)| scope.user_id.as_uuid())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        events
+            .iter()
+            .map(|(scope, _, _)| scope.space.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(events.iter().map(|(_, id, _)| *id).collect::<Vec<_>>())
+    .bind(
+        events
+            .iter()
+            .map(|(_, _, detail)| detail.clone())
+            .collect::<Vec<_>>(),
+    )
+    .execute(connection)
+    .await?;
+    Ok(())
+}
+
 /// Events of the space, newest first, with ids below `before_id` when given.
 pub async fn list(
     pool: &PgPool,

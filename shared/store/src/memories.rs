@@ -10,6 +10,15 @@ use crate::StoreError;
 /// Every column but the embedding, which never leaves the store through this type. A macro, so
 /// that queries stay `&'static str` literals (sqlx refuses SQL built at run time).
 macro_rules! memory_columns {
+    (m) => {
+        "m.id, m.user_id, m.space, m.kind, m.conversation_id, m.text, m.role, m.category, \
+         m.valid_at, m.invalid_at, m.title, m.messages, m.surprise, m.start_at, m.end_at, \
+         m.stability, m.difficulty, m.last_reviewed_at, m.consolidated_at, m.created_at, \
+         m.updated_at, m.needs_embedding, m.embedding_model, m.simhash, m.repeat_count, m.tags, \
+         m.source_ids, m.metadata_confidence, m.importance, m.pinned, m.manually_saved, \
+         m.last_scores, m.source_episode_ids, m.fact_subject, m.fact_value, m.superseded_by, \
+         m.structured_summary, m.inactive_since"
+    };
     () => {
         "id, user_id, space, kind, conversation_id, text, role, category, valid_at, invalid_at, \
          title, messages, surprise, start_at, end_at, stability, difficulty, last_reviewed_at, \
@@ -280,28 +289,67 @@ pub async fn delete(
     scope: &Scope,
     ids: &[Uuid],
 ) -> Result<Vec<MemoryRecord>, StoreError> {
+    let entries: Vec<(&Scope, Uuid)> = ids.iter().map(|id| (scope, *id)).collect();
+    delete_across(connection, &entries).await
+}
+
+/// [`delete`] for entries of several spaces at once (each given with its space; an id that is
+/// not in that space is not deleted).
+pub async fn delete_across(
+    connection: &mut PgConnection,
+    entries: &[(&Scope, Uuid)],
+) -> Result<Vec<MemoryRecord>, StoreError> {
+    if entries.is_empty() {
+        return Ok(Vec::new());
+    }
     let sql = concat!(
-        "DELETE FROM memories WHERE user_id = $1 AND space = $2 AND id = ANY($3) RETURNING ",
-        memory_columns!(),
+        "DELETE FROM memories m USING unnest($1::uuid[], $2::text[], $3::uuid[]) AS d(user_id, space, id) \
+         WHERE m.user_id = d.user_id AND m.space = d.space AND m.id = d.id RETURNING ",
+        memory_columns!(m),
         ""
     );
     let records = sqlx::query_as::<_, MemoryRecord>(sql)
-        .bind(scope.user_id.as_uuid())
-        .bind(scope.space.as_str())
-        .bind(ids)
+        .bind(
+            entries
+                .iter()
+                .map(|(scope, _)| scope.user_id.as_uuid())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            entries
+                .iter()
+                .map(|(scope, _)| scope.space.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(entries.iter().map(|(_, id)| *id).collect::<Vec<_>>())
         .fetch_all(&mut *connection)
         .await?;
-    let texts: Vec<&str> = records.iter().map(|record| record.text.as_str()).collect();
-    if !texts.is_empty() {
+    if !records.is_empty() {
         sqlx::query(
-            "UPDATE memories SET search_context = NULL, needs_embedding = true \
-             WHERE user_id = $1 AND space = $2 AND search_context IS NOT NULL \
-               AND EXISTS (SELECT 1 FROM unnest($3::text[]) AS forgotten(text) \
-                           WHERE position(forgotten.text IN search_context) > 0)",
+            "UPDATE memories n SET search_context = NULL, needs_embedding = true \
+             FROM unnest($1::uuid[], $2::text[], $3::text[]) AS forgotten(user_id, space, text) \
+             WHERE n.user_id = forgotten.user_id AND n.space = forgotten.space \
+               AND n.search_context IS NOT NULL \
+               AND position(forgotten.text IN n.search_context) > 0",
         )
-        .bind(scope.user_id.as_uuid())
-        .bind(scope.space.as_str())
-        .bind(&texts)
+        .bind(
+            records
+                .iter()
+                .map(|record| record.user_id)
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            records
+                .iter()
+                .map(|record| record.space.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            records
+                .iter()
+                .map(|record| record.text.as_str())
+                .collect::<Vec<_>>(),
+        )
         .execute(connection)
         .await?;
     }

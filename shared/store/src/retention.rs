@@ -311,44 +311,86 @@ pub enum DueBy {
     Inactivity,
 }
 
-/// The next `limit` entries of the space due by `rule` before `cutoff`, after `after`, locked
+/// One space of a deletion round: its cutoff, and where its due rows start.
+#[derive(Debug, Clone, Copy)]
+pub struct DueTarget<'a> {
+    pub scope: &'a Scope,
+    pub cutoff: DateTime<Utc>,
+    pub after: Cursor,
+}
+
+/// An entry due: its target's index, its id and its ordering key.
+pub type DueEntry = (i64, Uuid, DateTime<Utc>);
+
+/// The next `per_space` entries due by `rule` in each target space, in the rule's order, locked
 /// for the transaction: a concurrent pin, review or merge is waited for, then seen (the
-/// condition is checked again on the row as it is then).
-pub async fn due_for_deletion(
+/// condition is checked again on the row as it is then). One statement for many spaces: most
+/// spaces have a few entries due, and a statement per space would cost more than the deletions.
+pub async fn due_across(
     connection: &mut PgConnection,
-    scope: &Scope,
     rule: DueBy,
-    cutoff: DateTime<Utc>,
-    after: Cursor,
-    limit: i64,
-) -> Result<(Vec<Uuid>, Cursor), StoreError> {
+    targets: &[DueTarget<'_>],
+    per_space: i64,
+) -> Result<Vec<DueEntry>, StoreError> {
+    if targets.is_empty() {
+        return Ok(Vec::new());
+    }
     let sql = match rule {
         DueBy::Age => concat!(
-            "SELECT m.id, m.created_at FROM memories m \
-             WHERE m.user_id = $1 AND m.space = $2 AND m.created_at < $3 \
-               AND ($4::timestamptz IS NULL OR (m.created_at, m.id) > ($4, $5)) AND ",
-            due_for_age!("$3"),
-            " ORDER BY m.created_at, m.id LIMIT $6 FOR UPDATE OF m"
+            "SELECT t.position - 1 AS target, d.id, d.key \
+             FROM unnest($1::uuid[], $2::text[], $3::timestamptz[], $4::timestamptz[], $5::uuid[]) \
+                  WITH ORDINALITY AS t(user_id, space, cutoff, after_key, after_id, position) \
+             CROSS JOIN LATERAL ( \
+                 SELECT m.id, m.created_at AS key FROM memories m \
+                 WHERE m.user_id = t.user_id AND m.space = t.space AND m.created_at < t.cutoff \
+                   AND (t.after_key IS NULL OR (m.created_at, m.id) > (t.after_key, t.after_id)) AND ",
+            due_for_age!("t.cutoff"),
+            " ORDER BY m.created_at, m.id LIMIT $6 FOR UPDATE OF m) d \
+             ORDER BY t.position, d.key, d.id"
         ),
         DueBy::Inactivity => concat!(
-            "SELECT m.id, m.inactive_since FROM memories m \
-             WHERE m.user_id = $1 AND m.space = $2 AND m.inactive_since < $3 \
-               AND ($4::timestamptz IS NULL OR (m.inactive_since, m.id) > ($4, $5)) AND ",
-            due_for_inactive_deletion!("$3"),
-            " ORDER BY m.inactive_since, m.id LIMIT $6 FOR UPDATE OF m"
+            "SELECT t.position - 1 AS target, d.id, d.key \
+             FROM unnest($1::uuid[], $2::text[], $3::timestamptz[], $4::timestamptz[], $5::uuid[]) \
+                  WITH ORDINALITY AS t(user_id, space, cutoff, after_key, after_id, position) \
+             CROSS JOIN LATERAL ( \
+                 SELECT m.id, m.inactive_since AS key FROM memories m \
+                 WHERE m.user_id = t.user_id AND m.space = t.space AND m.inactive_since < t.cutoff \
+                   AND (t.after_key IS NULL OR (m.inactive_since, m.id) > (t.after_key, t.after_id)) AND ",
+            due_for_inactive_deletion!("t.cutoff"),
+            " ORDER BY m.inactive_since, m.id LIMIT $6 FOR UPDATE OF m) d \
+             ORDER BY t.position, d.key, d.id"
         ),
     };
-    let (after_key, after_id) = after.unzip();
-    let rows: Vec<(Uuid, DateTime<Utc>)> = sqlx::query_as(sql)
-        .bind(scope.user_id.as_uuid())
-        .bind(scope.space.as_str())
-        .bind(cutoff)
-        .bind(after_key)
-        .bind(after_id)
-        .bind(limit)
+    let due = sqlx::query_as(sql)
+        .bind(
+            targets
+                .iter()
+                .map(|t| t.scope.user_id.as_uuid())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            targets
+                .iter()
+                .map(|t| t.scope.space.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(targets.iter().map(|t| t.cutoff).collect::<Vec<_>>())
+        .bind(
+            targets
+                .iter()
+                .map(|t| t.after.map(|(key, _)| key))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            targets
+                .iter()
+                .map(|t| t.after.map(|(_, id)| id))
+                .collect::<Vec<_>>(),
+        )
+        .bind(per_space)
         .fetch_all(connection)
         .await?;
-    Ok(advance(rows))
+    Ok(due)
 }
 
 /// Marks up to `limit` unused entries of the space after `after` inactive as of `now` (oldest

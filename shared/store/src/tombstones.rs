@@ -65,11 +65,10 @@ pub async fn insert(
 /// A tombstone to write: the deleted memory, its SimHash and the digest of its normalized text.
 pub type NewTombstone = (Uuid, SimHash, Vec<u8>);
 
-/// [`insert`] for many memories of one space, in one statement.
+/// [`insert`] for many memories, each with its space, in one statement.
 pub async fn insert_many(
     connection: &mut PgConnection,
-    scope: &Scope,
-    tombstones: &[NewTombstone],
+    tombstones: &[(&Scope, NewTombstone)],
     expires_at: DateTime<Utc>,
 ) -> Result<(), StoreError> {
     if tombstones.is_empty() {
@@ -77,22 +76,38 @@ pub async fn insert_many(
     }
     sqlx::query(
         "INSERT INTO tombstones (user_id, space, memory_id, simhash, text_digest, expires_at) \
-         SELECT $1, $2, t.memory_id, t.simhash, t.text_digest, $6 \
-         FROM unnest($3::uuid[], $4::int8[], $5::bytea[]) AS t(memory_id, simhash, text_digest)",
+         SELECT t.user_id, t.space, t.memory_id, t.simhash, t.text_digest, $6 \
+         FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::int8[], $5::bytea[]) \
+              AS t(user_id, space, memory_id, simhash, text_digest)",
     )
-    .bind(scope.user_id.as_uuid())
-    .bind(scope.space.as_str())
-    .bind(tombstones.iter().map(|(id, _, _)| *id).collect::<Vec<_>>())
     .bind(
         tombstones
             .iter()
-            .map(|(_, simhash, _)| simhash.as_i64())
+            .map(|(scope, _)| scope.user_id.as_uuid())
             .collect::<Vec<_>>(),
     )
     .bind(
         tombstones
             .iter()
-            .map(|(_, _, digest)| digest.as_slice())
+            .map(|(scope, _)| scope.space.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        tombstones
+            .iter()
+            .map(|(_, (id, _, _))| *id)
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        tombstones
+            .iter()
+            .map(|(_, (_, simhash, _))| simhash.as_i64())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        tombstones
+            .iter()
+            .map(|(_, (_, _, digest))| digest.as_slice())
             .collect::<Vec<_>>(),
     )
     .bind(expires_at)

@@ -59,13 +59,13 @@ impl MemoryWriter {
                 ))
             })?;
         let expires_at = (Utc::now() + self.settings.tombstone_ttl()).trunc_subsecs(6);
-        let tombstones: Vec<NewTombstone> = forgotten
+        let tombstones: Vec<(&Scope, NewTombstone)> = forgotten
             .episodes
             .iter()
             .chain(&forgotten.facts)
-            .map(tombstone_for)
+            .map(|memory| (scope, tombstone_for(memory)))
             .collect();
-        tombstones::insert_many(&mut transaction, scope, &tombstones, expires_at).await?;
+        tombstones::insert_many(&mut transaction, &tombstones, expires_at).await?;
         let receipt = ConversationReceipt {
             turns: forgotten.turns,
             episodes: forgotten.episodes.len() as u64,
