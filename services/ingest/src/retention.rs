@@ -553,9 +553,7 @@ impl RetentionJob {
                 .filter(|(_, (count, _))| *count >= per_space)
                 .map(|((index, cutoff, _), (_, cursor))| (index, cutoff, cursor))
                 .collect();
-            if !pending.is_empty() {
-                self.pause().await;
-            }
+            self.pause().await;
         }
         Ok(group
             .iter()
