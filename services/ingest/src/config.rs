@@ -280,8 +280,9 @@ impl IngestSettings {
             ("retention.interval_secs", 3_600i64.into()),
             ("retention.batch", 500i64.into()),
             // Leaves the requests room: a run deleting flat out on two cores raised
-            // RetrieveMemory's p95 by 23 % (docs/benchmarks/retention.md).
-            ("retention.batch_pause_ms", 20i64.into()),
+            // RetrieveMemory's p95 by 23 %; with 10 ms it still deletes 6,000 rows/s
+            // (docs/benchmarks/README.md, "Retention").
+            ("retention.batch_pause_ms", 10i64.into()),
             ("retention.concurrency", 2i64.into()),
             // Raw turns: the summarized form (the episode) is what is kept for long.
             ("retention.turn_retention_days", 180i64.into()),
