@@ -92,7 +92,7 @@ fn retention_from_proto(
     };
     let check = |field: &str, days: Option<u32>| {
         days.map(|days| {
-            retention::check_days(field, days).map_err(|reason| ValidationError::new(field, reason))
+            retention::check_days(days).map_err(|reason| ValidationError::new(field, reason))
         })
         .transpose()
     };
@@ -152,7 +152,7 @@ fn remember_to_proto(result: RememberResult) -> v1::RememberResponse {
             outcome: Outcome::SuppressedByTombstone.into(),
             tombstone_expires_at: Some(to_proto(expires_at)),
             message: format!(
-                "a near-duplicate was forgotten recently; not stored before {expires_at}"
+                "a near-duplicate was deleted recently (forgotten, or removed by retention); not stored before {expires_at}"
             ),
             ..Default::default()
         },

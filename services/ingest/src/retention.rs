@@ -1,13 +1,13 @@
 //! The retention job: deletes what each space's retention rules say is kept no longer, and finds
 //! entries that have become inactive (`engram_core::retention`).
 //!
-//! A run goes through the spaces one at a time, in four steps, each in bounded batches (one
-//! transaction per batch, holding the space's lock like every write of the space, so a batch
-//! never waits on, or hides from, a Remember):
-//! 1. raw turns of segments closed longer ago than the turn retention (TURNS_SUMMARIZED);
-//! 2. entries older than the maximum age (AGE);
-//! 3. entries inactive for longer than the grace period (INACTIVE);
-//! 4. entries unused for the inactivity period become inactive.
+//! A run reads the spaces a page at a time, finds in one statement what each has due, and then:
+//! 1. deletes entries older than the maximum age (AGE), then entries inactive for longer than
+//!    the grace period (INACTIVE), for groups of spaces at a time: one transaction per round of
+//!    at most `batch` entries, holding the group's space locks like every write of them;
+//! 2. space by space (a few at once): deletes the raw turns of segments closed longer ago than
+//!    the turn retention (TURNS_SUMMARIZED), and finds the entries unused for the inactivity
+//!    period (they become inactive), each in bounded batches under the space's lock.
 //!
 //! Every deleted entry leaves a tombstone, as Forget does, and an audit event with its reason;
 //! each conversation's deleted turns one event; each space's run one event with its counts.
@@ -200,7 +200,8 @@ impl RetentionJob {
                 settings.inactive_grace_days,
             ),
         ] {
-            engram_core::retention::check_days(name, days).map_err(anyhow::Error::msg)?;
+            engram_core::retention::check_days(days)
+                .map_err(|reason| anyhow::anyhow!("{name} {reason}"))?;
         }
         let days = settings.inactivity().days_below_per_stability_day();
         Ok(Self {
@@ -338,7 +339,14 @@ impl RetentionJob {
                     entries: self.cutoffs(policy, now),
                 })
                 .collect();
-            let work = store::work_due(&self.pool, &cutoffs).await?;
+            let work = match store::work_due(&self.pool, &cutoffs).await {
+                Ok(work) => work,
+                Err(error) => {
+                    tracing::warn!(%error, spaces = page.len(), "retention could not read a page's work; the next run retries it");
+                    report.failed_spaces += page.len() as u64;
+                    continue;
+                }
+            };
             let mut runs = vec![SpaceRun::default(); page.len()];
             let mut failed = vec![false; page.len()];
 
@@ -361,21 +369,41 @@ impl RetentionJob {
                         _ => None,
                     })
                     .collect();
-                for group in due.chunks(GROUP_SPACES) {
-                    match self.delete_group(&cutoffs, group, reason, rule, stop).await {
-                        Ok(deleted) => {
-                            for (index, count) in deleted {
-                                match reason {
-                                    DeletionReason::Age => runs[index].past_max_age += count,
-                                    _ => runs[index].inactive += count,
-                                }
+                // A round never takes more than `batch` entries, so never more spaces either.
+                let group_size = GROUP_SPACES.min(self.settings.batch.max(1) as usize);
+                for group in due.chunks(group_size) {
+                    let (deleted, outcome) =
+                        self.delete_group(&cutoffs, group, reason, rule, stop).await;
+                    let mut record = |deleted: Vec<(usize, u64)>| {
+                        for (index, count) in deleted {
+                            match reason {
+                                DeletionReason::Age => runs[index].past_max_age += count,
+                                _ => runs[index].inactive += count,
                             }
                         }
-                        Err(error) => {
-                            tracing::warn!(%error, spaces = group.len(), "retention deletions failed in a group of spaces; the next run retries them");
-                            for (index, _) in group {
-                                failed[*index] = true;
-                            }
+                    };
+                    record(deleted);
+                    let Err(error) = outcome else {
+                        continue;
+                    };
+                    // One space's failure (a deadlock, a statement timeout) must not hold back
+                    // the others of its group: each is tried again alone, and only those that
+                    // fail alone count as failed (the next run retries them).
+                    tracing::warn!(%error, spaces = group.len(), "retention deletions failed in a group of spaces; trying them one by one");
+                    for single in group.chunks(1) {
+                        let (deleted, outcome) = self
+                            .delete_group(&cutoffs, single, reason, rule, stop)
+                            .await;
+                        record(deleted);
+                        if let Err(error) = outcome {
+                            let index = single[0].0;
+                            failed[index] = true;
+                            tracing::warn!(
+                                %error,
+                                user_id = %cutoffs[index].scope.user_id,
+                                space = %cutoffs[index].scope.space,
+                                "retention deletions failed in a space; the next run retries it"
+                            );
                         }
                     }
                 }
@@ -386,7 +414,7 @@ impl RetentionJob {
             // closures would not be Send across the await.
             let mut per_space = Vec::new();
             for (index, (space, work)) in cutoffs.iter().zip(&work).enumerate() {
-                if !failed[index] && (work.turns || work.becoming_inactive || work.reactivate) {
+                if work.turns || work.becoming_inactive || work.reactivate {
                     per_space.push(self.indexed_run(index, space, *work, now, stop));
                 }
             }
@@ -412,7 +440,10 @@ impl RetentionJob {
                 }
             }
 
-            self.audit_runs(&cutoffs, &runs, now).await?;
+            if let Err(error) = self.audit_runs(&cutoffs, &runs, now).await {
+                // What was deleted is audited entry by entry; the page's summaries are lost.
+                tracing::warn!(%error, "retention could not audit a page's run summaries");
+            }
             report.failed_spaces += failed.iter().filter(|failed| **failed).count() as u64;
             report.spaces.extend(
                 cutoffs
@@ -467,7 +498,8 @@ impl RetentionJob {
 
     /// Deletes what `rule` makes due in a group of spaces (page indexes with their cutoffs), a
     /// transaction per round holding the group's locks; a space leaves the group when its due
-    /// entries run out. Returns how many entries each space lost.
+    /// entries run out. Returns how many entries each space lost in the rounds that committed,
+    /// and how the last round ended.
     async fn delete_group(
         &self,
         spaces: &[SpaceCutoffs<'_>],
@@ -475,12 +507,32 @@ impl RetentionJob {
         reason: DeletionReason,
         rule: DueBy,
         stop: &watch::Receiver<bool>,
-    ) -> Result<Vec<(usize, u64)>, IngestError> {
+    ) -> (Vec<(usize, u64)>, Result<(), IngestError>) {
+        let mut deleted = vec![0u64; group.len()];
+        let outcome = self
+            .delete_group_rounds(spaces, group, reason, rule, stop, &mut deleted)
+            .await;
+        let counts = group
+            .iter()
+            .zip(deleted)
+            .map(|((index, _), count)| (*index, count))
+            .collect();
+        (counts, outcome)
+    }
+
+    async fn delete_group_rounds(
+        &self,
+        spaces: &[SpaceCutoffs<'_>],
+        group: &[(usize, DateTime<Utc>)],
+        reason: DeletionReason,
+        rule: DueBy,
+        stop: &watch::Receiver<bool>,
+        deleted_per_space: &mut [u64],
+    ) -> Result<(), IngestError> {
         let mut pending: Vec<(usize, DateTime<Utc>, store::Cursor)> = group
             .iter()
             .map(|(index, cutoff)| (*index, *cutoff, None))
             .collect();
-        let mut deleted_per_space = vec![0u64; group.len()];
         let position: std::collections::HashMap<usize, usize> = group
             .iter()
             .enumerate()
@@ -555,11 +607,7 @@ impl RetentionJob {
                 .collect();
             self.pause().await;
         }
-        Ok(group
-            .iter()
-            .zip(deleted_per_space)
-            .map(|((index, _), count)| (*index, count))
-            .collect())
+        Ok(())
     }
 
     async fn indexed_run(
@@ -570,6 +618,9 @@ impl RetentionJob {
         now: DateTime<Utc>,
         stop: &watch::Receiver<bool>,
     ) -> (usize, Result<SpaceRun, IngestError>) {
+        if *stop.borrow() {
+            return (index, Ok(SpaceRun::default()));
+        }
         (index, self.run_space(space, work, now, stop).await)
     }
 
@@ -599,7 +650,7 @@ impl RetentionJob {
                 self.pause().await;
             }
         }
-        if work.becoming_inactive {
+        if work.becoming_inactive && !*stop.borrow() {
             let mut cursor = None;
             loop {
                 let mut transaction = self.begin([scope]).await?;
@@ -633,8 +684,9 @@ impl RetentionJob {
 
     /// A transaction of the job: holding the spaces' locks, like every write of them, and
     /// committed without waiting for the WAL flush. A crash can undo the last few hundred
-    /// milliseconds of a run (a deletion with its tombstone and audit event, all or nothing);
-    /// the next run does them again. Waiting for a flush per batch would make the disk, not the
+    /// milliseconds of a run (a deletion with its tombstone and audit event, all or nothing; an
+    /// entry found inactive, whose grace period then starts at the next run); the next run does
+    /// them again. Waiting for a flush per batch would make the disk, not the
     /// work, set the pace: most spaces need one small batch.
     async fn begin<'a>(
         &self,

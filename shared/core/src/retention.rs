@@ -164,11 +164,11 @@ impl InactivityRule {
     }
 }
 
-/// Checks one day count of UpdateSettings (0 switches the rule off).
-pub fn check_days(field: &str, days: u32) -> Result<u32, String> {
+/// Checks one day count of a rule (0 switches the rule off); the error says what is allowed.
+pub fn check_days(days: u32) -> Result<u32, String> {
     if days > MAX_RETENTION_DAYS {
         Err(format!(
-            "{field} must be 0 (off) to {MAX_RETENTION_DAYS} days, got {days}"
+            "must be 0 (off) to {MAX_RETENTION_DAYS} days, got {days}"
         ))
     } else {
         Ok(days)
@@ -270,11 +270,11 @@ mod tests {
 
     #[test]
     fn days_are_checked() {
-        assert_eq!(check_days("max_age_days", 0), Ok(0));
-        assert_eq!(check_days("max_age_days", 36_500), Ok(36_500));
-        let error = check_days("max_age_days", 36_501).unwrap_err();
+        assert_eq!(check_days(0), Ok(0));
+        assert_eq!(check_days(36_500), Ok(36_500));
+        let error = check_days(36_501).unwrap_err();
         assert!(
-            error.contains("max_age_days") && error.contains("36501"),
+            error.contains("36500") && error.contains("36501"),
             "{error}"
         );
     }

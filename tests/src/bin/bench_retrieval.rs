@@ -956,8 +956,9 @@ async fn retention(
          inactive entries in every space, as it would in production.\n\n\
          ## Run\n\n\
          One run of the job as the ingest service runs it (`engram_ingest::retention::RetentionJob`, default \
-         settings: {concurrency} spaces at a time, batches of {batch}, each a transaction holding its \
-         space's lock; every deleted entry leaves a tombstone and an audit event), on 4 connections of its \
+         settings: due entries of up to 50 spaces per transaction, at most {batch} per transaction, holding \
+         those spaces' locks, a {pause} ms pause after each; turns and inactivity {concurrency} spaces at a \
+         time; every deleted entry leaves a tombstone and an audit event), on 4 connections of its \
          own, in this process, after {WARM_UP_SECONDS} s of the same load (the copy starts with a cold buffer \
          cache) and the baseline, while \
          RetrieveMemory is asked {rate_qps} queries a second over gRPC (open loop, latency from when each \
@@ -979,6 +980,7 @@ async fn retention(
         percent = load.due_percent,
         batch = settings.retention.batch,
         concurrency = settings.retention.concurrency,
+        pause = settings.retention.batch_pause_ms,
         rate_qps = load.rate,
         seconds = load.seconds,
         took = outcome.took.as_secs_f64(),
