@@ -41,6 +41,13 @@ async fn set_retention(
         .unwrap()
 }
 
+/// A new space of a new user with these retention rules.
+async fn space_with(sandbox: &mut Sandbox, space: &str, rules: v1::RetentionPolicy) -> v1::Scope {
+    let scope = new_scope(space);
+    set_retention(sandbox, &scope, rules).await;
+    scope
+}
+
 async fn preview(sandbox: &mut Sandbox, scope: &v1::Scope) -> v1::PreviewRetentionResponse {
     sandbox
         .ingest
@@ -359,10 +366,9 @@ async fn summarized_turns_are_deleted_after_the_window_and_their_episode_stays()
 #[tokio::test]
 async fn entries_past_the_maximum_age_are_deleted_unless_pinned_or_saved() {
     let mut sandbox = Sandbox::start().await;
-    let scope = new_scope("home");
-    set_retention(
+    let scope = space_with(
         &mut sandbox,
-        &scope,
+        "home",
         v1::RetentionPolicy {
             max_age_days: days(180),
             ..Default::default()
@@ -427,10 +433,9 @@ async fn entries_past_the_maximum_age_are_deleted_unless_pinned_or_saved() {
 #[tokio::test]
 async fn unused_entries_become_inactive_and_are_deleted_after_the_grace_period() {
     let mut sandbox = Sandbox::start().await;
-    let scope = new_scope("travel");
-    set_retention(
+    let scope = space_with(
         &mut sandbox,
-        &scope,
+        "travel",
         v1::RetentionPolicy {
             inactive_after_days: days(30),
             inactive_grace_days: days(30),
@@ -626,10 +631,9 @@ async fn unused_entries_become_inactive_and_are_deleted_after_the_grace_period()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_runs_started_together_delete_each_row_once() {
     let mut sandbox = Sandbox::start().await;
-    let scope = new_scope("work");
-    set_retention(
+    let scope = space_with(
         &mut sandbox,
-        &scope,
+        "work",
         v1::RetentionPolicy {
             max_age_days: days(30),
             ..Default::default()
