@@ -129,6 +129,7 @@ impl EmbeddingBackfill {
 
     /// Embeds and stores the given entries (the bus consumer calls this with the entries its
     /// messages name); returns how many were embedded.
+    #[tracing::instrument(name = "embedding.write", skip_all, fields(entries = batch.len()), err(Display))]
     pub async fn embed_batch(&self, batch: &[PendingEmbedding]) -> Result<usize, BackfillError> {
         let inputs: Vec<String> = batch
             .iter()

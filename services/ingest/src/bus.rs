@@ -14,6 +14,7 @@ use prost::Message as _;
 use secrecy::ExposeSecret as _;
 use sqlx::PgPool;
 use tokio::sync::{Notify, watch};
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 use uuid::Uuid;
 
 use engram_core::{ConversationId, Scope};
@@ -136,17 +137,37 @@ impl OutboxRelay {
     async fn publish_round(&self, publisher: &engram_bus::Publisher) -> Result<usize, RelayError> {
         let mut transaction = self.pool.begin().await.map_err(StoreError::from)?;
         let events = outbox::lock_unpublished(&mut transaction, self.settings.relay_batch).await?;
+        // Each event's publish is a span of the trace that wrote it (the headers stored with
+        // the event), and the message carries that span on: write -> publish -> consumer.
+        let spans: Vec<tracing::Span> = events
+            .iter()
+            .map(|event| {
+                let span = tracing::info_span!(
+                    "outbox.publish",
+                    otel.kind = "producer",
+                    routing_key = %event.routing_key,
+                    message_id = %event.message_id,
+                );
+                let parent = opentelemetry::global::get_text_map_propagator(|propagator| {
+                    propagator.extract(&event.trace_headers())
+                });
+                let _ = span.set_parent(parent);
+                span
+            })
+            .collect();
         let outgoing: Vec<OutgoingEvent> = events
             .iter()
-            .map(|event| OutgoingEvent {
+            .zip(&spans)
+            .map(|(event, span)| OutgoingEvent {
                 routing_key: event.routing_key.clone(),
                 message_id: event.message_id,
                 type_name: event.type_name.clone(),
                 payload: event.payload.clone(),
-                trace_headers: event.trace_headers(),
+                trace_headers: span.in_scope(engram_bus::current_trace_headers),
             })
             .collect();
         let (confirmed, error) = publisher.publish_all(&outgoing).await;
+        drop(spans);
         let published: Vec<i64> = events
             .iter()
             .take(confirmed)

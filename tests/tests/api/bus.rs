@@ -12,7 +12,11 @@ use engram_testkit::TcpProxy;
 
 use crate::helpers::{new_scope, outcome, remember};
 
-async fn wait_for(description: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool) {
+pub(crate) async fn wait_for(
+    description: &str,
+    limit: Duration,
+    mut check: impl AsyncFnMut() -> bool,
+) {
     let started = Instant::now();
     while !check().await {
         assert!(

@@ -21,6 +21,7 @@ mod response_size;
 mod retention;
 mod retrieval;
 mod review;
+mod traces;
 mod transfer;
 mod validation;
 mod write_path;
