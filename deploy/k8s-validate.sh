@@ -206,6 +206,9 @@ for line in open(listing):
                 listen = env.get("ENGRAM_GRPC__LISTEN_ADDR", "")
                 check(listen.rsplit(":", 1)[-1] == str(ports.get("grpc")),
                       f"{cw}: ENGRAM_GRPC__LISTEN_ADDR {listen!r} is not the grpc port")
+                metrics_listen = env.get("ENGRAM_GRPC__METRICS_LISTEN_ADDR", "")
+                check(metrics_listen.rsplit(":", 1)[-1] == str(ports.get("metrics")),
+                      f"{cw}: ENGRAM_GRPC__METRICS_LISTEN_ADDR {metrics_listen!r} is not the metrics port")
                 for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
                     p = c.get(probe)
                     check(p is not None and "grpc" in p, f"{cw}: {probe} must be a native grpc probe")
@@ -228,8 +231,9 @@ for line in open(listing):
                    if all(d["spec"]["template"]["metadata"]["labels"].get(k) == v for k, v in selector.items())]
         check(len(targets) == 1, f"{where}: selector matches {len(targets)} Deployments, expected 1")
         for port in svc["spec"]["ports"]:
-            check(port.get("name") == "grpc" and port.get("appProtocol") == "grpc",
-                  f"{where}: port must be named grpc with appProtocol grpc")
+            # The gRPC port, and the Prometheus endpoint beside it.
+            check((port.get("name"), port.get("appProtocol")) in (("grpc", "grpc"), ("metrics", "http")),
+                  f"{where}: a port is named grpc (appProtocol grpc) or metrics (appProtocol http)")
             for d in targets:
                 cports = {p.get("name"): p["containerPort"]
                           for c in d["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])}

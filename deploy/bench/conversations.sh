@@ -47,7 +47,7 @@ trap clean_up EXIT
 # embedder on. Every segmentation, memory, embedding and bus setting stays at its default.
 ingest_env=(
     ENGRAM_DATABASE__URL="$url"
-    ENGRAM_GRPC__LISTEN_ADDR="127.0.0.1:$ingest_port"
+    ENGRAM_GRPC__LISTEN_ADDR="127.0.0.1:$ingest_port" ENGRAM_GRPC__METRICS_LISTEN_ADDR=127.0.0.1:0
     ENGRAM_AMQP__URL="$amqp_url"
     ENGRAM_AMQP__TOPOLOGY_PREFIX="$prefix"
     ENGRAM_EMBED__PROVIDER=local
@@ -60,7 +60,7 @@ env "${ingest_env[@]}" RUST_LOG=warn ${BENCH_SERVER_ENV:-} \
 ingest=$!
 # As `make run` starts it: one model thread for query embeddings. It only answers at the end.
 log "starting a release retrieval service on 127.0.0.1:$retrieval_port"
-env ENGRAM_DATABASE__URL="$url" ENGRAM_GRPC__LISTEN_ADDR="127.0.0.1:$retrieval_port" \
+env ENGRAM_DATABASE__URL="$url" ENGRAM_GRPC__LISTEN_ADDR="127.0.0.1:$retrieval_port" ENGRAM_GRPC__METRICS_LISTEN_ADDR=127.0.0.1:0 \
     ENGRAM_EMBED__PROVIDER=local ENGRAM_EMBED__MODEL_DIR="$model_dir" RAYON_NUM_THREADS=1 RUST_LOG=warn \
     "$bin/retrieval" >"$ENGRAM_LOG_DIR/bench-conversations-retrieval.log" 2>&1 &
 retrieval=$!

@@ -16,7 +16,7 @@ model_dir="$(bash "$here/../local/models.sh")"
 pg_psql postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db TEMPLATE template1"
 
 log "starting a release ingest service with the local embedder on 127.0.0.1:$port"
-env ENGRAM_DATABASE__URL="$url" ENGRAM_GRPC__LISTEN_ADDR="127.0.0.1:$port" ENGRAM_EMBED__PROVIDER=local \
+env ENGRAM_DATABASE__URL="$url" ENGRAM_GRPC__LISTEN_ADDR="127.0.0.1:$port" ENGRAM_GRPC__METRICS_LISTEN_ADDR=127.0.0.1:0 ENGRAM_EMBED__PROVIDER=local \
     ENGRAM_EMBED__MODEL_DIR="$model_dir" RUST_LOG=warn "$bin/ingest" >"$ENGRAM_LOG_DIR/bench-embed-server.log" 2>&1 &
 server=$!
 trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT

@@ -72,7 +72,7 @@ pg_psql "$db" -c "CHECKPOINT"
 # cores, and is measured by its own benchmark) is off.
 log "starting a release ingest service on 127.0.0.1:$port (embedding backfill off)"
 # shellcheck disable=SC2086  # BENCH_SERVER_ENV holds extra VAR=value words for the server
-env ENGRAM_DATABASE__URL="$url" ENGRAM_GRPC__LISTEN_ADDR="127.0.0.1:$port" ENGRAM_DATABASE__MAX_CONNECTIONS=16 \
+env ENGRAM_DATABASE__URL="$url" ENGRAM_GRPC__LISTEN_ADDR="127.0.0.1:$port" ENGRAM_GRPC__METRICS_LISTEN_ADDR=127.0.0.1:0 ENGRAM_DATABASE__MAX_CONNECTIONS=16 \
     ENGRAM_EMBED__PROVIDER=disabled RUST_LOG=warn ${BENCH_SERVER_ENV:-} "$bin/ingest" >"$ENGRAM_LOG_DIR/bench-ingest-server.log" 2>&1 &
 server=$!
 wait_for_port 127.0.0.1 "$port" 60 || die "the ingest service did not start (see $ENGRAM_LOG_DIR/bench-ingest-server.log)"

@@ -19,7 +19,7 @@ url="$retrieval_db_url"
 
 log "starting a release retrieval service on 127.0.0.1:$port"
 # shellcheck disable=SC2086  # BENCH_SERVER_ENV holds extra VAR=value words for the server
-env ENGRAM_DATABASE__URL="$url" ENGRAM_GRPC__LISTEN_ADDR="127.0.0.1:$port" ENGRAM_EMBED__PROVIDER=local RAYON_NUM_THREADS=1 \
+env ENGRAM_DATABASE__URL="$url" ENGRAM_GRPC__LISTEN_ADDR="127.0.0.1:$port" ENGRAM_GRPC__METRICS_LISTEN_ADDR=127.0.0.1:0 ENGRAM_EMBED__PROVIDER=local RAYON_NUM_THREADS=1 \
     ENGRAM_EMBED__MODEL_DIR="$model_dir" RUST_LOG=warn ${BENCH_SERVER_ENV:-} \
     "$bin/retrieval" >"$ENGRAM_LOG_DIR/bench-retrieval-server.log" 2>&1 &
 server=$!

@@ -38,7 +38,7 @@ clean_up() {
 trap clean_up EXIT
 
 log "starting a release review service on 127.0.0.1:$port (bus prefix $prefix, local grader)"
-env ENGRAM_DATABASE__URL="$url" ENGRAM_GRPC__LISTEN_ADDR="127.0.0.1:$port" \
+env ENGRAM_DATABASE__URL="$url" ENGRAM_GRPC__LISTEN_ADDR="127.0.0.1:$port" ENGRAM_GRPC__METRICS_LISTEN_ADDR=127.0.0.1:0 \
     ENGRAM_AMQP__URL="$amqp_url" ENGRAM_AMQP__TOPOLOGY_PREFIX="$prefix" \
     ENGRAM_EMBED__PROVIDER=local ENGRAM_EMBED__MODEL_DIR="$model_dir" RUST_LOG=warn \
     "$bin/review" >"$ENGRAM_LOG_DIR/bench-review-server.log" 2>&1 &

@@ -28,10 +28,10 @@ common_env=(ENGRAM_DATABASE__URL="$url" ENGRAM_EMBED__PROVIDER=local ENGRAM_EMBE
 segmentation_env=(ENGRAM_SEGMENTATION__IDLE_CLOSE_SECS=86400)
 log "starting release ingest (127.0.0.1:$ingest_port) and retrieval (127.0.0.1:$retrieval_port) services"
 env "${common_env[@]}" "${segmentation_env[@]}" ENGRAM_AMQP__ENABLED=false \
-    ENGRAM_GRPC__LISTEN_ADDR="127.0.0.1:$ingest_port" \
+    ENGRAM_GRPC__LISTEN_ADDR="127.0.0.1:$ingest_port" ENGRAM_GRPC__METRICS_LISTEN_ADDR=127.0.0.1:0 \
     "$bin/ingest" >"$ENGRAM_LOG_DIR/eval-ingest.log" 2>&1 &
 ingest=$!
-env "${common_env[@]}" ENGRAM_GRPC__LISTEN_ADDR="127.0.0.1:$retrieval_port" \
+env "${common_env[@]}" ENGRAM_GRPC__LISTEN_ADDR="127.0.0.1:$retrieval_port" ENGRAM_GRPC__METRICS_LISTEN_ADDR=127.0.0.1:0 \
     "$bin/retrieval" >"$ENGRAM_LOG_DIR/eval-retrieval.log" 2>&1 &
 retrieval=$!
 trap 'kill -TERM $ingest $retrieval 2>/dev/null; wait $ingest $retrieval 2>/dev/null || true' EXIT

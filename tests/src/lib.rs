@@ -28,12 +28,17 @@ use tonic::transport::Channel;
 /// A service running in this process until dropped or stopped.
 pub struct RunningService {
     pub addr: SocketAddr,
+    /// Its Prometheus endpoint (`GET /metrics`).
+    pub metrics_addr: SocketAddr,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<anyhow::Result<()>>>,
 }
 
 impl RunningService {
-    fn spawn<F>(addr: SocketAddr, run: impl FnOnce(oneshot::Receiver<()>) -> F) -> Self
+    fn spawn<F>(
+        (addr, metrics_addr): (SocketAddr, SocketAddr),
+        run: impl FnOnce(oneshot::Receiver<()>) -> F,
+    ) -> Self
     where
         F: Future<Output = anyhow::Result<()>> + Send + 'static,
     {
@@ -41,6 +46,7 @@ impl RunningService {
         let task = tokio::spawn(run(signal));
         Self {
             addr,
+            metrics_addr,
             shutdown: Some(shutdown),
             task: Some(task),
         }
@@ -214,6 +220,7 @@ fn grpc_settings(options: &SandboxOptions) -> engram_server::GrpcSettings {
             .unwrap_or(64),
         request_timeout_secs: options.request_timeout_secs.unwrap_or(30),
         readiness_interval_ms: 100,
+        metrics_listen_addr: "127.0.0.1:0".parse().expect("valid address"),
     }
 }
 
@@ -385,38 +392,47 @@ impl Sandbox {
         let ingest_metrics = ingest_app.metrics();
         let retention = ingest_app.retention();
         let pool = ingest_app.pool().clone();
-        let ingest = RunningService::spawn(ingest_app.local_addr(), |signal| async move {
-            ingest_app
-                .run_until(async {
-                    let _ = signal.await;
-                })
-                .await
-        });
+        let ingest = RunningService::spawn(
+            (ingest_app.local_addr(), ingest_app.metrics_addr()),
+            |signal| async move {
+                ingest_app
+                    .run_until(async {
+                        let _ = signal.await;
+                    })
+                    .await
+            },
+        );
 
         let retrieval_settings = retrieval_settings(services_url, &options);
         let retrieval_app = engram_retrieval::App::build(retrieval_settings)
             .await
             .expect("retrieval starts");
-        let retrieval = RunningService::spawn(retrieval_app.local_addr(), |signal| async move {
-            retrieval_app
-                .run_until(async {
-                    let _ = signal.await;
-                })
-                .await
-        });
+        let retrieval = RunningService::spawn(
+            (retrieval_app.local_addr(), retrieval_app.metrics_addr()),
+            |signal| async move {
+                retrieval_app
+                    .run_until(async {
+                        let _ = signal.await;
+                    })
+                    .await
+            },
+        );
 
         let review_settings = review_settings(services_url, auth, &options);
         let review_app = engram_review::App::build(review_settings)
             .await
             .expect("review starts");
         let review_metrics = review_app.metrics();
-        let review = RunningService::spawn(review_app.local_addr(), |signal| async move {
-            review_app
-                .run_until(async {
-                    let _ = signal.await;
-                })
-                .await
-        });
+        let review = RunningService::spawn(
+            (review_app.local_addr(), review_app.metrics_addr()),
+            |signal| async move {
+                review_app
+                    .run_until(async {
+                        let _ = signal.await;
+                    })
+                    .await
+            },
+        );
 
         Self {
             ingest: IngestServiceClient::new(ingest.channel().await),
@@ -442,12 +458,15 @@ impl Sandbox {
                 .await
                 .expect("ingest starts");
         let metrics = app.metrics();
-        let service = RunningService::spawn(app.local_addr(), |signal| async move {
-            app.run_until(async {
-                let _ = signal.await;
-            })
-            .await
-        });
+        let service = RunningService::spawn(
+            (app.local_addr(), app.metrics_addr()),
+            |signal| async move {
+                app.run_until(async {
+                    let _ = signal.await;
+                })
+                .await
+            },
+        );
         (service, metrics)
     }
 

@@ -50,6 +50,8 @@ struct BusWorkers {
 
 impl App {
     pub async fn build(settings: IngestSettings) -> anyhow::Result<Self> {
+        // Before any instrument is made: they report to the provider installed first.
+        engram_telemetry::metrics_registry();
         let tokens = match &settings.auth.tokens_file {
             Some(path) => TokenRegistry::from_file(path)?,
             None => TokenRegistry::open(),
@@ -164,7 +166,7 @@ impl App {
         )?;
         let server = GrpcServer::bind(&settings.grpc)
             .await?
-            .watching_database(pool.clone());
+            .watching_database(pool.clone(), "ingest");
         Ok(Self {
             server,
             pool,
@@ -180,6 +182,11 @@ impl App {
 
     pub fn local_addr(&self) -> SocketAddr {
         self.server.local_addr()
+    }
+
+    /// Where Prometheus scrapes `GET /metrics`.
+    pub fn metrics_addr(&self) -> SocketAddr {
+        self.server.metrics_addr()
     }
 
     pub fn pool(&self) -> &PgPool {

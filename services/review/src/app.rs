@@ -30,6 +30,8 @@ pub struct App {
 
 impl App {
     pub async fn build(settings: ReviewSettings) -> anyhow::Result<Self> {
+        // Before any instrument is made: they report to the provider installed first.
+        engram_telemetry::metrics_registry();
         let tokens = match &settings.auth.tokens_file {
             Some(path) => TokenRegistry::from_file(path)?,
             None => TokenRegistry::open(),
@@ -68,7 +70,7 @@ impl App {
         });
         let server = GrpcServer::bind(&settings.grpc)
             .await?
-            .watching_database(pool.clone());
+            .watching_database(pool.clone(), "review");
         Ok(Self {
             server,
             pool,
@@ -80,6 +82,11 @@ impl App {
 
     pub fn local_addr(&self) -> SocketAddr {
         self.server.local_addr()
+    }
+
+    /// Where Prometheus scrapes `GET /metrics`.
+    pub fn metrics_addr(&self) -> SocketAddr {
+        self.server.metrics_addr()
     }
 
     /// What the consumer and the RPCs run (the review benchmark times it in process).

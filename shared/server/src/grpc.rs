@@ -41,6 +41,11 @@ const REFLECTION_AND_HEALTH_SERVICES: [&str; 3] = [
 pub struct GrpcServer {
     listener: TcpListener,
     local_addr: SocketAddr,
+    /// The Prometheus endpoint (`GET /metrics`).
+    metrics_listener: TcpListener,
+    metrics_addr: SocketAddr,
+    /// Keeps the pool gauge's callback registered.
+    _pool_gauge: Option<opentelemetry::metrics::ObservableGauge<u64>>,
     shutdown_grace: Duration,
     max_concurrent_requests_per_connection: usize,
     request_timeout: Duration,
@@ -58,12 +63,24 @@ impl GrpcServer {
             .await
             .with_context(|| format!("cannot listen on {}", settings.listen_addr))?;
         let local_addr = listener.local_addr()?;
+        let metrics_listener = TcpListener::bind(settings.metrics_listen_addr)
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot listen on {} (metrics)",
+                    settings.metrics_listen_addr
+                )
+            })?;
+        let metrics_addr = metrics_listener.local_addr()?;
         // The reporter starts with the overall status ("") SERVING.
         let health = HealthReporter::new();
         let health_service = HealthServer::new(HealthService::from_health_reporter(health.clone()));
         Ok(Self {
             listener,
             local_addr,
+            metrics_listener,
+            metrics_addr,
+            _pool_gauge: None,
             shutdown_grace: settings.shutdown_grace(),
             max_concurrent_requests_per_connection: settings.max_concurrent_requests_per_connection,
             request_timeout: Duration::from_secs(settings.request_timeout_secs),
@@ -75,13 +92,20 @@ impl GrpcServer {
     }
 
     /// Readiness follows this database: NOT_SERVING while it does not answer.
-    pub fn watching_database(mut self, pool: PgPool) -> Self {
+    /// Readiness follows this database, and its pool's connections are a metric.
+    pub fn watching_database(mut self, pool: PgPool, service: &'static str) -> Self {
+        self._pool_gauge = Some(crate::metrics::observe_pool(pool.clone(), service));
         self.readiness_database = Some(pool);
         self
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// Where Prometheus scrapes `GET /metrics`.
+    pub fn metrics_addr(&self) -> SocketAddr {
+        self.metrics_addr
     }
 
     /// Lets the service report its own readiness (for example NOT_SERVING while its database is
@@ -149,6 +173,7 @@ impl GrpcServer {
             .trace_fn(engram_telemetry::grpc_request_span)
             // Deadlines are Engram's own (DEADLINE_EXCEEDED, or UNKNOWN for a write that may
             // have landed), not tonic's `timeout`, which answers CANCELLED.
+            .layer(crate::metrics::RpcMetricsLayer)
             .layer(DeadlineLayer::new(self.request_timeout))
             .layer(AuthLayer::new(tokens))
             .layer(tower::util::MapResponseLayer::new(
@@ -179,6 +204,15 @@ impl GrpcServer {
             ))
         });
 
+        let (stop_metrics, metrics_stop) = tokio::sync::oneshot::channel::<()>();
+        let metrics = tokio::spawn(crate::metrics::serve_metrics(
+            self.metrics_listener,
+            async {
+                let _ = metrics_stop.await;
+            },
+        ));
+        tracing::info!(addr = %self.metrics_addr, "serving metrics on /metrics");
+
         tokio::pin!(shutdown);
         let stopped = tokio::select! {
             result = &mut server => Some(result),
@@ -187,6 +221,8 @@ impl GrpcServer {
         if let Some(readiness) = readiness {
             readiness.abort();
         }
+        // Metrics stay readable while requests drain; they stop with the server.
+        let _stop_metrics_on_return = StopOnDrop(Some(stop_metrics), metrics);
         if let Some(result) = stopped {
             return result.context("grpc server failed");
         }
@@ -206,6 +242,21 @@ impl GrpcServer {
         }
         tracing::info!("grpc server stopped");
         Ok(())
+    }
+}
+
+/// Stops the metrics endpoint when the server's `serve` returns, however it returns.
+struct StopOnDrop(
+    Option<tokio::sync::oneshot::Sender<()>>,
+    tokio::task::JoinHandle<()>,
+);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if let Some(stop) = self.0.take() {
+            let _ = stop.send(());
+        }
+        self.1.abort();
     }
 }
 

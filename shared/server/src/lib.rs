@@ -9,6 +9,7 @@ pub mod convert;
 pub mod database;
 pub mod deadline;
 pub mod grpc;
+pub mod metrics;
 pub mod paging;
 pub mod settings;
 pub mod shutdown;

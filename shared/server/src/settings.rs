@@ -31,6 +31,8 @@ pub struct GrpcSettings {
     pub request_timeout_secs: u64,
     /// How often readiness probes the database (NOT_SERVING after two failed probes in a row).
     pub readiness_interval_ms: u64,
+    /// Where Prometheus scrapes `GET /metrics` (port 0 picks a free port).
+    pub metrics_listen_addr: SocketAddr,
 }
 
 impl GrpcSettings {
@@ -71,6 +73,11 @@ pub fn common_defaults(default_port: u16) -> Vec<(&'static str, config::Value)> 
         ("grpc.max_concurrent_requests_per_connection", 256i64.into()),
         ("grpc.request_timeout_secs", 30i64.into()),
         ("grpc.readiness_interval_ms", 2_000i64.into()),
+        // 9451 / 9452 / 9453 beside ingest / retrieval / review's 50051 / 50052 / 50053.
+        (
+            "grpc.metrics_listen_addr",
+            format!("127.0.0.1:{}", 9_400 + default_port % 100).into(),
+        ),
         (
             "database.url",
             "postgres://postgres@127.0.0.1:55432/engram".into(),

@@ -1,6 +1,8 @@
 //! The one telemetry entry point of every Engram binary: [`init_telemetry`] installs `tracing`
-//! (human-readable logs, or JSON with `ENGRAM_LOG_FORMAT=json`), and — when the standard
-//! `OTEL_EXPORTER_OTLP_ENDPOINT` is set — OpenTelemetry trace and metric export over OTLP/gRPC.
+//! (human-readable logs, or JSON with `ENGRAM_LOG_FORMAT=json`), the OpenTelemetry metrics
+//! every service records, readable in the Prometheus text format ([`render_metrics`], served on
+//! each service's metrics port), and — when the standard `OTEL_EXPORTER_OTLP_ENDPOINT` is set —
+//! trace and metric export over OTLP/gRPC.
 //! The W3C trace-context propagator is installed globally either way, so traces continue across
 //! gRPC and AMQP hops. [`TelemetryHandle::shutdown`] flushes what is buffered.
 //!
@@ -93,13 +95,15 @@ pub fn init_telemetry(service_name: &'static str) -> Result<TelemetryHandle, Tel
             runtime::Tokio,
         )
         .build();
-        let meter_provider = SdkMeterProvider::builder()
-            .with_reader(reader)
-            .with_resource(resource)
-            .build();
-        opentelemetry::global::set_meter_provider(meter_provider.clone());
-        (Some(tracer_provider), Some(meter_provider))
+        let meter_provider = install_meters(Some((reader, resource)));
+        if meter_provider.is_none() {
+            tracing::warn!(
+                "metrics were installed before telemetry: they are not exported over otlp"
+            );
+        }
+        (Some(tracer_provider), meter_provider)
     } else {
+        metrics_registry();
         (None, None)
     };
 
@@ -142,6 +146,60 @@ impl TelemetryHandle {
 }
 
 use tracing_subscriber::Layer as _;
+
+/// The Prometheus registry the global meter provider reports into.
+static METRICS: std::sync::OnceLock<prometheus::Registry> = std::sync::OnceLock::new();
+
+/// Installs the global meter provider, reporting into the Prometheus registry (and to `otlp`,
+/// when given). Only the first call installs; later ones return `None`.
+fn install_meters(
+    otlp: Option<(
+        opentelemetry_sdk::metrics::periodic_reader_with_async_runtime::PeriodicReader<
+            MetricExporter,
+        >,
+        Resource,
+    )>,
+) -> Option<SdkMeterProvider> {
+    let mut installed = None;
+    METRICS.get_or_init(|| {
+        let registry = prometheus::Registry::new();
+        let mut builder = SdkMeterProvider::builder();
+        match opentelemetry_prometheus::exporter()
+            .with_registry(registry.clone())
+            .build()
+        {
+            Ok(exporter) => builder = builder.with_reader(exporter),
+            Err(error) => eprintln!("engram: cannot build the prometheus exporter: {error}"),
+        }
+        if let Some((reader, resource)) = otlp {
+            builder = builder.with_reader(reader).with_resource(resource);
+        }
+        let provider = builder.build();
+        opentelemetry::global::set_meter_provider(provider.clone());
+        installed = Some(provider);
+        registry
+    });
+    installed
+}
+
+/// The registry behind [`render_metrics`]. The first call installs the global meter provider,
+/// so call it (or [`init_telemetry`]) before creating instruments: an instrument made from the
+/// no-op provider before it stays no-op.
+pub fn metrics_registry() -> &'static prometheus::Registry {
+    install_meters(None);
+    METRICS.get().expect("installed above")
+}
+
+/// Every metric recorded in this process, in the Prometheus text format.
+pub fn render_metrics() -> String {
+    use prometheus::Encoder as _;
+    let mut text = Vec::new();
+    let encoder = prometheus::TextEncoder::new();
+    if let Err(error) = encoder.encode(&metrics_registry().gather(), &mut text) {
+        tracing::warn!(%error, "cannot encode the metrics");
+    }
+    String::from_utf8(text).unwrap_or_default()
+}
 
 /// Reads W3C trace context from HTTP/2 (gRPC) headers.
 struct HeaderExtractor<'a>(&'a http::HeaderMap);

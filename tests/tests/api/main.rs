@@ -14,6 +14,7 @@ mod extremes;
 mod group_commit;
 mod helpers;
 mod isolation;
+mod metrics;
 mod privacy;
 mod read_services;
 mod readiness;
