@@ -246,6 +246,59 @@ print(f"==> cross-checks: {checks - len(failures)} passed, {len(failures)} faile
 sys.exit(1 if failures else 0)
 PY
 
+# --- 3b. monitoring: alert rules and the Grafana dashboard -------------------------
+# promtool is not in a package registry; these checks stand in for `promtool check rules`: the
+# rules parse, every rule is complete, and every metric the rules and the dashboard use is one
+# the services export (the README's Metrics table lists them).
+"$python" - "$repo_root" <<'PY' || die "monitoring checks failed"
+import json, pathlib, re, sys
+import yaml
+
+root = pathlib.Path(sys.argv[1])
+readme = (root / "README.md").read_text()
+section = readme.split("## Metrics", 1)[1].split("\n## ", 1)[0]
+exported = set(re.findall(r"engram_[a-z0-9_]+", section))
+failures = []
+
+def metrics_in(expr):
+    # Histogram series (_bucket, _count, _sum) belong to their histogram.
+    return {re.sub(r"_(bucket|count|sum)$", "", name) for name in re.findall(r"engram_[a-z0-9_]+", expr)}
+
+rules_file = root / "deploy/monitoring/alerts.yaml"
+rules = yaml.safe_load(rules_file.read_text())
+count = 0
+for group in rules["groups"]:
+    for rule in group["rules"]:
+        count += 1
+        name = rule.get("alert", "?")
+        for key in ("alert", "expr"):
+            if not rule.get(key):
+                failures.append(f"{rules_file.name}: rule {name}: no {key}")
+        if rule.get("labels", {}).get("severity") not in ("critical", "warning", "info"):
+            failures.append(f"{rules_file.name}: {name}: severity must be critical, warning or info")
+        for key in ("summary", "description"):
+            if not rule.get("annotations", {}).get(key):
+                failures.append(f"{rules_file.name}: {name}: no {key} annotation")
+        if rule.get("expr", "").count("(") != rule.get("expr", "").count(")"):
+            failures.append(f"{rules_file.name}: {name}: unbalanced parentheses")
+        for metric in metrics_in(rule.get("expr", "")) - exported:
+            failures.append(f"{rules_file.name}: {name}: {metric} is not an exported metric")
+
+dashboard_file = root / "deploy/monitoring/grafana-dashboard.json"
+dashboard = json.loads(dashboard_file.read_text())
+targets = 0
+for panel in dashboard["panels"]:
+    for target in panel.get("targets", []):
+        targets += 1
+        for metric in metrics_in(target["expr"]) - exported:
+            failures.append(f"{dashboard_file.name}: panel {panel['title']!r}: {metric} is not an exported metric")
+
+for failure in failures:
+    print(f"  FAIL {failure}", file=sys.stderr)
+print(f"==> monitoring: {count} alert rules, {len(dashboard['panels'])} dashboard panels ({targets} queries), {len(failures)} problems")
+sys.exit(1 if failures else 0)
+PY
+
 # --- 4. schema validation ------------------------------------------------------
 mapfile -t manifests < <(cd "$repo_root" && find k8s -name '*.yaml' ! -name kustomization.yaml | sort)
 mapfile -t renderings < <(cut -f2 "$work/kustomizations.tsv"; find "$work/kustomize" -name '*.yaml' | sort)

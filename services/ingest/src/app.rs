@@ -221,6 +221,10 @@ impl App {
                 self.retention.clone().run(background_stop.clone()),
             ));
         }
+        let outbox_watch = self
+            .bus
+            .is_some()
+            .then(|| tokio::spawn(crate::bus::watch_outbox_backlog(self.pool.clone())));
         if let Some(bus) = self.bus {
             background.push(tokio::spawn(bus.relay.run(background_stop.clone())));
             if let Some(consumer) = bus.embedding {
@@ -248,6 +252,9 @@ impl App {
             }
         }
         purger.abort();
+        if let Some(watch) = outbox_watch {
+            watch.abort();
+        }
         // Batches under way finish (their callers may have gone; what they commit stays).
         commit_pool.close().await;
         self.pool.close().await;

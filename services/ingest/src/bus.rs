@@ -69,6 +69,39 @@ pub struct OutboxRelay {
     pub wake: Arc<Notify>,
 }
 
+/// How often the outbox backlog is measured.
+const OUTBOX_WATCH_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Measures the outbox backlog every few seconds (`engram.outbox.backlog`, the events not yet
+/// published, and `engram.outbox.oldest_pending_age`): it grows while the broker is away, when
+/// the relay itself cannot say so.
+pub async fn watch_outbox_backlog(pool: PgPool) {
+    let meter = opentelemetry::global::meter("engram-ingest");
+    let backlog = meter
+        .u64_gauge("engram.outbox.backlog")
+        .with_description("events written but not yet published to the broker")
+        .build();
+    let oldest = meter
+        .f64_gauge("engram.outbox.oldest_pending_age")
+        .with_unit("s")
+        .with_description("age of the oldest event not yet published (0 when none)")
+        .build();
+    let mut ticks = tokio::time::interval(OUTBOX_WATCH_INTERVAL);
+    loop {
+        ticks.tick().await;
+        match outbox::backlog(&pool).await {
+            Ok((pending, first)) => {
+                backlog.record(u64::try_from(pending).unwrap_or(0), &[]);
+                let age = first.map_or(0.0, |first| {
+                    (chrono::Utc::now() - first).num_milliseconds().max(0) as f64 / 1000.0
+                });
+                oldest.record(age, &[]);
+            }
+            Err(error) => tracing::debug!(%error, "cannot measure the outbox backlog"),
+        }
+    }
+}
+
 impl OutboxRelay {
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         let mut delays = reconnect_backoff(&self.settings);

@@ -117,10 +117,47 @@ pub struct Delivery {
     queue: QueueSpec,
 }
 
+/// Deliveries, retries and dead-letters per queue (`engram.bus.*`).
+struct BusInstruments {
+    deliveries: opentelemetry::metrics::Counter<u64>,
+    retries: opentelemetry::metrics::Counter<u64>,
+    dead_letters: opentelemetry::metrics::Counter<u64>,
+}
+
+fn bus_instruments() -> &'static BusInstruments {
+    static INSTRUMENTS: std::sync::OnceLock<BusInstruments> = std::sync::OnceLock::new();
+    INSTRUMENTS.get_or_init(|| {
+        let meter = opentelemetry::global::meter("engram-bus");
+        BusInstruments {
+            deliveries: meter
+                .u64_counter("engram.bus.deliveries")
+                .with_description("messages delivered to a consumer, by queue")
+                .build(),
+            retries: meter
+                .u64_counter("engram.bus.retries")
+                .with_description("messages sent back for a delayed retry, by queue")
+                .build(),
+            dead_letters: meter
+                .u64_counter("engram.bus.dead_letters")
+                .with_description("messages moved to the dead-letter queue, by queue")
+                .build(),
+        }
+    })
+}
+
+fn queue_label(queue: &QueueSpec) -> [opentelemetry::KeyValue; 1] {
+    [opentelemetry::KeyValue::new("queue", queue.name)]
+}
+
 impl Deliveries {
     /// The next message; `None` when the consumer was cancelled or the channel closed.
     pub async fn next(&mut self) -> Option<Result<Delivery, BusError>> {
         let next = self.consumer.next().await?;
+        if next.is_ok() {
+            bus_instruments()
+                .deliveries
+                .add(1, &queue_label(&self.queue));
+        }
         Some(next.map_err(BusError::from).map(|inner| Delivery {
             inner,
             channel: self.channel.clone(),
@@ -216,6 +253,7 @@ impl Delivery {
             properties,
         )
         .await?;
+        bus_instruments().retries.add(1, &queue_label(&self.queue));
         self.ack().await
     }
 
@@ -260,6 +298,9 @@ impl Delivery {
         )
         .await?;
         tracing::warn!(queue = self.queue.name, reason, "message dead-lettered");
+        bus_instruments()
+            .dead_letters
+            .add(1, &queue_label(&self.queue));
         self.ack().await
     }
 }

@@ -158,6 +158,7 @@ impl Recall {
         let started = Instant::now();
         let mut stage = "context";
         let result = self.retrieve_stages(request, started, &mut stage).await;
+        record_path(&result);
         if let Err(error) = &result
             && request.side_effects
             && stage != "record"
@@ -538,6 +539,38 @@ impl Recall {
         store::record(&self.pool, &request.scope, &record, now).await?;
         Ok(())
     }
+}
+
+/// Retrievals by the path that served them (`bm25+vector`, `bm25`, `trigram`, `recent`,
+/// `none`, `memory_off`, `incognito`, `error`) and whether a fallback answered
+/// (`engram.retrieval.requests`).
+fn record_path(result: &Result<Retrieval, RecallError>) {
+    static REQUESTS: std::sync::OnceLock<opentelemetry::metrics::Counter<u64>> =
+        std::sync::OnceLock::new();
+    let requests = REQUESTS.get_or_init(|| {
+        opentelemetry::global::meter("engram-recall")
+            .u64_counter("engram.retrieval.requests")
+            .with_description(
+                "retrievals by the path that served them and whether a fallback answered",
+            )
+            .build()
+    });
+    let (path, fallback, widened) = match result {
+        Ok(retrieval) => (
+            retrieval.served_by.path.clone(),
+            retrieval.served_by.used_fallback,
+            retrieval.served_by.scope_widened,
+        ),
+        Err(_) => ("error".to_owned(), false, false),
+    };
+    requests.add(
+        1,
+        &[
+            opentelemetry::KeyValue::new("path", path),
+            opentelemetry::KeyValue::new("fallback", fallback),
+            opentelemetry::KeyValue::new("scope_widened", widened),
+        ],
+    );
 }
 
 fn elapsed_ms(since: Instant) -> f32 {

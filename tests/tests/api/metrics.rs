@@ -109,6 +109,16 @@ async fn every_service_serves_its_metrics_to_prometheus() {
         sample(&ingest, "engram_ingest_dedupe_merges_total", &[]),
         Some(1.0)
     );
+    assert!(
+        sample(
+            &ingest,
+            "engram_retrieval_requests_total",
+            // No embedder here: BM25 alone answered, a fallback from the hybrid search.
+            &["path=\"bm25\"", "fallback=\"true\""]
+        )
+        .is_some(),
+        "retrieval paths: {ingest}"
+    );
     let (_, retrieval) = scrape(sandbox.services[1].metrics_addr).await;
     assert!(
         sample(
