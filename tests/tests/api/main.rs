@@ -22,6 +22,7 @@ mod response_size;
 mod retention;
 mod retrieval;
 mod review;
+mod schema;
 mod traces;
 mod transfer;
 mod validation;
