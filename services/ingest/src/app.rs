@@ -57,7 +57,7 @@ impl App {
             None => TokenRegistry::open(),
         };
         let pool = engram_server::database::connect(&settings.database).await?;
-        let metrics = Arc::new(IngestMetrics::default());
+        let metrics = Arc::new(IngestMetrics::new());
 
         let embedder = engram_recall::load_embedder(&settings.embed.embedder_choice()).await?;
         if let Some(embedder) = &embedder {

@@ -198,6 +198,21 @@ impl Default for IngestMetrics {
 }
 
 impl IngestMetrics {
+    /// The metrics with their alerting series present from the start (at 0): Prometheus'
+    /// `increase()` cannot see a counter's first event when its series begins at 1.
+    pub fn new() -> Self {
+        let metrics = Self::default();
+        metrics.pinned_trim_alert_counter.add(0, &[]);
+        metrics.embedding.dead_letter_counter.add(0, &[]);
+        for outcome in ["failed", "completed_with_failures"] {
+            metrics
+                .retention
+                .runs_counter
+                .add(0, &[KeyValue::new("outcome", outcome)]);
+        }
+        metrics
+    }
+
     /// Marks a Remember in flight (queued for or inside its group commit) until the guard drops.
     pub fn write_in_flight(&self) -> InFlightWrite {
         self.writes.in_flight.fetch_add(1, Ordering::Relaxed);

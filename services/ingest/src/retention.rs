@@ -277,7 +277,11 @@ impl RetentionJob {
     ) -> Result<Option<RunReport>, IngestError> {
         // A session lock: held until released or until its connection closes (a replica that
         // dies mid-run releases it).
-        let Some(lock) = RunLock::try_take(&self.pool).await? else {
+        let taken = RunLock::try_take(&self.pool).await;
+        if taken.is_err() {
+            self.metrics.record_retention_run("failed", None);
+        }
+        let Some(lock) = taken? else {
             self.metrics.record_retention_run("skipped", None);
             return Ok(None);
         };

@@ -72,6 +72,8 @@ impl Bus {
 
     /// Starts consuming a queue with at most `prefetch` unacknowledged messages.
     pub async fn consume(&self, queue: &QueueSpec, prefetch: u16) -> Result<Deliveries, BusError> {
+        // The queue's alerting series exist from the start (see engram.bus.dead_letters).
+        bus_instruments().dead_letters.add(0, &queue_label(queue));
         let channel = self.connection.create_channel().await?;
         channel
             .basic_qos(prefetch, BasicQosOptions::default())

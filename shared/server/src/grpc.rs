@@ -91,8 +91,8 @@ impl GrpcServer {
         })
     }
 
-    /// Readiness follows this database: NOT_SERVING while it does not answer.
-    /// Readiness follows this database, and its pool's connections are a metric.
+    /// Readiness follows this database (NOT_SERVING while it does not answer), and its pool's
+    /// connections are a metric.
     pub fn watching_database(mut self, pool: PgPool, service: &'static str) -> Self {
         self._pool_gauge = Some(crate::metrics::observe_pool(pool.clone(), service));
         self.readiness_database = Some(pool);

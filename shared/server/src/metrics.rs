@@ -97,8 +97,10 @@ fn instruments() -> &'static RpcInstruments {
 }
 
 /// Counts each request by method and gRPC status code and records how long it took. A status
-/// sent in the response headers (every error: tonic answers them trailers-only) is that code;
-/// otherwise the call succeeded (0).
+/// sent in the response headers (every error of a unary call: tonic answers them
+/// trailers-only) is that code; otherwise the call succeeded (0). A streaming call
+/// (ExportSpace) counts when its headers go out: an error in a later page is not seen here.
+/// Requests refused by load shedding never reach this layer.
 #[derive(Debug, Clone, Default)]
 pub struct RpcMetricsLayer;
 
@@ -142,6 +144,13 @@ where
                     .unwrap_or("0")
                     .to_owned(),
                 Err(_) => "2".to_owned(),
+            };
+            // A path no service answers (UNIMPLEMENTED) is anything a caller typed: one series
+            // for all of them, not one each.
+            let method = if code == "12" {
+                "unknown".to_owned()
+            } else {
+                method
             };
             let instruments = instruments();
             instruments.requests.add(
