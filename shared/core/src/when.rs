@@ -12,6 +12,8 @@
 //!   as 下周三 / 上周五 count them); this / coming <weekday>: the first such day from today on;
 //!   下周X, 上周X, 这周X / 本周X (周, 星期 or 礼拜);
 //! - next / last / this week, month, year (下周, 上个月, 明年 ...): the whole week, month or year;
+//! - next / last / this <month> ("next June", "last March"): that whole month, the next one
+//!   after the current month, the last one before it, or this year's;
 //! - in N days / weeks / months / years, N ... ago (N a number or one to twelve);
 //!   N天后, N周前, N个月以后 ... (N in digits or Chinese numerals up to 99).
 //!
@@ -70,6 +72,7 @@ impl ResolvedDate {
     }
 }
 
+const EN_MONTHS: &str = "january|february|march|april|may|june|july|august|september|october|november|december|jan|feb|mar|apr|jun|jul|aug|sept|sep|oct|nov|dec";
 const EN_WEEKDAYS: &str = "monday|tuesday|wednesday|thursday|friday|saturday|sunday";
 const EN_NUMBER: &str =
     r"\d{1,3}|a|an|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve";
@@ -98,6 +101,10 @@ static PATTERNS: LazyLock<Vec<(Regex, Rule)>> = LazyLock::new(|| {
         rule(
             r"(?i)\b(next|last|this)\s+(week|month|year)\b".into(),
             Rule::EnPeriod,
+        ),
+        rule(
+            format!(r"(?i)\b(next|last|this|coming)\s+({EN_MONTHS})\b"),
+            Rule::EnMonth,
         ),
         rule(
             format!(r"(?i)\bin\s+({EN_NUMBER})\s+(day|week|month|year)s?\b"),
@@ -133,6 +140,7 @@ enum Rule {
     Days(i64),
     EnWeekday,
     EnPeriod,
+    EnMonth,
     EnAmount { sign: i64 },
     ZhWeekday,
     ZhWeek,
@@ -229,6 +237,25 @@ fn apply<'t>(
                 "month" => month(today, offset),
                 _ => year(today, offset),
             }
+        }
+        Rule::EnMonth => {
+            // "this may be hard": lower-case "may" is the verb.
+            if group(2)? == "may" {
+                return None;
+            }
+            let named = en_month(group(2)?)?;
+            let relation = group(1)?.to_ascii_lowercase();
+            let year = match relation.as_str() {
+                // The next such month after this one: said in November, "next June" is June of
+                // next year; said in March, this year's June.
+                "next" | "coming" if named > today.month() => today.year(),
+                "next" | "coming" => today.year().checked_add(1)?,
+                // The last such month before this one.
+                "last" if named < today.month() => today.year(),
+                "last" => today.year().checked_sub(1)?,
+                _ => today.year(),
+            };
+            month(NaiveDate::from_ymd_opt(year, named, 1)?, 0)
         }
         Rule::EnAmount { sign } => {
             let amount = en_number(group(1)?)? * sign;
@@ -346,6 +373,18 @@ fn zh_offset(word: &str) -> i64 {
         "上" => -1,
         _ => 0,
     }
+}
+
+/// The month a name or its common abbreviation means (1 to 12).
+fn en_month(word: &str) -> Option<u32> {
+    let word = word.to_ascii_lowercase();
+    let prefix = word.get(..3)?;
+    [
+        "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
+    ]
+    .iter()
+    .position(|month| *month == prefix)
+    .map(|index| index as u32 + 1)
 }
 
 fn en_weekday(word: &str) -> Option<Weekday> {
@@ -477,6 +516,22 @@ mod tests {
             ["2026-12", "2026-10", "2026-11"]
         );
         assert_eq!(tags("明年结婚，去年搬家"), ["2027", "2025"]);
+        // Said in November 2026.
+        assert_eq!(tags("The wedding is next June"), ["2027-06"]);
+        assert_eq!(tags("We moved last March"), ["2026-03"]);
+        assert_eq!(
+            tags("last November and next November"),
+            ["2025-11", "2027-11"]
+        );
+        assert_eq!(tags("this December, coming Jan"), ["2026-12", "2027-01"]);
+        assert_eq!(
+            resolve("next June", wednesday())[0].describe(),
+            "2027-06-01 to 2027-06-30"
+        );
+        // A month alone is not relative (in May: which May?), nor is "may" the verb.
+        assert!(tags("I may go in May").is_empty());
+        assert!(tags("this may be hard, next may be easier").is_empty());
+        assert_eq!(tags("next May"), ["2027-05"]);
         assert_eq!(tags("下周很忙"), ["2026-W49"]);
     }
 
