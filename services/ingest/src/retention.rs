@@ -86,7 +86,6 @@ impl SpaceRun {
 /// What one run did.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RunReport {
-    pub started_at: DateTime<Utc>,
     pub spaces: Vec<(Scope, SpaceRun)>,
     /// Spaces the run could not finish (the error is logged; the next run tries them again).
     pub failed_spaces: u64,
@@ -315,10 +314,7 @@ impl RetentionJob {
         stop: &watch::Receiver<bool>,
     ) -> Result<RunReport, IngestError> {
         let defaults = self.defaults();
-        let mut report = RunReport {
-            started_at: now,
-            ..RunReport::default()
-        };
+        let mut report = RunReport::default();
         let mut after: Option<Scope> = None;
         loop {
             if *stop.borrow() {
@@ -491,11 +487,8 @@ impl RetentionJob {
         if events.is_empty() {
             return Ok(());
         }
-        let mut transaction = self.pool.begin().await?;
-        sqlx::query("SET LOCAL synchronous_commit = off")
-            .execute(&mut *transaction)
-            .await?;
-        audit::append_across(&mut transaction, AuditAction::RetentionRun, &events).await?;
+        let mut transaction = self.begin([]).await?;
+        audit::append_across(&mut transaction, AuditAction::RetentionRun, None, &events).await?;
         transaction.commit().await?;
         Ok(())
     }
@@ -592,7 +585,13 @@ impl RetentionJob {
                 deleted_per_space[position[&pending[target].0]] += 1;
             }
             tombstones::insert_many(&mut transaction, &tombstones, expires_at).await?;
-            audit::append_across(&mut transaction, AuditAction::RetentionDelete, &events).await?;
+            audit::append_across(
+                &mut transaction,
+                AuditAction::RetentionDelete,
+                None,
+                &events,
+            )
+            .await?;
             transaction.commit().await?;
             self.metrics
                 .record_retention_deleted(reason, deleted.len() as u64);

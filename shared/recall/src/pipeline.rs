@@ -481,16 +481,19 @@ impl Recall {
             *stage = "record";
             self.record(request, &retrieval, metrics, reviewed, now)
                 .await?;
+        } else {
+            // What a retrieval returns is in use: retention's inactivity rule leaves it alone.
+            // RetrieveMemory notes it in its recording statement; a retrieval without side
+            // effects (ContextPreRetrieve) notes only this.
+            let returned: Vec<Uuid> = retrieval
+                .semantic
+                .iter()
+                .chain(&retrieval.episodic)
+                .map(|m| m.record.id)
+                .collect();
+            engram_store::retention::note_returned(&self.pool, &request.scope, &returned, now)
+                .await?;
         }
-        // What a retrieval returns is in use: retention's inactivity rule leaves it alone.
-        // ContextPreRetrieve, which records nothing else, notes this too.
-        let returned: Vec<Uuid> = retrieval
-            .semantic
-            .iter()
-            .chain(&retrieval.episodic)
-            .map(|m| m.record.id)
-            .collect();
-        engram_store::retention::note_returned(&self.pool, &request.scope, &returned, now).await?;
         Ok(retrieval)
     }
 

@@ -125,49 +125,33 @@ pub async fn append_each(
     conversation: Option<ConversationId>,
     events: &[(Uuid, serde_json::Value)],
 ) -> Result<(), StoreError> {
-    if events.is_empty() {
-        return Ok(());
-    }
-    sqlx::query(
-        "INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \
-         SELECT $1, $2, $3, e.memory_id, $4, e.detail \
-         FROM unnest($5::uuid[], $6::jsonb[]) WITH ORDINALITY AS e(memory_id, detail, position) \
-         ORDER BY e.position",
-    )
-    .bind(scope.user_id.as_uuid())
-    .bind(scope.space.as_str())
-    .bind(action.as_str())
-    .bind(conversation.map(|c| c.as_uuid()))
-    .bind(events.iter().map(|(id, _)| *id).collect::<Vec<_>>())
-    .bind(
-        events
-            .iter()
-            .map(|(_, detail)| detail.clone())
-            .collect::<Vec<_>>(),
-    )
-    .execute(connection)
-    .await?;
-    Ok(())
+    let events: Vec<(&Scope, Option<Uuid>, serde_json::Value)> = events
+        .iter()
+        .map(|(id, detail)| (scope, Some(*id), detail.clone()))
+        .collect();
+    append_across(connection, action, conversation, &events).await
 }
 
 /// Appends one event of `action` per (space, memory, detail), for several spaces at once, in
-/// one statement.
+/// one statement, in the order given.
 pub async fn append_across(
     connection: &mut PgConnection,
     action: AuditAction,
+    conversation: Option<ConversationId>,
     events: &[(&Scope, Option<Uuid>, serde_json::Value)],
 ) -> Result<(), StoreError> {
     if events.is_empty() {
         return Ok(());
     }
     sqlx::query(
-        "INSERT INTO audit_events (user_id, space, action, memory_id, detail) \
-         SELECT e.user_id, e.space, $1, e.memory_id, e.detail \
-         FROM unnest($2::uuid[], $3::text[], $4::uuid[], $5::jsonb[]) WITH ORDINALITY \
+        "INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \
+         SELECT e.user_id, e.space, $1, e.memory_id, $2, e.detail \
+         FROM unnest($3::uuid[], $4::text[], $5::uuid[], $6::jsonb[]) WITH ORDINALITY \
               AS e(user_id, space, memory_id, detail, position) \
          ORDER BY e.position",
     )
     .bind(action.as_str())
+    .bind(conversation.map(|c| c.as_uuid()))
     .bind(
         events
             .iter()

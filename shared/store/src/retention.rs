@@ -123,19 +123,18 @@ pub async fn spaces_page(
     .bind(limit)
     .fetch_all(pool)
     .await?;
-    let days = |value: Option<i32>| value.and_then(|days| u32::try_from(days).ok());
     Ok(rows
         .into_iter()
         .filter_map(|row| {
             let scope = Scope::parse("scope", &row.user_id.to_string(), &row.space).ok()?;
             Some(SpaceRules {
                 scope,
-                overrides: RetentionOverrides {
-                    turn_days: days(row.turn_retention_days),
-                    max_age_days: days(row.max_age_days),
-                    inactive_after_days: days(row.inactive_after_days),
-                    inactive_grace_days: days(row.inactive_grace_days),
-                },
+                overrides: crate::spaces::stored_retention([
+                    row.turn_retention_days,
+                    row.max_age_days,
+                    row.inactive_after_days,
+                    row.inactive_grace_days,
+                ]),
             })
         })
         .collect())
@@ -335,31 +334,26 @@ pub async fn due_across(
     if targets.is_empty() {
         return Ok(Vec::new());
     }
+    // The targets' next due rows, by the rule's key (`m.<key>`) and condition.
+    macro_rules! next_due {
+        ($key:literal, $condition:expr) => {
+            concat!(
+                "SELECT t.position - 1 AS target, d.id, d.key \
+                 FROM unnest($1::uuid[], $2::text[], $3::timestamptz[], $4::timestamptz[], $5::uuid[]) \
+                      WITH ORDINALITY AS t(user_id, space, cutoff, after_key, after_id, position) \
+                 CROSS JOIN LATERAL ( \
+                     SELECT m.id, m.", $key, " AS key FROM memories m \
+                     WHERE m.user_id = t.user_id AND m.space = t.space AND m.", $key, " < t.cutoff \
+                       AND (t.after_key IS NULL OR (m.", $key, ", m.id) > (t.after_key, t.after_id)) AND ",
+                $condition,
+                " ORDER BY m.", $key, ", m.id LIMIT $6 FOR UPDATE OF m) d \
+                 ORDER BY t.position, d.key, d.id"
+            )
+        };
+    }
     let sql = match rule {
-        DueBy::Age => concat!(
-            "SELECT t.position - 1 AS target, d.id, d.key \
-             FROM unnest($1::uuid[], $2::text[], $3::timestamptz[], $4::timestamptz[], $5::uuid[]) \
-                  WITH ORDINALITY AS t(user_id, space, cutoff, after_key, after_id, position) \
-             CROSS JOIN LATERAL ( \
-                 SELECT m.id, m.created_at AS key FROM memories m \
-                 WHERE m.user_id = t.user_id AND m.space = t.space AND m.created_at < t.cutoff \
-                   AND (t.after_key IS NULL OR (m.created_at, m.id) > (t.after_key, t.after_id)) AND ",
-            due_for_age!("t.cutoff"),
-            " ORDER BY m.created_at, m.id LIMIT $6 FOR UPDATE OF m) d \
-             ORDER BY t.position, d.key, d.id"
-        ),
-        DueBy::Inactivity => concat!(
-            "SELECT t.position - 1 AS target, d.id, d.key \
-             FROM unnest($1::uuid[], $2::text[], $3::timestamptz[], $4::timestamptz[], $5::uuid[]) \
-                  WITH ORDINALITY AS t(user_id, space, cutoff, after_key, after_id, position) \
-             CROSS JOIN LATERAL ( \
-                 SELECT m.id, m.inactive_since AS key FROM memories m \
-                 WHERE m.user_id = t.user_id AND m.space = t.space AND m.inactive_since < t.cutoff \
-                   AND (t.after_key IS NULL OR (m.inactive_since, m.id) > (t.after_key, t.after_id)) AND ",
-            due_for_inactive_deletion!("t.cutoff"),
-            " ORDER BY m.inactive_since, m.id LIMIT $6 FOR UPDATE OF m) d \
-             ORDER BY t.position, d.key, d.id"
-        ),
+        DueBy::Age => next_due!("created_at", due_for_age!("t.cutoff")),
+        DueBy::Inactivity => next_due!("inactive_since", due_for_inactive_deletion!("t.cutoff")),
     };
     let due = sqlx::query_as(sql)
         .bind(
@@ -453,10 +447,36 @@ pub async fn reactivate_all(
 
 /// How long a retrieval's note that it returned an entry stays good enough: it is rewritten only
 /// when older, so a busy entry costs at most one write a day. The inactivity rule counts in days.
-const RETURNED_REFRESH_SECS: f64 = 86_400.0;
+pub(crate) const RETURNED_REFRESH_SECS: f64 = 86_400.0;
+
+/// SQL: notes that a retrieval of space (`$user`, `$space`) returned entries `$ids` at `$now`
+/// (rewriting a note only when older than `$refresh_secs`). One definition for
+/// [`note_returned`] and RetrieveMemory's recording statement (`retrieval::record`), which folds
+/// it in. A macro so that queries stay `&'static str`.
+macro_rules! note_returned_sql {
+    ($user:literal, $space:literal, $ids:literal, $now:literal, $refresh_secs:literal) => {
+        concat!(
+            "UPDATE memory_retention SET last_returned_at = ",
+            $now,
+            " WHERE user_id = ",
+            $user,
+            " AND space = ",
+            $space,
+            " AND memory_id = ANY(",
+            $ids,
+            ") AND (last_returned_at IS NULL OR last_returned_at < ",
+            $now,
+            " - make_interval(secs => ",
+            $refresh_secs,
+            "))"
+        )
+    };
+}
 
 /// Notes that a retrieval returned these entries of the space at `now` (see
-/// [`RETURNED_REFRESH_SECS`]): they are in use, so the inactivity rule leaves them alone.
+/// [`RETURNED_REFRESH_SECS`]): they are in use, so the inactivity rule leaves them alone. For
+/// retrievals that record nothing else (ContextPreRetrieve); RetrieveMemory notes them in its
+/// one recording statement.
 pub async fn note_returned(
     pool: &PgPool,
     scope: &Scope,
@@ -466,18 +486,14 @@ pub async fn note_returned(
     if ids.is_empty() {
         return Ok(());
     }
-    sqlx::query(
-        "UPDATE memory_retention SET last_returned_at = $4 \
-         WHERE user_id = $1 AND space = $2 AND memory_id = ANY($3) \
-           AND (last_returned_at IS NULL OR last_returned_at < $4 - make_interval(secs => $5))",
-    )
-    .bind(scope.user_id.as_uuid())
-    .bind(scope.space.as_str())
-    .bind(ids)
-    .bind(now)
-    .bind(RETURNED_REFRESH_SECS)
-    .execute(pool)
-    .await?;
+    sqlx::query(note_returned_sql!("$1", "$2", "$3", "$4", "$5"))
+        .bind(scope.user_id.as_uuid())
+        .bind(scope.space.as_str())
+        .bind(ids)
+        .bind(now)
+        .bind(RETURNED_REFRESH_SECS)
+        .execute(pool)
+        .await?;
     Ok(())
 }
 

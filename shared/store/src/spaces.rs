@@ -25,13 +25,25 @@ pub struct SpaceRecord {
 impl SpaceRecord {
     /// The space's own retention values (the rest follow the service defaults).
     pub fn retention_overrides(&self) -> RetentionOverrides {
-        let days = |value: Option<i32>| value.and_then(|days| u32::try_from(days).ok());
-        RetentionOverrides {
-            turn_days: days(self.turn_retention_days),
-            max_age_days: days(self.max_age_days),
-            inactive_after_days: days(self.inactive_after_days),
-            inactive_grace_days: days(self.inactive_grace_days),
-        }
+        stored_retention([
+            self.turn_retention_days,
+            self.max_age_days,
+            self.inactive_after_days,
+            self.inactive_grace_days,
+        ])
+    }
+}
+
+/// A space's retention columns (turns, max age, inactive after, grace; NULL: the default) as
+/// its own rules.
+pub(crate) fn stored_retention(columns: [Option<i32>; 4]) -> RetentionOverrides {
+    let [turn, max_age, inactive_after, grace] =
+        columns.map(|value| value.and_then(|days| u32::try_from(days).ok()));
+    RetentionOverrides {
+        turn_days: turn,
+        max_age_days: max_age,
+        inactive_after_days: inactive_after,
+        inactive_grace_days: grace,
     }
 }
 

@@ -47,19 +47,8 @@ pub async fn insert(
     text_digest: &[u8],
     expires_at: DateTime<Utc>,
 ) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO tombstones (user_id, space, memory_id, simhash, text_digest, expires_at) \
-         VALUES ($1, $2, $3, $4, $5, $6)",
-    )
-    .bind(scope.user_id.as_uuid())
-    .bind(scope.space.as_str())
-    .bind(memory_id)
-    .bind(simhash.as_i64())
-    .bind(text_digest)
-    .bind(expires_at)
-    .execute(connection)
-    .await?;
-    Ok(())
+    let tombstone = (memory_id, simhash, text_digest.to_vec());
+    insert_many(connection, &[(scope, tombstone)], expires_at).await
 }
 
 /// A tombstone to write: the deleted memory, its SimHash and the digest of its normalized text.
