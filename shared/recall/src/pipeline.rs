@@ -452,6 +452,17 @@ impl Recall {
         }
 
         let retrieval = render(semantic, episodic, request, served_by, now);
+        // What a retrieval returns is in use: retention's inactivity rule leaves it alone. Its
+        // own statement, never waiting on a lock (see `note_returned`), so it runs beside the
+        // recording statement without risking a deadlock with it.
+        let returned: Vec<Uuid> = retrieval
+            .semantic
+            .iter()
+            .chain(&retrieval.episodic)
+            .map(|m| m.record.id)
+            .collect();
+        let note =
+            engram_store::retention::note_returned(&self.pool, &request.scope, &returned, now);
         if request.side_effects {
             let metrics = RetrievalMetrics {
                 query: request.query.clone(),
@@ -479,20 +490,10 @@ impl Recall {
                 .map(|m| m.record.id)
                 .collect();
             *stage = "record";
-            self.record(request, &retrieval, metrics, reviewed, now)
-                .await?;
+            let record = self.record(request, &retrieval, metrics, reviewed, now);
+            let ((), ()) = tokio::try_join!(record, async { note.await.map_err(Into::into) })?;
         } else {
-            // What a retrieval returns is in use: retention's inactivity rule leaves it alone.
-            // RetrieveMemory notes it in its recording statement; a retrieval without side
-            // effects (ContextPreRetrieve) notes only this.
-            let returned: Vec<Uuid> = retrieval
-                .semantic
-                .iter()
-                .chain(&retrieval.episodic)
-                .map(|m| m.record.id)
-                .collect();
-            engram_store::retention::note_returned(&self.pool, &request.scope, &returned, now)
-                .await?;
+            note.await?;
         }
         Ok(retrieval)
     }

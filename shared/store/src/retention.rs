@@ -449,34 +449,14 @@ pub async fn reactivate_all(
 /// when older, so a busy entry costs at most one write a day. The inactivity rule counts in days.
 pub(crate) const RETURNED_REFRESH_SECS: f64 = 86_400.0;
 
-/// SQL: notes that a retrieval of space (`$user`, `$space`) returned entries `$ids` at `$now`
-/// (rewriting a note only when older than `$refresh_secs`). One definition for
-/// [`note_returned`] and RetrieveMemory's recording statement (`retrieval::record`), which folds
-/// it in. A macro so that queries stay `&'static str`.
-macro_rules! note_returned_sql {
-    ($user:literal, $space:literal, $ids:literal, $now:literal, $refresh_secs:literal) => {
-        concat!(
-            "UPDATE memory_retention SET last_returned_at = ",
-            $now,
-            " WHERE user_id = ",
-            $user,
-            " AND space = ",
-            $space,
-            " AND memory_id = ANY(",
-            $ids,
-            ") AND (last_returned_at IS NULL OR last_returned_at < ",
-            $now,
-            " - make_interval(secs => ",
-            $refresh_secs,
-            "))"
-        )
-    };
-}
-
 /// Notes that a retrieval returned these entries of the space at `now` (see
-/// [`RETURNED_REFRESH_SECS`]): they are in use, so the inactivity rule leaves them alone. For
-/// retrievals that record nothing else (ContextPreRetrieve); RetrieveMemory notes them in its
-/// one recording statement.
+/// [`RETURNED_REFRESH_SECS`]): they are in use, so the inactivity rule leaves them alone.
+///
+/// Its own statement, and it skips rows another transaction holds instead of waiting for them:
+/// whoever holds such a row is a concurrent retrieval's note or its score update (through the
+/// `memories_retention_after_update` trigger) of about the same moment. Waiting here, or folding
+/// this into the recording statement that also locks the conversation's row, let two parallel
+/// retrievals of one conversation deadlock.
 pub async fn note_returned(
     pool: &PgPool,
     scope: &Scope,
@@ -486,14 +466,22 @@ pub async fn note_returned(
     if ids.is_empty() {
         return Ok(());
     }
-    sqlx::query(note_returned_sql!("$1", "$2", "$3", "$4", "$5"))
-        .bind(scope.user_id.as_uuid())
-        .bind(scope.space.as_str())
-        .bind(ids)
-        .bind(now)
-        .bind(RETURNED_REFRESH_SECS)
-        .execute(pool)
-        .await?;
+    sqlx::query(
+        "UPDATE memory_retention SET last_returned_at = $4 \
+         WHERE memory_id IN ( \
+             SELECT memory_id FROM memory_retention \
+             WHERE user_id = $1 AND space = $2 AND memory_id = ANY($3) \
+               AND (last_returned_at IS NULL \
+                    OR last_returned_at < $4 - make_interval(secs => $5)) \
+             FOR UPDATE SKIP LOCKED)",
+    )
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(ids)
+    .bind(now)
+    .bind(RETURNED_REFRESH_SECS)
+    .execute(pool)
+    .await?;
     Ok(())
 }
 

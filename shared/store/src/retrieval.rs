@@ -334,8 +334,8 @@ pub struct RetrievalMetrics {
 
 /// What a retrieval leaves behind, written in one statement: the review it leaves pending for
 /// the conversation (appended under the row lock, so concurrent retrievals never lose one), the
-/// returned entries' scores and the note that they were returned (retention), and the metrics
-/// row.
+/// returned entries' scores, and the metrics row. The note that they were returned (retention)
+/// is `retention::note_returned`'s own statement.
 #[derive(Debug, Clone, Default)]
 pub struct RetrievalRecord {
     pub conversation: Option<Uuid>,
@@ -361,7 +361,7 @@ pub async fn record(
     let (score_ids, scores): (Vec<Uuid>, Vec<serde_json::Value>) =
         record.scores.iter().cloned().unzip();
     let metrics = &record.metrics;
-    sqlx::query(concat!(
+    sqlx::query(
         "WITH review AS ( \
              INSERT INTO conversations (user_id, space, conversation_id, pending_reviews) \
              SELECT $1, $2, $3, jsonb_build_array(jsonb_build_object( \
@@ -382,15 +382,12 @@ pub async fn record(
                         OR r.last_scored_at < $8::timestamptz - make_interval(secs => $22) \
                         OR r.last_total < (n.scores ->> 'total')::float8) \
                  FOR UPDATE OF c SKIP LOCKED) \
-             RETURNING 1), \
-         returned AS (",
-        note_returned_sql!("$1", "$2", "$6", "$8", "$23"),
-        " RETURNING 1) \
+             RETURNING 1) \
          INSERT INTO retrieval_metrics (user_id, space, conversation_id, created_at, query, sparse_hits, \
              dense_hits, trigram_hits, used_fallback, retrieval_path, ranking_profile, scope_widened, \
              context_items, estimated_tokens, truncated, latency_embed_ms, latency_retrieval_ms, error_stage) \
-         VALUES ($1, $2, $3, $8, $4, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)"
-    ))
+         VALUES ($1, $2, $3, $8, $4, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)",
+    )
     .bind(scope.user_id.as_uuid())
     .bind(scope.space.as_str())
     .bind(record.conversation)
@@ -413,7 +410,6 @@ pub async fn record(
     .bind(metrics.latency_retrieval_ms)
     .bind(metrics.error_stage.as_deref())
     .bind(SCORES_REFRESH.as_secs_f64())
-    .bind(crate::retention::RETURNED_REFRESH_SECS)
     .execute(pool)
     .await?;
     Ok(())
