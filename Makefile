@@ -92,6 +92,11 @@ eval: up models ## Retrieval quality: recall@k / nDCG@k per ranking profile and 
 	cargo build --release --bin ingest --bin retrieval --bin eval --bin eval-dialogs
 	@bash deploy/eval/run.sh
 
+.PHONY: eval-topic
+eval-topic: models ## Segmentation: calibrate the topic rules for their turn vectors on tests/eval/dialogs and write docs/eval/topic.md (release build)
+	cargo build --release --bin eval-topic
+	$(CARGO_TARGET_DIR)/release/eval-topic
+
 .PHONY: eval-review
 eval-review: up models ## Review: calibrate the local grader on tests/eval/review and write docs/eval/review.md (release build)
 	cargo build --release --bin eval-review

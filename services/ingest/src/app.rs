@@ -59,7 +59,8 @@ impl App {
         let pool = engram_server::database::connect(&settings.database).await?;
         let metrics = Arc::new(IngestMetrics::new());
 
-        let embedder = engram_recall::load_embedder(&settings.embed.embedder_choice()).await?;
+        let embedders = engram_recall::load_embedders(&settings.embed.embedder_choice()).await?;
+        let embedder = embedders.text;
         if let Some(embedder) = &embedder {
             engram_recall::check_dimension(&pool, embedder.as_ref()).await?;
         }
@@ -138,6 +139,7 @@ impl App {
             pool: pool.clone(),
             writer: writer.clone(),
             embedder: embedder.clone(),
+            topic_embedder: embedders.topic,
             llm,
             settings: Arc::new(settings.segmentation.clone()),
             metrics: metrics.clone(),

@@ -37,7 +37,11 @@ impl App {
             None => TokenRegistry::open(),
         };
         let pool = engram_server::database::connect(&settings.database).await?;
-        let embedder = engram_recall::load_embedder(&settings.embed.embedder_choice()).await?;
+        // The local grader compares memories with turns by topic; the search embeddings are not
+        // its business.
+        let embedder = engram_recall::load_embedders(&settings.embed.embedder_choice())
+            .await?
+            .topic;
         let llm = engram_llm::ChatClient::from_settings(&settings.llm)?;
         match &llm {
             Some(client) => tracing::info!(

@@ -98,11 +98,11 @@ impl ReviewSettings {
             ),
             ("grading.on_llm_failure", "local".into()),
             // Calibrated by `make eval-review` on tests/eval/review (docs/eval/review.md).
-            ("grading.local_hard", 0.16.into()),
+            ("grading.local_hard", 0.24.into()),
             ("grading.local_good", 0.28.into()),
             ("grading.local_easy", 0.40.into()),
-            ("grading.local_overlap_weight", 0.5.into()),
-            ("grading.local_topic", 0.14.into()),
+            ("grading.local_overlap_weight", 0.7.into()),
+            ("grading.local_topic", 0.42.into()),
         ]);
         defaults.extend(engram_recall::embed_defaults());
         defaults.extend(engram_llm::LlmSettings::defaults());

@@ -31,8 +31,6 @@ pub struct MemoryForGrading {
     pub title: Option<String>,
     pub text: String,
     pub queries: Vec<String>,
-    /// Its stored embedding (of [`Self::content`]), when it has one.
-    pub embedding: Option<Vec<f32>>,
 }
 
 impl MemoryForGrading {
@@ -216,11 +214,11 @@ impl Grader {
     }
 
     /// For each memory, its highest cosine to one of the turns `said` (indexes into `context`)
-    /// and to any turn of the conversation. Vectors Engram already stored (the memory's
-    /// embedding, the turns segmentation embedded) are used as they are; only the rest goes
-    /// through the model, so a segment of stored turns and memories costs no inference. A memory
-    /// without a vector (no embedder, or it failed) scores 0 and the term overlap carries its
-    /// grade alone.
+    /// and to any turn of the conversation, in the topic embedder's vectors
+    /// (`engram_embed::Embedders::topic`: with the local model, static token vectors that cost
+    /// no inference). The turn vectors segmentation stored are used as they are; the memories
+    /// and the other turns are embedded here. A memory without a vector (no embedder, or it
+    /// failed) scores 0 and the term overlap carries its grade alone.
     async fn similarities(
         &self,
         context: &[SegmentTurn],
@@ -228,8 +226,7 @@ impl Grader {
         said: &[usize],
         memories: &[MemoryForGrading],
     ) -> Vec<(f64, f64)> {
-        let mut memory_vectors: Vec<Option<Vec<f32>>> =
-            memories.iter().map(|m| m.embedding.clone()).collect();
+        let mut memory_vectors: Vec<Option<Vec<f32>>> = vec![None; memories.len()];
         let mut turn_vectors: Vec<Option<Vec<f32>>> = (0..context.len())
             .map(|index| turn_vectors.get(index).cloned().flatten())
             .collect();
@@ -437,7 +434,6 @@ mod tests {
             title: Some("Learning style".into()),
             text: "The user prefers hands-on projects".into(),
             queries: vec!["learning preferences".into()],
-            embedding: None,
         }];
         let markdown = render(&context, &memories);
         assert!(
@@ -451,79 +447,72 @@ mod tests {
         assert!(markdown.contains("**Retrieved by:** \"learning preferences\""));
     }
 
+    /// The local grader over the installed model's token vectors (`make models`), with the
+    /// default thresholds.
     fn local_grader() -> Grader {
+        let model = engram_embed::LocalEmbedder::load(&engram_embed::LocalModelSettings {
+            model_dir: engram_embed::installed_model_dir(),
+            max_batch: 32,
+            max_tokens: 256,
+        })
+        .expect("the local model (make models)");
         Grader {
             llm: None,
-            embedder: None,
+            embedder: Some(Arc::new(engram_embed::TokenVectorEmbedder::new(model))),
             thresholds: GraderThresholds {
-                hard: 0.16,
+                hard: 0.24,
                 good: 0.28,
                 easy: 0.40,
-                overlap_weight: 0.5,
-                topic: 0.14,
+                overlap_weight: 0.7,
+                topic: 0.42,
             },
             fall_back_locally: true,
             metrics: Arc::new(ReviewMetrics::default()),
         }
     }
 
-    fn memory(id: u128, text: &str, embedding: Option<Vec<f32>>) -> MemoryForGrading {
+    fn memory(id: u128, text: &str) -> MemoryForGrading {
         MemoryForGrading {
             id: Uuid::from_u128(id),
             title: None,
             text: text.into(),
             queries: Vec::new(),
-            embedding,
         }
     }
 
     #[tokio::test]
-    async fn stored_vectors_grade_without_a_model() {
+    async fn what_the_assistant_said_outweighs_the_topic_and_the_unrelated() {
         let context = vec![
             SegmentTurn {
                 role: SpeakerRole::User,
-                content: "what should I cook tonight".into(),
+                content: "What should I cook for dinner tonight? Something with noodles maybe"
+                    .into(),
             },
             SegmentTurn {
                 role: SpeakerRole::Assistant,
-                content: "something quick".into(),
+                content: "Since you are vegetarian, a mushroom and spinach pasta is quick".into(),
             },
         ];
-        // The assistant's turn points where the first memory does; the user's where the second
-        // does; the third memory has no vector and shares no word.
-        let turn_vectors = vec![Some(vec![0.0, 1.0, 0.0]), Some(vec![1.0, 0.0, 0.0])];
+        // The first memory is what the assistant used; the second is on the user's topic but
+        // unused; the third has nothing to do with either.
         let memories = vec![
-            memory(1, "likes pasta", Some(vec![1.0, 0.0, 0.0])),
-            memory(2, "vegetarian since May", Some(vec![0.0, 1.0, 0.0])),
-            memory(3, "owns a bicycle", None),
+            memory(1, "The user has been vegetarian since May"),
+            memory(2, "The user loves ramen noodles"),
+            memory(3, "The user's bicycle has a flat tyre"),
         ];
+        // Stored turn vectors are not needed: the turns are embedded here too.
         let graded = local_grader()
-            .grade(&context, &turn_vectors, &memories, GraderChoice::Configured)
+            .grade(&context, &[], &memories, GraderChoice::Configured)
             .await
             .unwrap();
-        let ratings: Vec<Rating> = graded.iter().map(|g| g.rating).collect();
-        // Used by the assistant (cosine 1, evidence 0.5); on the topic but unused; neither.
-        assert_eq!(ratings, vec![Rating::Easy, Rating::Hard, Rating::Again]);
+        let evidence: Vec<f64> = graded.iter().map(|g| g.evidence.unwrap()).collect();
+        assert!(
+            evidence[0] > evidence[1] && evidence[1] > evidence[2],
+            "{evidence:?}"
+        );
+        assert!(graded[0].rating >= Rating::Good, "{graded:?}");
+        assert_eq!(graded[2].rating, Rating::Again, "{graded:?}");
         assert!(graded.iter().all(|g| g.graded_by == "local"));
-    }
-
-    #[tokio::test]
-    async fn a_vector_of_another_length_is_not_compared() {
-        let context = vec![SegmentTurn {
-            role: SpeakerRole::Assistant,
-            content: "something quick".into(),
-        }];
-        let graded = local_grader()
-            .grade(
-                &context,
-                &[Some(vec![1.0, 0.0])],
-                &[memory(1, "likes pasta", Some(vec![1.0, 0.0, 0.0]))],
-                GraderChoice::Local,
-            )
-            .await
-            .unwrap();
-        assert_eq!(graded[0].rating, Rating::Again);
-        assert_eq!(graded[0].evidence, Some(0.0));
     }
 
     #[test]

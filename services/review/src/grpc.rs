@@ -192,7 +192,6 @@ impl ReviewService for ReviewApi {
                     title: memory.title.clone(),
                     text: memory.text.clone(),
                     queries: target.queries.clone(),
-                    embedding: memory.embedding.clone(),
                 })
             })
             .collect();

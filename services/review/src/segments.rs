@@ -110,11 +110,16 @@ impl Reviewer {
         let ids: Vec<Uuid> = segment.targets.iter().map(|t| t.memory_id).collect();
         // Memories forgotten or trimmed since they were retrieved are simply not there.
         let stored = engram_store::reviews::memories(&self.pool, &segment.scope, &ids);
-        // The turns segmentation embedded: grading them costs no inference. Read beside the
-        // memories: neither read needs the other.
+        // The turns segmentation embedded with the grader's topic embedder: grading them costs
+        // no inference. Read beside the memories: neither read needs the other.
+        let topic_model = self.grader.embedder.as_ref().map(|e| e.model_id());
         let turn_vectors = async {
-            match (segment.origin.conversation_id, segment.context.len()) {
-                (Some(conversation), turns) if turns > 0 => {
+            match (
+                segment.origin.conversation_id,
+                segment.context.len(),
+                topic_model,
+            ) {
+                (Some(conversation), turns, Some(topic_model)) if turns > 0 => {
                     let last = segment
                         .first_turn_index
                         .saturating_add(i32::try_from(turns).unwrap_or(i32::MAX).saturating_sub(1));
@@ -124,6 +129,7 @@ impl Reviewer {
                         conversation,
                         segment.first_turn_index,
                         last,
+                        topic_model,
                     )
                     .await
                 }
@@ -142,7 +148,6 @@ impl Reviewer {
                     title: memory.title,
                     text: memory.text,
                     queries: target.queries.clone(),
-                    embedding: memory.embedding,
                 })
             })
             .collect();

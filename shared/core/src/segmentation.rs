@@ -44,8 +44,9 @@ impl Default for SegmentationRules {
         Self {
             hard_gap: Duration::minutes(60),
             soft_gap: Duration::minutes(10),
-            soft_gap_similarity: 0.45,
-            topic_shift_similarity: 0.2,
+            // Calibrated for token vectors on the dialogs (docs/eval/topic.md, make eval-topic).
+            soft_gap_similarity: 0.65,
+            topic_shift_similarity: 0.38,
             topic_min_tokens: 8,
             min_turns: 4,
             max_turns: 40,

@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 use crate::{
     EmbedError, Embedder, LocalEmbedder, LocalModelSettings, OpenAiEmbedder, OpenAiSettings,
+    TokenVectorEmbedder,
 };
 
 /// Which embedder runs.
@@ -49,12 +50,28 @@ pub struct EmbedderChoice {
     pub openai: OpenAiEmbedSettings,
 }
 
+/// What a service embeds with.
+#[derive(Clone, Default)]
+pub struct Embedders {
+    /// For what is stored and searched: memories, episodes, queries.
+    pub text: Option<Arc<dyn Embedder>>,
+    /// For comparing short texts by topic (segmentation's topic rules, the review grader): with
+    /// the local model, its static token vectors ([`TokenVectorEmbedder`]), a transformer pass
+    /// cheaper; with an endpoint, the endpoint. Its vectors are comparable only with its own.
+    pub topic: Option<Arc<dyn Embedder>>,
+}
+
 /// Builds the chosen embedder (`None` when disabled); the local model loads on a blocking thread.
 pub async fn load_embedder(
     choice: &EmbedderChoice,
 ) -> Result<Option<Arc<dyn Embedder>>, EmbedError> {
+    Ok(load_embedders(choice).await?.text)
+}
+
+/// Builds the chosen embedder and the topic vectors that go with it.
+pub async fn load_embedders(choice: &EmbedderChoice) -> Result<Embedders, EmbedError> {
     match choice.provider {
-        EmbedProvider::Disabled => Ok(None),
+        EmbedProvider::Disabled => Ok(Embedders::default()),
         EmbedProvider::Local => {
             let local = LocalModelSettings {
                 model_dir: choice.model_dir.clone(),
@@ -67,7 +84,11 @@ pub async fn load_embedder(
                     path: choice.model_dir.display().to_string(),
                     reason: format!("loader thread failed: {error}"),
                 })??;
-            Ok(Some(Arc::new(embedder)))
+            let topic = TokenVectorEmbedder::new(embedder.clone());
+            Ok(Embedders {
+                text: Some(Arc::new(embedder)),
+                topic: Some(Arc::new(topic)),
+            })
         }
         EmbedProvider::Openai => {
             let openai = &choice.openai;
@@ -82,7 +103,11 @@ pub async fn load_embedder(
                 min_backoff: Duration::from_millis(200),
                 max_backoff: Duration::from_secs(30),
             })?;
-            Ok(Some(Arc::new(embedder)))
+            let embedder: Arc<dyn Embedder> = Arc::new(embedder);
+            Ok(Embedders {
+                text: Some(embedder.clone()),
+                topic: Some(embedder),
+            })
         }
     }
 }

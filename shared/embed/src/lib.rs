@@ -7,6 +7,8 @@
 //! - [`OpenAiEmbedder`] calls any OpenAI-compatible `/v1/embeddings` endpoint (OpenAI, vLLM,
 //!   Ollama, text-embeddings-inference) with batching, timeouts, and retries with jittered
 //!   exponential backoff that honour 429 / `Retry-After`.
+//! - [`TokenVectorEmbedder`] gives topic vectors from static token vectors distilled from the
+//!   local model: microseconds a text, for comparing turns by topic, not for search.
 //!
 //! Both return unit-length vectors, one per input, in input order.
 
@@ -16,14 +18,18 @@ mod choice;
 mod error;
 mod local;
 mod openai;
+mod token_vectors;
 
 use std::future::Future;
 use std::pin::Pin;
 
-pub use choice::{EmbedProvider, EmbedderChoice, OpenAiEmbedSettings, load_embedder};
+pub use choice::{
+    EmbedProvider, EmbedderChoice, Embedders, OpenAiEmbedSettings, load_embedder, load_embedders,
+};
 pub use error::EmbedError;
 pub use local::{LocalEmbedder, LocalModelSettings};
 pub use openai::{OpenAiEmbedder, OpenAiSettings};
+pub use token_vectors::{TOKEN_VECTORS_MODEL_ID, TokenVectorEmbedder};
 
 /// A boxed future, so that embedders can be used as `Arc<dyn Embedder>`.
 pub type EmbedFuture<'a> =

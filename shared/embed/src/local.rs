@@ -26,6 +26,8 @@ struct Model {
     tokenizer: Tokenizer,
     device: Device,
     dimension: usize,
+    /// `[CLS]` and `[SEP]`, which frame a text (and a lone token, see `embed_token_ids_blocking`).
+    framing: (u32, u32),
 }
 
 /// The local embedding model; cheap to clone.
@@ -71,6 +73,14 @@ impl LocalEmbedder {
             }))
             .map_err(|e| load_error(&tokenizer_path, e))?;
 
+        let framing = match (
+            tokenizer.token_to_id("[CLS]"),
+            tokenizer.token_to_id("[SEP]"),
+        ) {
+            (Some(cls), Some(sep)) => (cls, sep),
+            _ => return Err(load_error(&tokenizer_path, "no [CLS] or [SEP] token")),
+        };
+
         let weights_path = dir.join("model.safetensors");
         let weights = std::fs::read(&weights_path).map_err(|e| load_error(&weights_path, e))?;
         let device = Device::Cpu;
@@ -84,6 +94,7 @@ impl LocalEmbedder {
                 tokenizer,
                 device,
                 dimension,
+                framing,
             }),
             model_id: "sentence-transformers/all-MiniLM-L6-v2".to_owned(),
             max_batch: settings.max_batch.max(1),
@@ -113,6 +124,27 @@ impl LocalEmbedder {
             }
         }
         Ok(vectors)
+    }
+
+    /// The model's tokenizer (padding to the longest text of a batch, cut at `max_tokens`).
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.model.tokenizer
+    }
+
+    /// The sentence embedding of each vocabulary id alone (`[CLS] id [SEP]`): the static token
+    /// vectors of [`crate::TokenVectorEmbedder`]. Synchronous, like [`Self::embed_blocking`].
+    pub fn embed_token_ids_blocking(&self, ids: &[u32]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let inference = |e: candle_core::Error| EmbedError::Inference(e.to_string());
+        let (cls, sep) = self.model.framing;
+        let framed: Vec<u32> = ids.iter().flat_map(|&id| [cls, id, sep]).collect();
+        let device = &self.model.device;
+        let ids = Tensor::from_vec(framed, (ids.len(), 3), device).map_err(inference)?;
+        let type_ids = ids.zeros_like().map_err(inference)?;
+        let mask = ids.ones_like().map_err(inference)?;
+        self.model.pool(&ids, &type_ids, &mask)
     }
 }
 
@@ -154,11 +186,22 @@ impl Model {
         )
         .map_err(inference)?;
 
+        self.pool(&ids, &type_ids, &mask)
+    }
+
+    /// Runs the model and pools each row: the masked mean of its tokens' states (padding does
+    /// not count), scaled to unit length.
+    fn pool(
+        &self,
+        ids: &Tensor,
+        type_ids: &Tensor,
+        mask: &Tensor,
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let inference = |e: candle_core::Error| EmbedError::Inference(e.to_string());
         let hidden = self
             .bert
-            .forward(&ids, &type_ids, Some(&mask))
+            .forward(ids, type_ids, Some(mask))
             .map_err(inference)?;
-        // Masked mean pooling: padding tokens do not count.
         let mask = mask
             .to_dtype(DType::F32)
             .map_err(inference)?

@@ -27,5 +27,6 @@ pub use pipeline::{
 pub use query_embedder::{QueryEmbedder, QueryEmbedderSettings};
 pub use settings::{RankingOverrides, RecallSettings};
 pub use startup::{
-    DEFAULT_MODEL_DIR, EmbedConfig, check_dimension, embed_defaults, load_embedder, start_recall,
+    DEFAULT_MODEL_DIR, EmbedConfig, check_dimension, embed_defaults, load_embedder, load_embedders,
+    start_recall,
 };

@@ -77,6 +77,13 @@ pub async fn load_embedder(choice: &EmbedderChoice) -> anyhow::Result<Option<Arc
         .context("cannot load the embedder; run `make models` or set ENGRAM_EMBED__MODEL_DIR")
 }
 
+/// Loads the configured embedder and its topic vectors (see [`engram_embed::Embedders`]).
+pub async fn load_embedders(choice: &EmbedderChoice) -> anyhow::Result<engram_embed::Embedders> {
+    engram_embed::load_embedders(choice)
+        .await
+        .context("cannot load the embedder; run `make models` or set ENGRAM_EMBED__MODEL_DIR")
+}
+
 /// A model whose vectors do not fit the store would fail every embedding write and every vector
 /// search: refuse to start instead.
 pub async fn check_dimension(pool: &PgPool, embedder: &dyn Embedder) -> anyhow::Result<()> {

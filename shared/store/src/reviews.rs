@@ -10,14 +10,13 @@ use uuid::Uuid;
 
 use crate::StoreError;
 
-/// What grading needs of a memory: its content and, when it is current, its embedding.
-#[derive(Debug, Clone, PartialEq)]
+/// What grading needs of a memory: its content (the grader compares it with the turns in its
+/// own topic vectors, not the stored search embedding).
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct MemoryToGrade {
     pub id: Uuid,
     pub title: Option<String>,
     pub text: String,
-    /// The stored embedding of title and text; `None` while the entry waits for one.
-    pub embedding: Option<Vec<f32>>,
 }
 
 /// The memories of the space among `ids` (those forgotten or trimmed since are simply absent).
@@ -26,48 +25,41 @@ pub async fn memories(
     scope: &Scope,
     ids: &[Uuid],
 ) -> Result<Vec<MemoryToGrade>, StoreError> {
-    let rows: Vec<(Uuid, Option<String>, String, Option<Vector>)> = sqlx::query_as(
-        "SELECT m.id, m.title, m.text, CASE WHEN m.needs_embedding THEN NULL ELSE e.embedding END \
-         FROM memories m LEFT JOIN memory_embeddings e ON e.memory_id = m.id \
-         WHERE m.user_id = $1 AND m.space = $2 AND m.id = ANY($3::uuid[])",
+    Ok(sqlx::query_as(
+        "SELECT id, title, text FROM memories \
+         WHERE user_id = $1 AND space = $2 AND id = ANY($3::uuid[])",
     )
     .bind(scope.user_id.as_uuid())
     .bind(scope.space.as_str())
     .bind(ids)
     .fetch_all(pool)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(id, title, text, embedding)| MemoryToGrade {
-            id,
-            title,
-            text,
-            embedding: embedding.map(|vector| vector.to_vec()),
-        })
-        .collect())
+    .await?)
 }
 
-/// The stored embeddings of a conversation's turns `first..=last`, in turn order; `None` for a
-/// turn segmentation did not embed.
+/// The stored vectors of a conversation's turns `first..=last` made by embedder `model`, in
+/// turn order; `None` for a turn segmentation did not embed with it.
 pub async fn turn_embeddings(
     pool: &PgPool,
     scope: &Scope,
     conversation_id: Uuid,
     first: i32,
     last: i32,
+    model: &str,
 ) -> Result<Vec<Option<Vec<f32>>>, StoreError> {
     if last < first {
         return Ok(Vec::new());
     }
     let rows: Vec<(i32, Vector)> = sqlx::query_as(
         "SELECT turn_index, embedding FROM conversation_turn_embeddings \
-         WHERE user_id = $1 AND space = $2 AND conversation_id = $3 AND turn_index BETWEEN $4 AND $5",
+         WHERE user_id = $1 AND space = $2 AND conversation_id = $3 AND turn_index BETWEEN $4 AND $5 \
+           AND model = $6",
     )
     .bind(scope.user_id.as_uuid())
     .bind(scope.space.as_str())
     .bind(conversation_id)
     .bind(first)
     .bind(last)
+    .bind(model)
     .fetch_all(pool)
     .await?;
     let mut vectors = vec![None; usize::try_from(last - first).unwrap_or(0) + 1];

@@ -26,10 +26,12 @@ pub struct OpenTail {
 /// Most turns one look at an open segment reads (a segment closes at twice `max_turns` anyway).
 pub const MAX_OPEN_TURNS: i64 = 400;
 
+/// The turn vectors read are those of embedder `topic_model` (none without one).
 pub async fn open_tail(
     pool: &PgPool,
     scope: &Scope,
     conversation: ConversationId,
+    topic_model: Option<&str>,
 ) -> Result<Option<OpenTail>, StoreError> {
     let progress: Option<(i32, Option<i32>)> = sqlx::query_as(
         "SELECT segmented_through, close_requested_through FROM conversations \
@@ -55,16 +57,20 @@ pub async fn open_tail(
     .bind(MAX_OPEN_TURNS)
     .fetch_all(pool)
     .await?;
-    let embeddings: Vec<(i32, Vector)> = sqlx::query_as(
+    let embeddings: Vec<(i32, Vector)> = match topic_model {
+        None => Vec::new(),
+        Some(topic_model) => sqlx::query_as(
         "SELECT turn_index, embedding FROM conversation_turn_embeddings \
-         WHERE user_id = $1 AND space = $2 AND conversation_id = $3 AND turn_index > $4",
+         WHERE user_id = $1 AND space = $2 AND conversation_id = $3 AND turn_index > $4 AND model = $5",
     )
     .bind(scope.user_id.as_uuid())
     .bind(scope.space.as_str())
     .bind(conversation.as_uuid())
     .bind(segmented_through)
+    .bind(topic_model)
     .fetch_all(pool)
-    .await?;
+    .await?,
+    };
     Ok(Some(OpenTail {
         segmented_through,
         close_requested_through,
@@ -76,11 +82,13 @@ pub async fn open_tail(
     }))
 }
 
-/// Keeps turn embeddings for the topic rules (a turn embedded twice keeps the first).
+/// Keeps turn vectors for the topic rules, made by embedder `model` (a turn embedded twice by
+/// one embedder keeps the first; a vector of another embedder is replaced).
 pub async fn store_turn_embeddings(
     pool: &PgPool,
     scope: &Scope,
     conversation: ConversationId,
+    model: &str,
     embeddings: &[(i32, Vec<f32>)],
 ) -> Result<(), StoreError> {
     if embeddings.is_empty() {
@@ -93,17 +101,20 @@ pub async fn store_turn_embeddings(
         .collect();
     // A turn deleted meanwhile (ForgetConversation) has no row to refer to: it is skipped.
     sqlx::query(
-        "INSERT INTO conversation_turn_embeddings (user_id, space, conversation_id, turn_index, embedding) \
-         SELECT $1, $2, $3, e.turn_index, e.embedding FROM unnest($4::int4[], $5::vector[]) AS e(turn_index, embedding) \
+        "INSERT INTO conversation_turn_embeddings (user_id, space, conversation_id, turn_index, embedding, model) \
+         SELECT $1, $2, $3, e.turn_index, e.embedding, $6 FROM unnest($4::int4[], $5::vector[]) AS e(turn_index, embedding) \
          WHERE EXISTS (SELECT 1 FROM conversation_turns t WHERE t.user_id = $1 AND t.space = $2 \
                        AND t.conversation_id = $3 AND t.turn_index = e.turn_index) \
-         ON CONFLICT DO NOTHING",
+         ON CONFLICT (user_id, space, conversation_id, turn_index) DO UPDATE \
+             SET embedding = EXCLUDED.embedding, model = EXCLUDED.model \
+             WHERE conversation_turn_embeddings.model <> EXCLUDED.model",
     )
     .bind(scope.user_id.as_uuid())
     .bind(scope.space.as_str())
     .bind(conversation.as_uuid())
     .bind(&indexes)
     .bind(&vectors)
+    .bind(model)
     .execute(pool)
     .await?;
     Ok(())

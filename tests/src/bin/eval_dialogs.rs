@@ -396,9 +396,14 @@ impl Segmentation {
         scope: &engram_core::Scope,
         conversation: ConversationId,
     ) -> anyhow::Result<bool> {
-        let tail = engram_store::segments::open_tail(&self.pool, scope, conversation)
-            .await?
-            .context("the conversation is not stored")?;
+        let tail = engram_store::segments::open_tail(
+            &self.pool,
+            scope,
+            conversation,
+            Some(engram_embed::TOKEN_VECTORS_MODEL_ID),
+        )
+        .await?
+        .context("the conversation is not stored")?;
         let mut views = Vec::with_capacity(tail.turns.len());
         for turn in &tail.turns {
             let Some(embedding) = tail.embeddings.get(&turn.turn_index) else {

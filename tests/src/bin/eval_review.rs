@@ -2,8 +2,8 @@
 //! (tests/eval/review/labelled.json) and reports its agreement with the labels.
 //!
 //! For every labelled pair it measures what the local grader measures — the highest cosine of
-//! the memory (title and summary) to one of the assistant's turns, with the local embedding
-//! model, and the share of the memory's salient terms the assistant used — then searches the
+//! the memory (title and summary) to one of the assistant's turns, in the grader's topic
+//! vectors (static token vectors of the local model), and the share of the memory's salient terms the assistant used — then searches the
 //! overlap weight and the three evidence thresholds for the best agreement (exact match, ties
 //! broken by the share within one grade). The chosen values, the agreement of the configured
 //! defaults, the confusion matrix and the search are written to docs/eval/review.md.
@@ -150,10 +150,10 @@ fn confusion(measured: &[Measured], thresholds: &GraderThresholds) -> [[usize; 4
 }
 
 /// The grid: overlap weights 0 to 1 by 0.1, evidence thresholds 0.04 to 0.88 by 0.04 in
-/// increasing order, topic thresholds 0.1 to 0.9 by 0.04.
+/// increasing order, topic thresholds 0.02 to 0.9 by 0.04.
 fn search(measured: &[Measured]) -> (GraderThresholds, f64) {
     let steps: Vec<f64> = (1..=22).map(|k| f64::from(k) * 0.04).collect();
-    let topics: Vec<f64> = (0..=20).map(|k| 0.1 + f64::from(k) * 0.04).collect();
+    let topics: Vec<f64> = (0..=22).map(|k| 0.02 + f64::from(k) * 0.04).collect();
     let mut best = (
         GraderThresholds {
             hard: 0.2,
@@ -218,10 +218,14 @@ async fn main() -> anyhow::Result<()> {
     let mut embed = defaults.embed.clone();
     embed.provider = engram_embed::EmbedProvider::Local;
     embed.model_dir = engram_e2e::local_model_dir();
-    let embedder = engram_recall::load_embedder(&embed.embedder_choice())
-        .await?
-        .context("the local model is needed (make models)")?;
+    let embedders = engram_recall::load_embedders(&embed.embedder_choice()).await?;
+    let (Some(embedder), Some(sentence_embedder)) = (embedders.topic, embedders.text) else {
+        anyhow::bail!("the local model is needed (make models)");
+    };
     let measured = measure(&set, &embedder).await?;
+    // For comparison: the same search on the model's sentence embeddings, which the grader
+    // used before it moved to token vectors.
+    let (sentence_best, sentence_balanced) = search(&measure(&set, &sentence_embedder).await?);
     let configured = defaults.grading.thresholds();
     let configured_score = agreement(&measured, &configured);
     let configured_balanced = balanced(&measured, &configured);
@@ -269,8 +273,9 @@ async fn main() -> anyhow::Result<()> {
     let report = format!(
         "# The review service's local grader: calibration and agreement\n\n\
          Produced by `{command}` on {date} from `{labelled}` ({pairs} labelled memory/conversation \
-         pairs, how the set was made: tests/eval/review/README.md), with the local embedding model \
-         (all-MiniLM-L6-v2).\n\n\
+         pairs, how the set was made: tests/eval/review/README.md), with the grader's topic vectors: \
+         static token vectors distilled from the local embedding model (all-MiniLM-L6-v2; \
+         `engram-embed`'s TokenVectorEmbedder).\n\n\
          The local grader rates a memory from what the assistant said: evidence = (1 − w) · \
          similarity + w · overlap, where similarity is the highest cosine of the memory (title and \
          summary) to one of the assistant's turns and overlap the share of the memory's salient \
@@ -282,7 +287,7 @@ async fn main() -> anyhow::Result<()> {
          |---|---|---|---|---|---|---|---|\n\
          | {cw:.2} | {ch:.2} | {cg:.2} | {ce:.2} | {ct:.2} | {cb:.1} % | {cx:.1} % | {cn:.1} % |\n\n\
          How they were chosen: a grid search over w ∈ {{0, 0.1, …, 1}}, increasing evidence \
-         thresholds in steps of 0.04 and topic thresholds from 0.1 to 0.9 in steps of 0.04, for \
+         thresholds in steps of 0.04 and topic thresholds from 0.02 to 0.9 in steps of 0.04, for \
          the highest balanced agreement (the mean, over the four labels, of \
          the share graded right: plain agreement is best served by never saying Again, since Again \
          and Hard look alike from the outside, and a grader that never says Again lets noise live \
@@ -290,6 +295,12 @@ async fn main() -> anyhow::Result<()> {
          {bx:.1} % exact, {bn:.1} % within one grade. The defaults (`grading.local_*`) are set \
          to it, so the two agree unless the set changed since. With 4 grades, chance is 25 %; the \
          set is small, so a few points either way are noise.\n\n\
+         ## Token vectors against the model's sentence embeddings\n\n\
+         The grader compares with token vectors because they cost no transformer pass per turn \
+         (segmentation computes the same vectors for its topic rules, docs/benchmarks/conversations.md). \
+         The same search on the model's sentence embeddings (the grader's vectors before) finds \
+         w = {sw:.1}, hard {sh:.2}, good {sg:.2}, easy {se:.2}, topic {st:.2}: {sb:.1} % balanced \
+         agreement, against {bb:.1} % with token vectors.\n\n\
          ## By language (the defaults)\n\n\
          | language | pairs | exact | within one grade |\n|---|---|---|---|\n{per_language}\n\
          ## Confusion (the defaults; rows: label, columns: grade)\n\n{matrix}\n\
@@ -310,6 +321,12 @@ async fn main() -> anyhow::Result<()> {
         ce = configured.easy,
         ct = configured.topic,
         bt = best.topic,
+        sw = sentence_best.overlap_weight,
+        sh = sentence_best.hard,
+        sg = sentence_best.good,
+        se = sentence_best.easy,
+        st = sentence_best.topic,
+        sb = sentence_balanced * 100.0,
         cb = configured_balanced * 100.0,
         bb = best_balanced * 100.0,
         cx = configured_score.0 * 100.0,

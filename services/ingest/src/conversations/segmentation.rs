@@ -77,7 +77,10 @@ pub struct SegmentText {
 pub struct Segmenter {
     pub(crate) pool: PgPool,
     pub(crate) writer: MemoryWriter,
+    /// Embeds episodes (stored for search, and their surprise).
     pub(crate) embedder: Option<Arc<dyn Embedder>>,
+    /// Embeds turns for the topic rules (see `engram_embed::Embedders::topic`).
+    pub(crate) topic_embedder: Option<Arc<dyn Embedder>>,
     pub(crate) llm: Option<ChatClient>,
     pub(crate) settings: Arc<SegmentationSettings>,
     pub(crate) metrics: Arc<IngestMetrics>,
@@ -87,6 +90,10 @@ impl std::fmt::Debug for Segmenter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Segmenter")
             .field("embedder", &self.embedder.as_ref().map(|e| e.model_id()))
+            .field(
+                "topic_embedder",
+                &self.topic_embedder.as_ref().map(|e| e.model_id()),
+            )
             .field("llm", &self.llm.as_ref().map(ChatClient::model))
             .finish()
     }
@@ -211,7 +218,13 @@ impl Segmenter {
         let mut tails: Vec<Result<Option<OpenTail>, IngestError>> =
             Vec::with_capacity(conversations.len());
         for (scope, conversation) in conversations {
-            let tail = segments::open_tail(&self.pool, scope, *conversation).await;
+            let tail = segments::open_tail(
+                &self.pool,
+                scope,
+                *conversation,
+                self.topic_embedder.as_ref().map(|e| e.model_id()),
+            )
+            .await;
             tails.push(tail.map_err(IngestError::from));
         }
         self.embed_missing(conversations, &mut tails).await;
@@ -307,7 +320,7 @@ impl Segmenter {
         conversations: &[(Scope, ConversationId)],
         tails: &mut [Result<Option<OpenTail>, IngestError>],
     ) {
-        let Some(embedder) = &self.embedder else {
+        let Some(embedder) = &self.topic_embedder else {
             return;
         };
         // (which tail, turn index) of every turn to embed, and its text.
@@ -344,8 +357,14 @@ impl Segmenter {
                 continue;
             }
             let (scope, conversation) = &conversations[position];
-            if let Err(error) =
-                segments::store_turn_embeddings(&self.pool, scope, *conversation, &embedded).await
+            if let Err(error) = segments::store_turn_embeddings(
+                &self.pool,
+                scope,
+                *conversation,
+                embedder.model_id(),
+                &embedded,
+            )
+            .await
             {
                 tracing::warn!(%error, "cannot keep turn embeddings");
             }
