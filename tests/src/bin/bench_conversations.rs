@@ -2303,7 +2303,7 @@ async fn write_report(inputs: ReportInputs<'_>) -> anyhow::Result<()> {
          wal_writer_delay {wal_writer_delay}. A fresh database (`engram_bench_conversations`) for each run.\n\n\
          Services: a release ingest service with the bus on (the local RabbitMQ, a topology prefix of its own) and the \
          local embedder (all-MiniLM-L6-v2 on the CPU, as `make run` has it), no LLM, so that titles, summaries, facts \
-         and surprise come from the local rules and the topic rules run on turn embeddings; a release retrieval \
+         and surprise come from the local rules and the topic rules run on token vectors of the turns; a release retrieval \
          service, asked only at the end. Settings that differ from the defaults: {service_settings}. They only \
          place the services (database, ports, bus prefix, model directory) and turn the local embedder on; \
          every `segmentation.*`, `memory.*`, `embed.*` and `amqp.*` setting is at its default (hard gap 1 h, \
