@@ -221,6 +221,7 @@ fn grpc_settings(options: &SandboxOptions) -> engram_server::GrpcSettings {
         request_timeout_secs: options.request_timeout_secs.unwrap_or(30),
         readiness_interval_ms: 100,
         metrics_listen_addr: "127.0.0.1:0".parse().expect("valid address"),
+        tls: None,
     }
 }
 
@@ -468,6 +469,26 @@ impl Sandbox {
             },
         );
         (service, metrics)
+    }
+
+    /// Starts one more retrieval service over the same database, serving TLS as `tls` says
+    /// (its address is the service's; connect with `https://localhost:<port>`).
+    pub async fn start_retrieval_with_tls(
+        &self,
+        tls: engram_server::TlsSettings,
+    ) -> anyhow::Result<RunningService> {
+        let mut settings = retrieval_settings(&self.services_database_url, &self.options);
+        settings.grpc.tls = Some(tls);
+        let app = engram_retrieval::App::build(settings).await?;
+        Ok(RunningService::spawn(
+            (app.local_addr(), app.metrics_addr()),
+            |signal| async move {
+                app.run_until(async {
+                    let _ = signal.await;
+                })
+                .await
+            },
+        ))
     }
 
     pub fn ingest_service(&self) -> &RunningService {

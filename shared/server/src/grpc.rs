@@ -29,6 +29,8 @@ use tonic_health::server::{HealthReporter, HealthService};
 use crate::auth::{AuthLayer, TokenRegistry};
 use crate::deadline::DeadlineLayer;
 use crate::settings::GrpcSettings;
+use crate::tls::TlsConfigWatch;
+use futures::future::Either;
 
 /// Served by every Engram server beside its own services.
 const REFLECTION_AND_HEALTH_SERVICES: [&str; 3] = [
@@ -54,11 +56,20 @@ pub struct GrpcServer {
     /// The database readiness follows, and how often it is probed.
     readiness_database: Option<PgPool>,
     readiness_interval: Duration,
+    /// TLS, when configured.
+    tls: Option<TlsConfigWatch>,
 }
 
 impl GrpcServer {
     /// Binds the listen address (port 0 picks a free port).
     pub async fn bind(settings: &GrpcSettings) -> anyhow::Result<Self> {
+        // Certificates first: a service that cannot load them should not start listening.
+        let tls = settings
+            .tls
+            .as_ref()
+            .map(TlsConfigWatch::start)
+            .transpose()
+            .context("cannot load the TLS certificates (grpc.tls)")?;
         let listener = TcpListener::bind(settings.listen_addr)
             .await
             .with_context(|| format!("cannot listen on {}", settings.listen_addr))?;
@@ -88,6 +99,7 @@ impl GrpcServer {
             health_service,
             readiness_database: None,
             readiness_interval: Duration::from_millis(settings.readiness_interval_ms.max(10)),
+            tls,
         })
     }
 
@@ -167,7 +179,11 @@ impl GrpcServer {
             .with_nodelay(Some(true))
             .with_keepalive(Some(Duration::from_secs(60)));
         let (stop_accepting, stop_signal) = tokio::sync::oneshot::channel::<()>();
-        let server = tonic::transport::Server::builder()
+        let stop = async {
+            let _ = stop_signal.await;
+        };
+        let tls = self.tls.is_some();
+        let router = tonic::transport::Server::builder()
             .concurrency_limit_per_connection(self.max_concurrent_requests_per_connection)
             .load_shed(true)
             .trace_fn(engram_telemetry::grpc_request_span)
@@ -179,10 +195,13 @@ impl GrpcServer {
             .layer(tower::util::MapResponseLayer::new(
                 crate::status::oversized_request_as_resource_exhausted,
             ))
-            .add_routes(routes)
-            .serve_with_incoming_shutdown(incoming, async {
-                let _ = stop_signal.await;
-            });
+            .add_routes(routes);
+        let server = match self.tls.clone() {
+            None => Either::Left(router.serve_with_incoming_shutdown(incoming, stop)),
+            Some(tls) => {
+                Either::Right(router.serve_with_incoming_shutdown(tls.accept(incoming), stop))
+            }
+        };
         tokio::pin!(server);
 
         for name in service_names {
@@ -190,7 +209,7 @@ impl GrpcServer {
                 .set_service_status(name, ServingStatus::Serving)
                 .await;
         }
-        tracing::info!(addr = %self.local_addr, services = ?service_names, "serving grpc");
+        tracing::info!(addr = %self.local_addr, tls, services = ?service_names, "serving grpc");
 
         let readiness = self.readiness_database.clone().map(|pool| {
             tokio::spawn(follow_database(
@@ -207,11 +226,12 @@ impl GrpcServer {
         let (stop_metrics, metrics_stop) = tokio::sync::oneshot::channel::<()>();
         let metrics = tokio::spawn(crate::metrics::serve_metrics(
             self.metrics_listener,
+            HealthService::from_health_reporter(self.health.clone()),
             async {
                 let _ = metrics_stop.await;
             },
         ));
-        tracing::info!(addr = %self.metrics_addr, "serving metrics on /metrics");
+        tracing::info!(addr = %self.metrics_addr, "serving /metrics and /healthz");
 
         tokio::pin!(shutdown);
         let stopped = tokio::select! {

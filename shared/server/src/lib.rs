@@ -15,8 +15,10 @@ pub mod settings;
 pub mod shutdown;
 pub mod status;
 pub mod time;
+pub mod tls;
 
 pub use auth::{AccessGrant, AuthLayer, TokenRegistry, authorized_scope};
 pub use grpc::GrpcServer;
 pub use settings::{AuthSettings, DatabaseSettings, GrpcSettings, load_settings};
 pub use shutdown::shutdown_signal;
+pub use tls::TlsSettings;

@@ -4,7 +4,7 @@
 //! the same OpenTelemetry meter provider and served on the same port.
 
 use std::future::Future;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -12,30 +12,66 @@ use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Histogram};
 use sqlx::PgPool;
 use tokio::net::TcpListener;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_server::Health as _;
+use tonic_health::server::HealthService;
 use tower::{Layer, Service};
 
-/// Serves `GET /metrics` (the Prometheus text format) on `listener` until `shutdown` resolves.
+/// Serves `GET /metrics` (the Prometheus text format) and `GET /healthz` on `listener` until
+/// `shutdown` resolves.
+///
+/// `/healthz?service=NAME` answers what `grpc.health.v1.Health/Check` answers for `NAME` (the
+/// empty name, the default, for the process): 200 `SERVING`, 503 `NOT_SERVING`, 404 for a
+/// name the server does not serve. It is there for probes that cannot speak gRPC over TLS
+/// (the kubelet's gRPC probe is plaintext only), so it works whether or not `grpc.tls` is set.
 pub async fn serve_metrics(
     listener: TcpListener,
+    health: HealthService,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
-    let app = axum::Router::new().route(
-        "/metrics",
-        axum::routing::get(|| async {
-            (
-                [(
-                    http::header::CONTENT_TYPE,
-                    "text/plain; version=0.0.4; charset=utf-8",
-                )],
-                engram_telemetry::render_metrics(),
-            )
-        }),
-    );
+    let app = axum::Router::new()
+        .route(
+            "/metrics",
+            axum::routing::get(|| async {
+                (
+                    [(
+                        http::header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                    )],
+                    engram_telemetry::render_metrics(),
+                )
+            }),
+        )
+        .route("/healthz", axum::routing::get(health_check))
+        .with_state(Arc::new(health));
     if let Err(error) = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
     {
         tracing::warn!(%error, "the metrics endpoint stopped");
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct HealthQuery {
+    #[serde(default)]
+    service: String,
+}
+
+async fn health_check(
+    axum::extract::State(health): axum::extract::State<Arc<HealthService>>,
+    axum::extract::Query(query): axum::extract::Query<HealthQuery>,
+) -> (http::StatusCode, &'static str) {
+    let request = tonic::Request::new(HealthCheckRequest {
+        service: query.service,
+    });
+    match health.check(request).await {
+        Ok(response) if response.get_ref().status() == ServingStatus::Serving => {
+            (http::StatusCode::OK, "SERVING\n")
+        }
+        Ok(_) => (http::StatusCode::SERVICE_UNAVAILABLE, "NOT_SERVING\n"),
+        Err(_) => (http::StatusCode::NOT_FOUND, "SERVICE_UNKNOWN\n"),
     }
 }
 

@@ -33,6 +33,10 @@ pub struct GrpcSettings {
     pub readiness_interval_ms: u64,
     /// Where Prometheus scrapes `GET /metrics` (port 0 picks a free port).
     pub metrics_listen_addr: SocketAddr,
+    /// TLS (`grpc.tls.cert_file` and `grpc.tls.key_file` set): the listener then speaks TLS
+    /// only. Unset: plaintext, for local runs and a mesh that encrypts for us.
+    #[serde(default)]
+    pub tls: Option<crate::tls::TlsSettings>,
 }
 
 impl GrpcSettings {

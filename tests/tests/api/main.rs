@@ -23,6 +23,7 @@ mod retention;
 mod retrieval;
 mod review;
 mod schema;
+mod tls;
 mod traces;
 mod transfer;
 mod validation;

@@ -12,9 +12,14 @@ use crate::helpers::{new_scope, remember};
 
 /// What `curl http://addr/metrics` prints: the status line and the body.
 async fn scrape(addr: SocketAddr) -> (String, String) {
+    http_get(addr, "/metrics").await
+}
+
+/// The status line and body of `GET path` on `addr`.
+async fn http_get(addr: SocketAddr, path: &str) -> (String, String) {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: engram\r\n\r\n")
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: engram\r\n\r\n").as_bytes())
         .await
         .unwrap();
     let mut answer = String::new();
@@ -129,4 +134,25 @@ async fn every_service_serves_its_metrics_to_prometheus() {
         .is_some(),
         "{retrieval}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_is_served_over_http_for_probes_that_cannot_speak_grpc() {
+    let sandbox = Sandbox::start().await;
+    let services = [
+        "engram.v1.IngestService",
+        "engram.v1.RetrievalService",
+        "engram.v1.ReviewService",
+    ];
+    for (service, name) in sandbox.services.iter().zip(services) {
+        let (status, body) = http_get(service.metrics_addr, "/healthz").await;
+        assert!(status.contains("200"), "{status}");
+        assert_eq!(body, "SERVING\n");
+        let (status, _) = http_get(service.metrics_addr, &format!("/healthz?service={name}")).await;
+        assert!(status.contains("200"), "{name}: {status}");
+        let (status, body) =
+            http_get(service.metrics_addr, "/healthz?service=engram.v1.Nothing").await;
+        assert!(status.contains("404"), "{status}");
+        assert_eq!(body, "SERVICE_UNKNOWN\n");
+    }
 }
