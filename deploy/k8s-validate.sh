@@ -5,19 +5,25 @@
 #
 # 1. Installs the PyPI package kubernetes-validate (pinned) into a venv under
 #    ${ENGRAM_LOCAL_DIR:-/var/tmp/engram-local}/tools/k8s-venv, once.
-# 2. Renders every kustomization.yaml by concatenating its resources
+# 2. Renders every base kustomization.yaml by concatenating its resources
 #    (recursively), and fails on a manifest no kustomization includes (other
-#    than *.example.yaml). The kustomizations are plain resource lists on purpose, so
-#    this is exactly what kustomize renders; the script refuses any other
-#    kustomization field. Where kubectl is installed it also renders each one
-#    with `kubectl kustomize` and checks that both renderings agree.
+#    than *.example.yaml). The base kustomizations are plain resource lists on
+#    purpose, so this is exactly what kustomize renders; the script refuses any
+#    other field there. Where kubectl is installed it also renders each one
+#    with `kubectl kustomize` and checks that both renderings agree. Overlays
+#    (k8s/overlays/*: patches, a namespace) are rendered with `kubectl
+#    kustomize` only, so kubectl is required once there are overlays.
 # 3. Cross-checks what a schema cannot see: selectors match pod labels, probe
 #    and Service ports match container ports, referenced ConfigMaps exist, the
 #    Secret keys used are those of k8s/base/secret.example.yaml, the grace
-#    period covers the service's shutdown, the recommended labels are set.
-# 4. Runs `kubernetes-validate --strict` on every manifest file and every
-#    rendering, for each Kubernetes version in ENGRAM_K8S_VERSIONS. An unknown
-#    kind (no schema) counts as a failure.
+#    period covers the service's shutdown, the recommended labels are set;
+#    custom resources (cert-manager's Certificate, the Prometheus Operator's
+#    ServiceMonitor) have what those operators need.
+# 4. Runs `kubernetes-validate --strict` on every base manifest file and every
+#    rendering (overlay patch files are only checked as part of their
+#    rendering; the custom resources above have no schema here), for each
+#    Kubernetes version in ENGRAM_K8S_VERSIONS. Any other unknown kind (no
+#    schema) counts as a failure.
 #
 # Environment:
 #   ENGRAM_LOCAL_DIR       machine-local tools and data (default /var/tmp/engram-local)
@@ -68,6 +74,28 @@ import pathlib, sys, yaml
 
 repo, k8s, out = (pathlib.Path(p) for p in sys.argv[1:4])
 ALLOWED = {"apiVersion", "kind", "resources"}
+OVERLAYS = k8s / "overlays"
+
+def is_overlay(kdir: pathlib.Path) -> bool:
+    return OVERLAYS in kdir.resolve().parents
+
+def overlay_files(kdir: pathlib.Path) -> list[pathlib.Path]:
+    """The files an overlay's kustomization names (resources and patches)."""
+    k = yaml.safe_load((kdir / "kustomization.yaml").read_text()) or {}
+    files = []
+    for entry in k.get("resources") or []:
+        target = (kdir / entry).resolve()
+        if target.is_file():
+            files.append(target)
+        elif not target.is_dir():
+            sys.exit(f"{kdir.relative_to(repo)}: resource {entry!r} does not exist")
+    for patch in k.get("patches") or []:
+        if "path" in patch:
+            target = (kdir / patch["path"]).resolve()
+            if not target.is_file():
+                sys.exit(f"{kdir.relative_to(repo)}: patch {patch['path']!r} does not exist")
+            files.append(target)
+    return files
 
 def resources_of(kdir: pathlib.Path, seen: tuple) -> list[pathlib.Path]:
     if kdir in seen:
@@ -95,6 +123,11 @@ included = set()
 for kfile in sorted(k8s.rglob("kustomization.yaml"), key=lambda p: p.parent.parts):
     kdir = kfile.parent
     rel = kdir.relative_to(repo)
+    if is_overlay(kdir):
+        # Rendered by kubectl kustomize below; listed with an empty rendering.
+        included.update(overlay_files(kdir))
+        print(f"{rel}\t-")
+        continue
     files = resources_of(kdir, ())
     included.update(files)
     if len(set(files)) != len(files):
@@ -111,12 +144,29 @@ if orphans:
     sys.exit(f"not included by any kustomization: {', '.join(map(str, orphans))}")
 PY
 while IFS=$'\t' read -r rel rendered; do
+    [[ "$rendered" == - ]] && continue
     say "rendered $rel by concatenation ($(grep -c '^kind:' "$rendered") objects)"
 done < "$work/kustomizations.tsv"
 
+# Overlays: kubectl kustomize is the only renderer (patches, namespace).
+: > "$work/overlays.tsv"
+while IFS=$'\t' read -r rel rendered; do
+    [[ "$rendered" == - ]] || continue
+    [[ "$kubectl" != none ]] && command -v "$kubectl" > /dev/null \
+        || die "$rel is an overlay: rendering it needs kubectl (kubectl kustomize)"
+    overlay=$work/kustomize/$(echo "$rel" | tr / _).yaml
+    "$kubectl" kustomize "$repo_root/$rel" > "$overlay" 2> "$work/kubectl.err" \
+        || { cat "$work/kubectl.err" >&2; die "kubectl kustomize $rel failed"; }
+    say "rendered overlay $rel with kubectl kustomize ($(grep -c '^kind:' "$overlay") objects)"
+    printf '%s\t%s\n' "$rel" "$overlay" >> "$work/overlays.tsv"
+done < "$work/kustomizations.tsv"
+# From here on the listing holds every rendering: the bases' concatenations and the overlays.
+grep -v $'\t-$' "$work/kustomizations.tsv" > "$work/bases.tsv" || true
+cat "$work/bases.tsv" "$work/overlays.tsv" > "$work/kustomizations.tsv"
+
 if [[ "$kubectl" != none ]] && command -v "$kubectl" > /dev/null; then
     while IFS=$'\t' read -r rel rendered; do
-        kustomized=$work/kustomize/$(basename "$rendered")
+        kustomized=$work/kustomize/base-$(basename "$rendered")
         "$kubectl" kustomize "$repo_root/$rel" > "$kustomized" 2> "$work/kubectl.err" \
             || { cat "$work/kubectl.err" >&2; die "kubectl kustomize $rel failed"; }
         "$python" - "$rendered" "$kustomized" <<'PY' || die "$rel: kustomize and concatenation disagree"
@@ -132,7 +182,7 @@ if a != b:
     sys.exit(1)
 PY
         say "kubectl kustomize $rel matches the concatenation"
-    done < "$work/kustomizations.tsv"
+    done < "$work/bases.tsv"
 else
     say "kubectl not installed: validating the concatenated renderings and the resource files"
 fi
@@ -163,6 +213,22 @@ for line in open(listing):
         by_kind.setdefault(d["kind"], {})[d["metadata"]["name"]] = d
     configmaps = by_kind.get("ConfigMap", {})
     deployments = by_kind.get("Deployment", {})
+    # Secrets cert-manager writes (tls.crt, tls.key, ca.crt).
+    certificate_secrets = {c["spec"]["secretName"] for c in by_kind.get("Certificate", {}).values()}
+    for cname, cert in by_kind.get("Certificate", {}).items():
+        where = f"{rel}: Certificate/{cname}"
+        check(cert["spec"].get("issuerRef", {}).get("name"), f"{where}: no issuerRef")
+        for sname in by_kind.get("Service", {}):
+            check(sname in cert["spec"].get("dnsNames", []), f"{where}: dnsNames lacks Service {sname}")
+    for mname, monitor in by_kind.get("ServiceMonitor", {}).items():
+        where = f"{rel}: ServiceMonitor/{mname}"
+        selector = monitor["spec"]["selector"]["matchLabels"]
+        selected = [svc for svc in by_kind.get("Service", {}).values()
+                    if all(svc["metadata"]["labels"].get(k) == v for k, v in selector.items())]
+        check(len(selected) == len(by_kind.get("Service", {})) > 0, f"{where}: does not select every Service")
+        for endpoint in monitor["spec"]["endpoints"]:
+            check(all(any(p.get("name") == endpoint["port"] for p in svc["spec"]["ports"]) for svc in selected),
+                  f"{where}: port {endpoint['port']} is not a port of every Service")
 
     for d in docs:
         name = f"{rel}: {d['kind']}/{d['metadata']['name']}"
@@ -209,16 +275,37 @@ for line in open(listing):
                 metrics_listen = env.get("ENGRAM_GRPC__METRICS_LISTEN_ADDR", "")
                 check(metrics_listen.rsplit(":", 1)[-1] == str(ports.get("metrics")),
                       f"{cw}: ENGRAM_GRPC__METRICS_LISTEN_ADDR {metrics_listen!r} is not the metrics port")
+                tls = "ENGRAM_GRPC__TLS__CERT_FILE" in {e["name"] for e in c.get("env", [])} \
+                    or "ENGRAM_GRPC__TLS__CERT_FILE" in env
                 for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-                    p = c.get(probe)
-                    check(p is not None and "grpc" in p, f"{cw}: {probe} must be a native grpc probe")
-                    if p and "grpc" in p:
-                        check(p["grpc"]["port"] == ports.get("grpc"), f"{cw}: {probe} port is not the grpc port")
+                    p = c.get(probe) or {}
+                    if tls:
+                        # The kubelet's gRPC probe cannot speak TLS: GET /healthz on the metrics port.
+                        get = p.get("httpGet") or {}
+                        check("grpc" not in p and get.get("path", "").startswith("/healthz")
+                              and get.get("port") in ("metrics", ports.get("metrics")),
+                              f"{cw}: {probe} must GET /healthz on the metrics port (TLS on the grpc port)")
+                    else:
+                        check("grpc" in p, f"{cw}: {probe} must be a native grpc probe")
+                        if "grpc" in p:
+                            check(p["grpc"]["port"] == ports.get("grpc"), f"{cw}: {probe} port is not the grpc port")
+                if probe_path := ((c.get("readinessProbe") or {}).get("httpGet") or {}).get("path"):
+                    check(probe_path == f"/healthz?service=engram.v1.{c['name'].capitalize()}Service",
+                          f"{cw}: readiness must ask for the service's own name, not {probe_path}")
+                if tls:
+                    mounts = {m["name"]: m for m in c.get("volumeMounts", [])}
+                    for key in ("ENGRAM_GRPC__TLS__CERT_FILE", "ENGRAM_GRPC__TLS__KEY_FILE"):
+                        value = next((e.get("value", "") for e in c.get("env", []) if e["name"] == key), "")
+                        check(any(value.startswith(m["mountPath"] + "/") and "subPath" not in m
+                                  for m in mounts.values()),
+                              f"{cw}: {key} is not in a mounted directory (without subPath, so renewals reach it)")
                 grace = int(env.get("ENGRAM_GRPC__SHUTDOWN_GRACE_SECS", "20"))
                 pre_stop = (((c.get("lifecycle") or {}).get("preStop") or {}).get("sleep") or {}).get("seconds", 0)
                 check(pod.get("terminationGracePeriodSeconds", 30) > grace + pre_stop,
                       f"{cw}: terminationGracePeriodSeconds must exceed shutdown grace {grace}s + preStop {pre_stop}s")
         for v in pod.get("volumes", []):
+            if "secret" in v and v["secret"]["secretName"] in certificate_secrets:
+                continue
             if "secret" in v:
                 check(v["secret"]["secretName"] == secret_name, f"{where}: volume {v['name']} secret name")
                 for item in v["secret"].get("items", []):
@@ -300,8 +387,39 @@ sys.exit(1 if failures else 0)
 PY
 
 # --- 4. schema validation ------------------------------------------------------
-mapfile -t manifests < <(cd "$repo_root" && find k8s -name '*.yaml' ! -name kustomization.yaml | sort)
-mapfile -t renderings < <(cut -f2 "$work/kustomizations.tsv"; find "$work/kustomize" -name '*.yaml' | sort)
+# Custom resources have no schema in kubernetes-validate (checked in stage 3), and overlay patch
+# files are fragments (checked as part of their overlay's rendering): leave both out here.
+mkdir -p "$work/schema"
+"$python" - "$repo_root" "$work" <<'PY' || die "cannot list the manifests to validate"
+import pathlib, sys, yaml
+repo, work = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+CUSTOM = ("cert-manager.io/", "monitoring.coreos.com/")
+patches = set()
+for kfile in (repo / "k8s").rglob("kustomization.yaml"):
+    for patch in (yaml.safe_load(kfile.read_text()) or {}).get("patches") or []:
+        if "path" in patch:
+            patches.add((kfile.parent / patch["path"]).resolve())
+def custom(doc):
+    return str(doc.get("apiVersion", "")).startswith(CUSTOM)
+with open(work / "manifests.txt", "w") as out:
+    for f in sorted((repo / "k8s").rglob("*.yaml")):
+        if f.name == "kustomization.yaml" or f.resolve() in patches:
+            continue
+        docs = [d for d in yaml.safe_load_all(f.read_text()) if d]
+        if docs and all(custom(d) for d in docs):
+            continue
+        out.write(f"{f.relative_to(repo)}\n")
+listing = [line.split("\t")[1].strip() for line in open(work / "kustomizations.tsv")]
+listing += [str(p) for p in sorted((work / "kustomize").glob("base-*.yaml"))]
+with open(work / "renderings.txt", "w") as out:
+    for i, path in enumerate(listing):
+        docs = [d for d in yaml.safe_load_all(open(path)) if d and not custom(d)]
+        target = work / "schema" / f"{i:02d}-{pathlib.Path(path).name}"
+        target.write_text(yaml.safe_dump_all(docs))
+        out.write(f"{target}\n")
+PY
+mapfile -t manifests < "$work/manifests.txt"
+mapfile -t renderings < "$work/renderings.txt"
 (( ${#manifests[@]} > 0 )) || die "no manifests under k8s/"
 
 status=0
