@@ -37,6 +37,9 @@ fn consumer_settings(settings: &AmqpSettings) -> engram_bus::consumer::ConsumerS
         concurrency: 1,
         retry_delay: retry_delay(settings),
         reconnect_max_backoff: Duration::from_millis(settings.reconnect_max_backoff_ms),
+        tls: engram_bus::BusTls {
+            ca_file: settings.tls_ca_file.clone(),
+        },
     }
 }
 

@@ -310,7 +310,12 @@ impl IngestSettings {
 pub struct AmqpSettings {
     /// Off: no events are written or published; the sweep alone fills in embeddings.
     pub enabled: bool,
+    /// `amqp://`, or `amqps://` for TLS (the broker's certificate checked against the web PKI
+    /// roots, or `tls_ca_file`).
     pub url: secrecy::SecretString,
+    /// A PEM bundle of the CAs that sign the broker's certificate (a private CA).
+    #[serde(default)]
+    pub tls_ca_file: Option<std::path::PathBuf>,
     /// Names of exchanges and queues start with it (`engram.events`, ...).
     pub topology_prefix: String,
     /// Outbox events published per relay round.

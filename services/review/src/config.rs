@@ -27,7 +27,11 @@ pub struct ReviewSettings {
 pub struct ReviewBusSettings {
     /// Off: segments are not consumed (GradeMemories still works).
     pub enabled: bool,
+    /// `amqp://`, or `amqps://` for TLS (see `tls_ca_file`).
     pub url: secrecy::SecretString,
+    /// A PEM bundle of the CAs that sign the broker's certificate (a private CA).
+    #[serde(default)]
+    pub tls_ca_file: Option<std::path::PathBuf>,
     pub topology_prefix: String,
     pub prefetch: u16,
     /// Segments reviewed at once (of different spaces; a space's wait their turn). Reviews

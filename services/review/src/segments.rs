@@ -252,6 +252,9 @@ impl SegmentConsumer {
             concurrency: usize::from(self.settings.review_concurrency),
             retry_delay,
             reconnect_max_backoff: Duration::from_millis(self.settings.reconnect_max_backoff_ms),
+            tls: engram_bus::BusTls {
+                ca_file: self.settings.tls_ca_file.clone(),
+            },
         };
         consume_each(
             settings,

@@ -30,14 +30,17 @@ pub struct ConsumerSettings {
     pub retry_delay: Duration,
     /// Longest wait between reconnection attempts.
     pub reconnect_max_backoff: Duration,
+    /// The CAs an `amqps://` broker is verified with.
+    pub tls: crate::BusTls,
 }
 
 /// Connects and declares every queue of the bus (so that whoever connects first leaves them
 /// ready for the rest).
 pub async fn connect(settings: &ConsumerSettings) -> Result<Bus, BusError> {
-    let bus = Bus::connect(
+    let bus = Bus::connect_with_tls(
         &settings.url,
         Topology::new(settings.topology_prefix.clone()),
+        &settings.tls,
     )
     .await?;
     bus.declare(&queues::all(settings.retry_delay)).await?;

@@ -7,4 +7,6 @@ pub enum BusError {
     Broker(#[from] lapin::Error),
     #[error("the broker refused (nacked) the message")]
     Nacked,
+    #[error("cannot read the broker's CA from {path}: {reason}")]
+    Ca { path: String, reason: String },
 }

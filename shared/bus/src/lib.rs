@@ -41,9 +41,40 @@ pub struct Bus {
     topology: Topology,
 }
 
+/// Which CAs to trust for an `amqps://` broker: the web PKI roots, or the PEM bundle in
+/// `ca_file` (a private CA).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BusTls {
+    pub ca_file: Option<std::path::PathBuf>,
+}
+
 impl Bus {
     pub async fn connect(url: &str, topology: Topology) -> Result<Self, BusError> {
-        let connection = Connection::connect(url, ConnectionProperties::default()).await?;
+        Self::connect_with_tls(url, topology, &BusTls::default()).await
+    }
+
+    /// Connects trusting `tls`'s CAs when the URL is `amqps://` (the file is read at each
+    /// connection, so a rotated bundle is used from the next reconnect on).
+    pub async fn connect_with_tls(
+        url: &str,
+        topology: Topology,
+        tls: &BusTls,
+    ) -> Result<Self, BusError> {
+        let mut config = lapin::tcp::OwnedTLSConfig::default();
+        if let Some(path) = &tls.ca_file {
+            let bundle = std::fs::read_to_string(path).map_err(|error| BusError::Ca {
+                path: path.display().to_string(),
+                reason: error.to_string(),
+            })?;
+            config.cert_chain = Some(bundle);
+        }
+        let connection = Connection::connect_with_config(
+            url,
+            ConnectionProperties::default(),
+            config,
+            lapin::runtime::default_runtime()?,
+        )
+        .await?;
         Ok(Self {
             connection,
             topology,

@@ -191,3 +191,170 @@ async fn tls_serves_trusted_clients_refuses_others_and_rotates_without_a_restart
     );
     service.stop().await.expect("stops cleanly");
 }
+
+/// Connects as the services do (`engram_server::database::connect`, migrations included).
+async fn connect(url: &str) -> anyhow::Result<sqlx::PgPool> {
+    engram_server::database::connect(&engram_server::DatabaseSettings {
+        url: secrecy::SecretString::from(url.to_owned()),
+        max_connections: 2,
+        connect_timeout_secs: 5,
+        run_migrations: true,
+        schema_wait_secs: 0,
+    })
+    .await
+}
+
+/// Stands in for a server's TLS listener: accepts TLS with `cert`/`key` on a port of its own and
+/// forwards the decrypted bytes to `upstream` (the local Postgres or RabbitMQ, which speak
+/// plaintext here). With `postgres`, it first answers Postgres' in-protocol SSLRequest with
+/// "S", as a Postgres with SSL on does.
+async fn tls_terminator(
+    upstream: std::net::SocketAddr,
+    cert: &str,
+    key: &str,
+    postgres: bool,
+) -> u16 {
+    use rustls::pki_types::pem::PemObject as _;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let certs = vec![rustls::pki_types::CertificateDer::from_pem_slice(cert.as_bytes()).unwrap()];
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                if postgres {
+                    // SSLRequest: length 8, code 80877103.
+                    let mut request = [0u8; 8];
+                    if client.read_exact(&mut request).await.is_err()
+                        || request != [0, 0, 0, 8, 4, 210, 22, 47]
+                    {
+                        return;
+                    }
+                    if client.write_all(b"S").await.is_err() {
+                        return;
+                    }
+                }
+                let Ok(mut tls) = acceptor.accept(client).await else {
+                    return;
+                };
+                let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut server).await;
+            });
+        }
+    });
+    port
+}
+
+fn address_of(url: &str) -> std::net::SocketAddr {
+    let url = url::Url::parse(url).expect("a URL");
+    format!(
+        "{}:{}",
+        url.host_str().expect("a host"),
+        url.port().expect("a port")
+    )
+    .parse()
+    .expect("an IP address and port")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_is_reached_over_tls_verified_with_the_configured_ca() {
+    let database = engram_testkit::TestDatabase::create()
+        .await
+        .expect("a test database");
+    let ca = authority("Engram test database CA");
+    let (cert, key) = certificate(&ca, &["localhost"], ExtendedKeyUsagePurpose::ServerAuth);
+    let port = tls_terminator(address_of(database.url()), &cert, &key, true).await;
+    let dir = tempfile::tempdir().expect("a directory");
+    let ca_file = dir.path().join("ca.pem");
+    write(&ca_file, &ca.pem);
+    let other = authority("Someone else's database CA");
+    let other_file = dir.path().join("other.pem");
+    write(&other_file, &other.pem);
+    let url = |mode: &str, ca_file: &Path| {
+        let mut url = url::Url::parse(database.url()).expect("a URL");
+        url.set_host(Some("localhost")).unwrap();
+        url.set_port(Some(port)).unwrap();
+        url.query_pairs_mut()
+            .append_pair("sslmode", mode)
+            .append_pair("sslrootcert", &ca_file.display().to_string());
+        url.to_string()
+    };
+
+    let pool = connect(&url("verify-full", &ca_file))
+        .await
+        .expect("the services connect and migrate over verified TLS");
+    let memories: i64 = sqlx::query_scalar("SELECT count(*) FROM memories")
+        .fetch_one(&pool)
+        .await
+        .expect("the schema is there");
+    assert_eq!(memories, 0);
+    pool.close().await;
+
+    let refused = connect(&url("verify-full", &other_file)).await;
+    assert!(
+        refused.is_err(),
+        "a server certificate of another CA is refused"
+    );
+
+    // The local Postgres itself has no TLS: asked for it, the client does not fall back.
+    let mut direct = url::Url::parse(database.url()).expect("a URL");
+    direct.query_pairs_mut().append_pair("sslmode", "require");
+    let error = format!(
+        "{:#}",
+        connect(direct.as_str()).await.expect_err("no TLS there")
+    );
+    assert!(error.contains("server does not support TLS"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbitmq_is_reached_over_amqps_verified_with_the_configured_ca() {
+    let amqp = std::env::var("ENGRAM_AMQP__URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
+    let ca = authority("Engram test broker CA");
+    let (cert, key) = certificate(&ca, &["localhost"], ExtendedKeyUsagePurpose::ServerAuth);
+    let port = tls_terminator(address_of(&amqp), &cert, &key, false).await;
+    let dir = tempfile::tempdir().expect("a directory");
+    let ca_file = dir.path().join("ca.pem");
+    write(&ca_file, &ca.pem);
+    let mut url = url::Url::parse(&amqp).expect("a URL");
+    url.set_scheme("amqps").unwrap();
+    url.set_host(Some("localhost")).unwrap();
+    url.set_port(Some(port)).unwrap();
+    let topology = engram_bus::Topology::new(format!("tls-test-{}", uuid::Uuid::new_v4()));
+
+    let tls = engram_bus::BusTls {
+        ca_file: Some(ca_file.clone()),
+    };
+    let bus = engram_bus::Bus::connect_with_tls(url.as_str(), topology.clone(), &tls)
+        .await
+        .expect("amqps with the configured CA");
+    bus.declare(&[]).await.expect("the broker answers over TLS");
+
+    let web_roots = engram_bus::Bus::connect(url.as_str(), topology.clone()).await;
+    assert!(
+        web_roots.is_err(),
+        "without the CA, the private certificate is refused"
+    );
+    let missing = engram_bus::BusTls {
+        ca_file: Some(dir.path().join("nowhere.pem")),
+    };
+    let error = engram_bus::Bus::connect_with_tls(url.as_str(), topology, &missing)
+        .await
+        .err()
+        .expect("no CA file, no connection")
+        .to_string();
+    assert!(error.contains("nowhere.pem"), "{error}");
+}
