@@ -86,9 +86,13 @@ impl TokenVectorEmbedder {
     /// Embeds synchronously (the caller is on a blocking thread), in the order of `texts`.
     pub fn embed_blocking(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
         let inner = &self.inner;
-        let encodings = inner
-            .tokenizer
-            .encode_batch(texts.iter().map(String::as_str).collect::<Vec<_>>(), false)
+        // One text after another: tokenizing a turn takes microseconds, and `encode_batch` would
+        // hand each small batch to a thread pool that the grader's and segmentation's concurrent
+        // calls then fight over.
+        let encodings = texts
+            .iter()
+            .map(|text| inner.tokenizer.encode(text.as_str(), false))
+            .collect::<Result<Vec<_>, _>>()
             .map_err(|e| EmbedError::Inference(e.to_string()))?;
         let token_lists: Vec<Vec<u32>> = encodings
             .iter()

@@ -204,14 +204,16 @@ async fn seed(pool: &PgPool, spaces: usize, per_space: usize) -> anyhow::Result<
         .context("seeding turns")?;
         let turn_vectors: Vec<Vector> = indexes.iter().map(|_| unit_vector(&mut rng)).collect();
         sqlx::query(
-            "INSERT INTO conversation_turn_embeddings (user_id, space, conversation_id, turn_index, embedding) \
-             SELECT $1, $2, $3, e.turn_index, e.embedding FROM unnest($4::int4[], $5::vector[]) AS e(turn_index, embedding)",
+            "INSERT INTO conversation_turn_embeddings (user_id, space, conversation_id, turn_index, embedding, model) \
+             SELECT $1, $2, $3, e.turn_index, e.embedding, $6 FROM unnest($4::int4[], $5::vector[]) AS e(turn_index, embedding)",
         )
         .bind(user)
         .bind(SPACE)
         .bind(conversation)
         .bind(&indexes)
         .bind(&turn_vectors)
+        // As segmentation stores them: the grader's own topic vectors.
+        .bind(engram_embed::TOKEN_VECTORS_MODEL_ID)
         .execute(pool)
         .await
         .context("seeding turn embeddings")?;
@@ -545,12 +547,13 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
          last reviewed five days before, and one conversation per space of {turns} turns that segmentation \
          embedded. A segment reviews {segment_turns} of those turns (half of them the assistant's) and the \
          memories retrieved during it, by queries of ten memories each (one memory retrieved twice). Grading \
-         is the local grader's (the service's default without an LLM): the cosines come from the stored \
-         vectors, so no model runs, and the stemmed term overlap from the texts.\n\n\
+         is the local grader's (the service's default without an LLM): the cosines are of token vectors, \
+         the turns' as segmentation stored them and the memories' computed from their texts (no \
+         transformer pass once their tokens were met), and the stemmed term overlap from the texts.\n\n\
          ## A segment of 50 memories, graded and applied\n\n\
          Target: p95 ≤ 50 ms — {latency_verdict}.\n\n\
          What the consumer does with one SegmentClosed, timed in process on the reviewer `App::build` makes: \
-         decode, read the 50 memories and their embeddings and the segment's turn embeddings, grade, and \
+         decode, read the 50 memories and the segment's stored turn vectors, grade, and \
          apply in one transaction (lock the 50 states, record the 50 reviews, update the states, audit). \
          {segments} segments after 20 of warm-up, one at a time; {applied:.1} reviews applied per segment.\n\n\
          | segments | p50 | p95 | p99 | max |\n|---|---|---|---|---|\n\
