@@ -58,6 +58,20 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     }
 }
 
+/// Runs a synchronous embedding of `texts` on a blocking thread: model inference takes
+/// milliseconds a sentence, and even tokenizing a batch should not stall the async workers.
+pub(crate) fn on_blocking_thread<'a>(
+    texts: &[String],
+    embed: impl FnOnce(&[String]) -> Result<Vec<Vec<f32>>, EmbedError> + Send + 'static,
+) -> EmbedFuture<'a> {
+    let texts = texts.to_vec();
+    Box::pin(async move {
+        tokio::task::spawn_blocking(move || embed(&texts))
+            .await
+            .map_err(|e| EmbedError::Inference(format!("embedding task failed: {e}")))?
+    })
+}
+
 /// Scales a vector to unit length (a zero vector stays zero).
 pub(crate) fn normalize(vector: &mut [f32]) {
     let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();

@@ -231,12 +231,6 @@ impl Embedder for LocalEmbedder {
 
     fn embed<'a>(&'a self, texts: &'a [String]) -> EmbedFuture<'a> {
         let embedder = self.clone();
-        let texts = texts.to_vec();
-        Box::pin(async move {
-            // Inference takes milliseconds per sentence: keep it off the async workers.
-            tokio::task::spawn_blocking(move || embedder.embed_blocking(&texts))
-                .await
-                .map_err(|e| EmbedError::Inference(format!("inference task failed: {e}")))?
-        })
+        crate::on_blocking_thread(texts, move |texts| embedder.embed_blocking(texts))
     }
 }

@@ -254,12 +254,6 @@ impl Embedder for TokenVectorEmbedder {
 
     fn embed<'a>(&'a self, texts: &'a [String]) -> EmbedFuture<'a> {
         let embedder = self.clone();
-        let texts = texts.to_vec();
-        Box::pin(async move {
-            // Tokenizing (and the model, for tokens not met before) stays off the async workers.
-            tokio::task::spawn_blocking(move || embedder.embed_blocking(&texts))
-                .await
-                .map_err(|e| EmbedError::Inference(format!("token vector task failed: {e}")))?
-        })
+        crate::on_blocking_thread(texts, move |texts| embedder.embed_blocking(texts))
     }
 }
