@@ -66,6 +66,13 @@ impl Bus {
                 path: path.display().to_string(),
                 reason: error.to_string(),
             })?;
+            // A bundle without a certificate would quietly leave the web PKI roots in charge.
+            if !bundle.contains("-----BEGIN CERTIFICATE-----") {
+                return Err(BusError::Ca {
+                    path: path.display().to_string(),
+                    reason: "it holds no PEM certificate".into(),
+                });
+            }
             config.cert_chain = Some(bundle);
         }
         let connection = Connection::connect_with_config(

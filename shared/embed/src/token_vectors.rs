@@ -193,7 +193,7 @@ impl Inner {
 /// the vocabulary: BERT's WordPiece vocabularies list the single characters first and then the
 /// word pieces most frequent first ("the", "of", "and", ...), so rank r (from 1 at the first
 /// piece longer than one character) stands for a Zipf probability 1 / (r · H), H the harmonic
-/// number of the pieces. The single characters before them (digits, letters, CJK characters,
+/// number of the pieces. The single characters before them (letters, digits, CJK characters,
 /// each a word of its own in Chinese) weigh 1.
 fn token_weights(tokenizer: &Tokenizer) -> Vec<f32> {
     let size = tokenizer.get_vocab_size(true);
@@ -234,6 +234,10 @@ fn token_weights(tokenizer: &Tokenizer) -> Vec<f32> {
                 return 0.0;
             }
             if id < first_piece {
+                // Weighing lone Latin letters and digits as frequent words ("a", "I", rank 10)
+                // measured worse on both calibration sets (topic junctions found 28 % against
+                // 38 % at the same splits, review agreement 57.1 % against 58.2 %), so every
+                // single character weighs fully.
                 return 1.0;
             }
             let rank = (id - first_piece + 1) as f64;

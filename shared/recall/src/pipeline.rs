@@ -491,9 +491,12 @@ impl Recall {
                 .collect();
             *stage = "record";
             let record = self.record(request, &retrieval, metrics, reviewed, now);
-            let ((), ()) = tokio::try_join!(record, async { note.await.map_err(Into::into) })?;
+            // Both run to the end: a note that failed must not cancel (or fail) the record.
+            let (recorded, noted) = tokio::join!(record, note);
+            log_failed_note(noted);
+            recorded?;
         } else {
-            note.await?;
+            log_failed_note(note.await);
         }
         Ok(retrieval)
     }
@@ -781,5 +784,13 @@ fn render(
         served_by,
         tokens: fitted.tokens,
         truncated: fitted.truncated,
+    }
+}
+
+/// The note that entries were returned keeps them from turning inactive; the next retrieval
+/// that returns them writes it again, so a failure is logged, not answered.
+fn log_failed_note(noted: Result<(), engram_store::StoreError>) {
+    if let Err(error) = noted {
+        tracing::warn!(%error, "cannot note the returned entries as in use");
     }
 }

@@ -73,11 +73,13 @@ impl TlsConfigWatch {
     /// Loads the files (an error names the file that does not load) and starts the task that
     /// reloads them when they change; it ends when the watch is dropped.
     pub fn start(settings: &TlsSettings) -> anyhow::Result<Self> {
+        // The files as loaded: read before loading, so that a change in between is seen at the
+        // first look.
+        let mut loaded = contents(settings);
         let (publish, current) = watch::channel(load(settings)?);
         let handshake_timeout = Duration::from_secs(settings.handshake_timeout_secs.max(1));
         let settings = settings.clone();
         tokio::spawn(async move {
-            let mut loaded = contents(&settings);
             let mut ticks =
                 tokio::time::interval(Duration::from_secs(settings.reload_interval_secs.max(1)));
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

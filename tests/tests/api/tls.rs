@@ -351,10 +351,21 @@ async fn rabbitmq_is_reached_over_amqps_verified_with_the_configured_ca() {
     let missing = engram_bus::BusTls {
         ca_file: Some(dir.path().join("nowhere.pem")),
     };
-    let error = engram_bus::Bus::connect_with_tls(url.as_str(), topology, &missing)
+    let error = engram_bus::Bus::connect_with_tls(url.as_str(), topology.clone(), &missing)
         .await
         .err()
         .expect("no CA file, no connection")
         .to_string();
     assert!(error.contains("nowhere.pem"), "{error}");
+    let not_a_bundle = dir.path().join("empty.pem");
+    write(&not_a_bundle, "no certificate here\n");
+    let empty = engram_bus::BusTls {
+        ca_file: Some(not_a_bundle),
+    };
+    let error = engram_bus::Bus::connect_with_tls(url.as_str(), topology.clone(), &empty)
+        .await
+        .err()
+        .expect("a CA file without a certificate is refused")
+        .to_string();
+    assert!(error.contains("no PEM certificate"), "{error}");
 }
