@@ -453,8 +453,8 @@ impl Recall {
 
         let retrieval = render(semantic, episodic, request, served_by, now);
         // What a retrieval returns is in use: retention's inactivity rule leaves it alone. Its
-        // own statement, never waiting on a lock (see `note_returned`), so it runs beside the
-        // recording statement without risking a deadlock with it.
+        // own statement, never waiting on a lock (see `note_returned`), so it cannot deadlock
+        // with the recording statement.
         let returned: Vec<Uuid> = retrieval
             .semantic
             .iter()
@@ -490,11 +490,11 @@ impl Recall {
                 .map(|m| m.record.id)
                 .collect();
             *stage = "record";
-            let record = self.record(request, &retrieval, metrics, reviewed, now);
-            // Both run to the end: a note that failed must not cancel (or fail) the record.
-            let (recorded, noted) = tokio::join!(record, note);
-            log_failed_note(noted);
-            recorded?;
+            self.record(request, &retrieval, metrics, reviewed, now)
+                .await?;
+            // After the record committed, not beside it: its score updates lock the same
+            // retention rows (through a trigger), and the note would skip them.
+            log_failed_note(note.await);
         } else {
             log_failed_note(note.await);
         }

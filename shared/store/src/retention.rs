@@ -159,16 +159,6 @@ pub struct SpaceWork {
     pub reactivate: bool,
 }
 
-impl SpaceWork {
-    pub fn any(&self) -> bool {
-        self.turns
-            || self.past_max_age
-            || self.inactive
-            || self.becoming_inactive
-            || self.reactivate
-    }
-}
-
 /// What each space has to do (in the order given), found in one statement: most spaces have
 /// nothing due on most runs, and finding that out costs one index probe per step, not a
 /// transaction per step. Every space must share `seconds_per_stability_day` and
@@ -454,9 +444,10 @@ pub(crate) const RETURNED_REFRESH_SECS: f64 = 86_400.0;
 ///
 /// Its own statement, and it skips rows another transaction holds instead of waiting for them:
 /// whoever holds such a row is a concurrent retrieval's note or its score update (through the
-/// `memories_retention_after_update` trigger) of about the same moment. Waiting here, or folding
-/// this into the recording statement that also locks the conversation's row, let two parallel
-/// retrievals of one conversation deadlock.
+/// `memories_retention_after_update` trigger) of about the same moment, and that retrieval notes
+/// the entry too. Call it after the caller's own recording statement committed, whose score
+/// updates lock these rows. Waiting here, or folding this into the recording statement that
+/// also locks the conversation's row, let two parallel retrievals of one conversation deadlock.
 pub async fn note_returned(
     pool: &PgPool,
     scope: &Scope,
