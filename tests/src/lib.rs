@@ -35,15 +35,19 @@ pub struct RunningService {
 }
 
 impl RunningService {
+    /// Runs a service (`run` is its `run_until`), stopped by [`Self::stop`] or on drop.
     fn spawn<F>(
         (addr, metrics_addr): (SocketAddr, SocketAddr),
-        run: impl FnOnce(oneshot::Receiver<()>) -> F,
+        run: impl FnOnce(futures::future::BoxFuture<'static, ()>) -> F,
     ) -> Self
     where
         F: Future<Output = anyhow::Result<()>> + Send + 'static,
     {
-        let (shutdown, signal) = oneshot::channel();
-        let task = tokio::spawn(run(signal));
+        let (shutdown, signal) = oneshot::channel::<()>();
+        let stopped = Box::pin(async move {
+            let _ = signal.await;
+        });
+        let task = tokio::spawn(run(stopped));
         Self {
             addr,
             metrics_addr,
@@ -395,13 +399,7 @@ impl Sandbox {
         let pool = ingest_app.pool().clone();
         let ingest = RunningService::spawn(
             (ingest_app.local_addr(), ingest_app.metrics_addr()),
-            |signal| async move {
-                ingest_app
-                    .run_until(async {
-                        let _ = signal.await;
-                    })
-                    .await
-            },
+            |stopped| ingest_app.run_until(stopped),
         );
 
         let retrieval_settings = retrieval_settings(services_url, &options);
@@ -410,13 +408,7 @@ impl Sandbox {
             .expect("retrieval starts");
         let retrieval = RunningService::spawn(
             (retrieval_app.local_addr(), retrieval_app.metrics_addr()),
-            |signal| async move {
-                retrieval_app
-                    .run_until(async {
-                        let _ = signal.await;
-                    })
-                    .await
-            },
+            |stopped| retrieval_app.run_until(stopped),
         );
 
         let review_settings = review_settings(services_url, auth, &options);
@@ -426,13 +418,7 @@ impl Sandbox {
         let review_metrics = review_app.metrics();
         let review = RunningService::spawn(
             (review_app.local_addr(), review_app.metrics_addr()),
-            |signal| async move {
-                review_app
-                    .run_until(async {
-                        let _ = signal.await;
-                    })
-                    .await
-            },
+            |stopped| review_app.run_until(stopped),
         );
 
         Self {
@@ -459,15 +445,9 @@ impl Sandbox {
                 .await
                 .expect("ingest starts");
         let metrics = app.metrics();
-        let service = RunningService::spawn(
-            (app.local_addr(), app.metrics_addr()),
-            |signal| async move {
-                app.run_until(async {
-                    let _ = signal.await;
-                })
-                .await
-            },
-        );
+        let service = RunningService::spawn((app.local_addr(), app.metrics_addr()), |stopped| {
+            app.run_until(stopped)
+        });
         (service, metrics)
     }
 
@@ -482,12 +462,7 @@ impl Sandbox {
         let app = engram_retrieval::App::build(settings).await?;
         Ok(RunningService::spawn(
             (app.local_addr(), app.metrics_addr()),
-            |signal| async move {
-                app.run_until(async {
-                    let _ = signal.await;
-                })
-                .await
-            },
+            |stopped| app.run_until(stopped),
         ))
     }
 

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, SubsecRound, Utc};
-use engram_core::retention::{DataRetention, DeletionReason, RetentionOverrides};
+use engram_core::retention::{DataRetention, DeletionReason, RetentionCutoffs, RetentionOverrides};
 use engram_core::{ConversationId, Scope};
 use engram_store::audit::{self, AuditAction};
 use engram_store::memories;
@@ -217,8 +217,8 @@ impl RetentionJob {
         self.settings.defaults()
     }
 
-    fn cutoffs(&self, policy: &DataRetention, now: DateTime<Utc>) -> EntryCutoffs {
-        let cutoffs = policy.cutoffs(now);
+    /// What the entry rules need of a space's cutoffs, with the service's own constants.
+    fn entry_cutoffs(&self, cutoffs: &RetentionCutoffs) -> EntryCutoffs {
         EntryCutoffs {
             created_before: cutoffs.created_before,
             inactive_before: cutoffs.inactive_before,
@@ -326,17 +326,15 @@ impl RetentionJob {
                 return Ok(report);
             };
             after = Some(last.scope.clone());
-            let policies: Vec<DataRetention> = page
-                .iter()
-                .map(|space| space.overrides.resolve(&defaults))
-                .collect();
             let cutoffs: Vec<SpaceCutoffs<'_>> = page
                 .iter()
-                .zip(&policies)
-                .map(|(space, policy)| SpaceCutoffs {
-                    scope: &space.scope,
-                    turns_closed_before: policy.cutoffs(now).turns_closed_before,
-                    entries: self.cutoffs(policy, now),
+                .map(|space| {
+                    let cutoffs = space.overrides.resolve(&defaults).cutoffs(now);
+                    SpaceCutoffs {
+                        scope: &space.scope,
+                        turns_closed_before: cutoffs.turns_closed_before,
+                        entries: self.entry_cutoffs(&cutoffs),
+                    }
                 })
                 .collect();
             let work = match store::work_due(&self.pool, &cutoffs).await {
@@ -565,6 +563,8 @@ impl RetentionJob {
             let expires_at = (Utc::now() + self.tombstone_ttl).trunc_subsecs(6);
             let mut tombstones = Vec::with_capacity(deleted.len());
             let mut events = Vec::with_capacity(deleted.len());
+            // Counted once the round committed: a round that fails deleted nothing.
+            let mut round_deleted = vec![0u64; pending.len()];
             for memory in &deleted {
                 let Some(&target) = target_of.get(&memory.id) else {
                     continue;
@@ -582,7 +582,7 @@ impl RetentionJob {
                         "tombstone_expires_at": expires_at,
                     }),
                 ));
-                deleted_per_space[position[&pending[target].0]] += 1;
+                round_deleted[target] += 1;
             }
             tombstones::insert_many(&mut transaction, &tombstones, expires_at).await?;
             audit::append_across(
@@ -593,6 +593,9 @@ impl RetentionJob {
             )
             .await?;
             transaction.commit().await?;
+            for ((index, ..), count) in pending.iter().zip(&round_deleted) {
+                deleted_per_space[position[index]] += count;
+            }
             self.metrics
                 .record_retention_deleted(reason, deleted.len() as u64);
             // A space whose round was full may have more; the others are done.
@@ -754,11 +757,12 @@ impl RetentionJob {
     ) -> Result<RetentionPreview, IngestError> {
         let now = Utc::now().trunc_subsecs(6);
         let policy = overrides.resolve(&self.defaults());
+        let cutoffs = policy.cutoffs(now);
         let (counts, entries) = store::preview(
             &self.pool,
             scope,
-            policy.cutoffs(now).turns_closed_before,
-            &self.cutoffs(&policy, now),
+            cutoffs.turns_closed_before,
+            &self.entry_cutoffs(&cutoffs),
             i64::from(page_size),
         )
         .await?;

@@ -73,10 +73,10 @@ impl TlsConfigWatch {
     /// Loads the files (an error names the file that does not load) and starts the task that
     /// reloads them when they change; it ends when the watch is dropped.
     pub fn start(settings: &TlsSettings) -> anyhow::Result<Self> {
-        // The files as loaded: read before loading, so that a change in between is seen at the
-        // first look.
-        let mut loaded = contents(settings);
-        let (publish, current) = watch::channel(load(settings)?);
+        // Each look reads the files once and parses those very bytes, so what was loaded is
+        // exactly what the next look compares with.
+        let mut loaded = TlsFiles::read(settings)?;
+        let (publish, current) = watch::channel(load(settings, &loaded)?);
         let handshake_timeout = Duration::from_secs(settings.handshake_timeout_secs.max(1));
         let settings = settings.clone();
         tokio::spawn(async move {
@@ -86,11 +86,14 @@ impl TlsConfigWatch {
             ticks.tick().await;
             while !publish.is_closed() {
                 ticks.tick().await;
-                let now = contents(&settings);
-                if now.is_none() || now == loaded {
+                // Unreadable (mid-rotation, say) or unchanged: look again later.
+                let Ok(now) = TlsFiles::read(&settings) else {
+                    continue;
+                };
+                if now == loaded {
                     continue;
                 }
-                match load(&settings) {
+                match load(&settings, &now) {
                     Ok(config) => {
                         publish.send_replace(config);
                         loaded = now;
@@ -155,22 +158,30 @@ impl TlsConfigWatch {
     }
 }
 
-/// The files' bytes (`None` while one cannot be read: mid-rotation, say).
-fn contents(settings: &TlsSettings) -> Option<Vec<Vec<u8>>> {
-    [
-        Some(&settings.cert_file),
-        Some(&settings.key_file),
-        settings.client_ca_file.as_ref(),
-    ]
-    .into_iter()
-    .flatten()
-    .map(|path| std::fs::read(path).ok())
-    .collect()
+/// The files' bytes.
+#[derive(PartialEq, Eq)]
+struct TlsFiles {
+    cert: Vec<u8>,
+    key: Vec<u8>,
+    client_ca: Option<Vec<u8>>,
 }
 
-fn certificates(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
-    let certificates = CertificateDer::pem_file_iter(path)
-        .and_then(|certificates| certificates.collect::<Result<Vec<_>, _>>())
+impl TlsFiles {
+    fn read(settings: &TlsSettings) -> anyhow::Result<Self> {
+        let read = |path: &Path| {
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
+        };
+        Ok(Self {
+            cert: read(&settings.cert_file)?,
+            key: read(&settings.key_file)?,
+            client_ca: settings.client_ca_file.as_deref().map(read).transpose()?,
+        })
+    }
+}
+
+fn certificates(pem: &[u8], path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+    let certificates = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
         .with_context(|| format!("cannot read certificates from {}", path.display()))?;
     anyhow::ensure!(
         !certificates.is_empty(),
@@ -180,11 +191,11 @@ fn certificates(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
     Ok(certificates)
 }
 
-/// The server configuration the files describe.
-fn load(settings: &TlsSettings) -> anyhow::Result<Arc<ServerConfig>> {
+/// The server configuration `files` describe (`settings` names them in errors).
+fn load(settings: &TlsSettings, files: &TlsFiles) -> anyhow::Result<Arc<ServerConfig>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let chain = certificates(&settings.cert_file)?;
-    let key = PrivateKeyDer::from_pem_file(&settings.key_file).with_context(|| {
+    let chain = certificates(&files.cert, &settings.cert_file)?;
+    let key = PrivateKeyDer::from_pem_slice(&files.key).with_context(|| {
         format!(
             "cannot read a private key from {}",
             settings.key_file.display()
@@ -193,11 +204,10 @@ fn load(settings: &TlsSettings) -> anyhow::Result<Arc<ServerConfig>> {
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(rustls::DEFAULT_VERSIONS)
         .context("tls: no protocol version")?;
-    let builder = match &settings.client_ca_file {
-        None => builder.with_no_client_auth(),
-        Some(path) => {
+    let builder = match (&settings.client_ca_file, &files.client_ca) {
+        (Some(path), Some(bundle)) => {
             let mut roots = RootCertStore::empty();
-            for certificate in certificates(path)? {
+            for certificate in certificates(bundle, path)? {
                 roots
                     .add(certificate)
                     .with_context(|| format!("{} holds an unusable CA", path.display()))?;
@@ -207,6 +217,7 @@ fn load(settings: &TlsSettings) -> anyhow::Result<Arc<ServerConfig>> {
                 .with_context(|| format!("cannot verify clients with {}", path.display()))?;
             builder.with_client_cert_verifier(verifier)
         }
+        _ => builder.with_no_client_auth(),
     };
     let mut config = builder.with_single_cert(chain, key).with_context(|| {
         format!(
