@@ -140,8 +140,8 @@ impl EmbeddingBackfill {
             Err(error) if error.is_retryable() => {
                 // Give the entries back so that the next attempt (ours or another worker's) can
                 // take them at once.
-                let ids: Vec<uuid::Uuid> = batch.iter().map(|entry| entry.id).collect();
-                embeddings::release_claims(&self.pool, &ids).await?;
+                let keys: Vec<_> = batch.iter().map(PendingEmbedding::key).collect();
+                embeddings::release_claims(&self.pool, &keys).await?;
                 Err(error.into())
             }
             // The embedder rejects something in the batch: find which one, embed the rest.
@@ -162,8 +162,11 @@ impl EmbeddingBackfill {
         batch: &[PendingEmbedding],
         vectors: Vec<Vec<f32>>,
     ) -> Result<usize, BackfillError> {
-        let pairs: Vec<(uuid::Uuid, Vec<f32>)> =
-            batch.iter().map(|entry| entry.id).zip(vectors).collect();
+        let pairs: Vec<_> = batch
+            .iter()
+            .map(PendingEmbedding::key)
+            .zip(vectors)
+            .collect();
         let mut transaction = self.pool.begin().await.map_err(StoreError::from)?;
         let stored = embeddings::store(&mut transaction, &pairs, self.embedder.model_id()).await?;
         transaction.commit().await.map_err(StoreError::from)?;
@@ -189,7 +192,7 @@ impl EmbeddingBackfill {
                 Err(error) => {
                     let dead = embeddings::record_failure(
                         &self.pool,
-                        entry.id,
+                        entry.key(),
                         &error.to_string(),
                         self.settings.max_failures,
                     )

@@ -9,7 +9,8 @@ use backon::BackoffBuilder as _;
 use engram_bus::{Bus, BusError, Delivery, OutgoingEvent};
 use engram_core::backoff::jittered_backoff;
 use engram_proto::v1;
-use engram_store::{StoreError, embeddings, outbox};
+use engram_store::embeddings::{self, EntryKey};
+use engram_store::{StoreError, outbox};
 use prost::Message as _;
 use secrecy::ExposeSecret as _;
 use sqlx::PgPool;
@@ -253,10 +254,10 @@ impl EmbeddingConsumer {
     }
 
     async fn handle_batch(&self, batch: Vec<Delivery>) -> Result<(), BusError> {
-        let mut requests: Vec<(Uuid, Delivery)> = Vec::with_capacity(batch.len());
+        let mut requests: Vec<(EntryKey, Delivery)> = Vec::with_capacity(batch.len());
         for delivery in batch {
             match decode(&delivery) {
-                Ok(id) => requests.push((id, delivery)),
+                Ok(key) => requests.push((key, delivery)),
                 Err(reason) => {
                     self.backfill.metrics().record_dead_lettered();
                     delivery.dead_letter(&reason).await?;
@@ -266,10 +267,10 @@ impl EmbeddingConsumer {
         if requests.is_empty() {
             return Ok(());
         }
-        let ids: Vec<Uuid> = requests.iter().map(|(id, _)| *id).collect();
-        let outcome = match embeddings::claim_by_ids(
+        let keys: Vec<EntryKey> = requests.iter().map(|(key, _)| *key).collect();
+        let outcome = match embeddings::claim_by_keys(
             self.backfill.pool(),
-            &ids,
+            &keys,
             crate::backfill::CLAIM_LEASE,
         )
         .await
@@ -302,7 +303,7 @@ impl EmbeddingConsumer {
 }
 
 /// The memory id of an EmbeddingRequested message, or why it is not one.
-fn decode(delivery: &Delivery) -> Result<Uuid, String> {
+fn decode(delivery: &Delivery) -> Result<EntryKey, String> {
     if delivery.type_name() != Some(routes::EMBEDDING_REQUESTED_TYPE) {
         return Err(format!(
             "unexpected message type {:?}",
@@ -311,8 +312,14 @@ fn decode(delivery: &Delivery) -> Result<Uuid, String> {
     }
     let event = v1::EmbeddingRequested::decode(delivery.payload())
         .map_err(|e| format!("malformed payload: {e}"))?;
-    Uuid::parse_str(&event.memory_id)
-        .map_err(|_| format!("memory_id {:?} is not a UUID", event.memory_id))
+    let id = Uuid::parse_str(&event.memory_id)
+        .map_err(|_| format!("memory_id {:?} is not a UUID", event.memory_id))?;
+    let scope = engram_server::convert::scope_from_proto(event.scope)
+        .map_err(|e| format!("bad scope: {e}"))?;
+    Ok(EntryKey {
+        user_id: scope.user_id.as_uuid(),
+        id,
+    })
 }
 
 /// Segments conversations named by SegmentationRequested messages, a batch of them at a time

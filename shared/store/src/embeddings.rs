@@ -8,11 +8,25 @@ use uuid::Uuid;
 
 use crate::StoreError;
 
+/// An entry's key: its user and its id. Every statement here finds an entry by both, so that the
+/// primary key serves it (and, on a distributed Postgres, so that it goes to the user's shard).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EntryKey {
+    pub user_id: Uuid,
+    pub id: Uuid,
+}
+
+/// The keys as two arrays, the form the statements unnest.
+fn key_arrays(keys: impl IntoIterator<Item = EntryKey>) -> (Vec<Uuid>, Vec<Uuid>) {
+    keys.into_iter().map(|key| (key.user_id, key.id)).unzip()
+}
+
 /// An entry waiting for its embedding: what to embed (text, or title and summary of an episode,
 /// and the neighbours' text an imported turn is searched with).
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct PendingEmbedding {
     pub id: Uuid,
+    pub user_id: Uuid,
     pub text: String,
     pub title: Option<String>,
     pub search_context: Option<String>,
@@ -20,6 +34,13 @@ pub struct PendingEmbedding {
 }
 
 impl PendingEmbedding {
+    pub fn key(&self) -> EntryKey {
+        EntryKey {
+            user_id: self.user_id,
+            id: self.id,
+        }
+    }
+
     /// The text the embedding represents: the entry's own, then its search context.
     pub fn embedding_input(&self) -> String {
         let own = embedding_input(self.title.as_deref(), &self.text);
@@ -39,7 +60,9 @@ pub fn embedding_input(title: Option<&str>, text: &str) -> String {
 }
 
 /// Claims (for `lease`) the oldest entries still needing an embedding, written at least
-/// `min_age` ago, not claimed by another worker, and not set aside after `max_failures`.
+/// `min_age` ago, not claimed by another worker, and not set aside after `max_failures`. A sweep
+/// over every user (through the pending entries' partial index): the one statement here that
+/// names no user.
 pub async fn claim_oldest_pending(
     pool: &PgPool,
     limit: i64,
@@ -48,14 +71,15 @@ pub async fn claim_oldest_pending(
     lease: std::time::Duration,
 ) -> Result<Vec<PendingEmbedding>, StoreError> {
     let mut pending = sqlx::query_as::<_, PendingEmbedding>(
-        "UPDATE memories SET embedding_claimed_until = now() + make_interval(secs => $4) \
-         WHERE id IN ( \
-             SELECT id FROM memories \
+        "UPDATE memories m SET embedding_claimed_until = now() + make_interval(secs => $4) \
+         FROM ( \
+             SELECT user_id, id FROM memories \
              WHERE needs_embedding AND embedding_failures < $2 \
                AND created_at <= now() - make_interval(secs => $3) \
                AND (embedding_claimed_until IS NULL OR embedding_claimed_until < now()) \
-             ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED) \
-         RETURNING id, text, title, search_context, created_at",
+             ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED) due \
+         WHERE m.user_id = due.user_id AND m.id = due.id \
+         RETURNING m.id, m.user_id, m.text, m.title, m.search_context, m.created_at",
     )
     .bind(limit)
     .bind(max_failures)
@@ -70,20 +94,25 @@ pub async fn claim_oldest_pending(
 /// Claims (for `lease`) those of the given entries that still need an embedding and are not
 /// claimed by another worker. Entries already embedded are not returned: handling the same
 /// request twice changes nothing.
-pub async fn claim_by_ids(
+pub async fn claim_by_keys(
     pool: &PgPool,
-    ids: &[Uuid],
+    keys: &[EntryKey],
     lease: std::time::Duration,
 ) -> Result<Vec<PendingEmbedding>, StoreError> {
+    let (users, ids) = key_arrays(keys.iter().copied());
     let mut pending = sqlx::query_as::<_, PendingEmbedding>(
-        "UPDATE memories SET embedding_claimed_until = now() + make_interval(secs => $2) \
-         WHERE id IN ( \
-             SELECT id FROM memories WHERE id = ANY($1) AND needs_embedding \
-               AND (embedding_claimed_until IS NULL OR embedding_claimed_until < now()) \
-             FOR UPDATE SKIP LOCKED) \
-         RETURNING id, text, title, search_context, created_at",
+        "UPDATE memories m SET embedding_claimed_until = now() + make_interval(secs => $3) \
+         FROM ( \
+             SELECT c.user_id, c.id FROM memories c \
+             JOIN unnest($1::uuid[], $2::uuid[]) AS k(user_id, id) ON c.user_id = k.user_id AND c.id = k.id \
+             WHERE c.needs_embedding \
+               AND (c.embedding_claimed_until IS NULL OR c.embedding_claimed_until < now()) \
+             FOR UPDATE OF c SKIP LOCKED) due \
+         WHERE m.user_id = due.user_id AND m.id = due.id \
+         RETURNING m.id, m.user_id, m.text, m.title, m.search_context, m.created_at",
     )
-    .bind(ids)
+    .bind(&users)
+    .bind(&ids)
     .bind(lease.as_secs_f64())
     .fetch_all(pool)
     .await?;
@@ -92,27 +121,34 @@ pub async fn claim_by_ids(
 }
 
 /// Gives claimed entries back (after a failure that a later attempt may overcome).
-pub async fn release_claims(pool: &PgPool, ids: &[Uuid]) -> Result<(), StoreError> {
-    sqlx::query("UPDATE memories SET embedding_claimed_until = NULL WHERE id = ANY($1)")
-        .bind(ids)
-        .execute(pool)
-        .await?;
+pub async fn release_claims(pool: &PgPool, keys: &[EntryKey]) -> Result<(), StoreError> {
+    let (users, ids) = key_arrays(keys.iter().copied());
+    sqlx::query(
+        "UPDATE memories m SET embedding_claimed_until = NULL \
+         FROM unnest($1::uuid[], $2::uuid[]) AS k(user_id, id) \
+         WHERE m.user_id = k.user_id AND m.id = k.id",
+    )
+    .bind(&users)
+    .bind(&ids)
+    .execute(pool)
+    .await?;
     Ok(())
 }
 
 /// Records a failure that retrying cannot fix; returns whether the entry is now dead-lettered.
 pub async fn record_failure(
     pool: &PgPool,
-    id: Uuid,
+    key: EntryKey,
     reason: &str,
     max_failures: i32,
 ) -> Result<bool, StoreError> {
     let failures: Option<i32> = sqlx::query_scalar(
-        "UPDATE memories SET embedding_failures = embedding_failures + 1, embedding_error = $2, \
+        "UPDATE memories SET embedding_failures = embedding_failures + 1, embedding_error = $3, \
              embedding_claimed_until = NULL \
-         WHERE id = $1 AND needs_embedding RETURNING embedding_failures",
+         WHERE user_id = $1 AND id = $2 AND needs_embedding RETURNING embedding_failures",
     )
-    .bind(id)
+    .bind(key.user_id)
+    .bind(key.id)
     .bind(reason)
     .fetch_optional(pool)
     .await?;
@@ -124,28 +160,29 @@ pub async fn record_failure(
 /// nothing. Returns how many entries got their embedding.
 pub async fn store(
     connection: &mut PgConnection,
-    embeddings: &[(Uuid, Vec<f32>)],
+    embeddings: &[(EntryKey, Vec<f32>)],
     model: &str,
 ) -> Result<u64, StoreError> {
     if embeddings.is_empty() {
         return Ok(0);
     }
-    let ids: Vec<Uuid> = embeddings.iter().map(|(id, _)| *id).collect();
+    let (users, ids) = key_arrays(embeddings.iter().map(|(key, _)| *key));
     let vectors: Vec<Vector> = embeddings
         .iter()
         .map(|(_, vector)| Vector::from(vector.clone()))
         .collect();
     let result = sqlx::query(
         "WITH embedded AS ( \
-             UPDATE memories m SET embedding_model = $3, needs_embedding = false, embedded_at = now(), \
+             UPDATE memories m SET embedding_model = $4, needs_embedding = false, embedded_at = now(), \
                  embedding_failures = 0, embedding_error = NULL, embedding_claimed_until = NULL \
-             WHERE m.id = ANY($1) AND m.needs_embedding \
-             RETURNING m.id, m.user_id, m.space, m.kind) \
+             FROM unnest($1::uuid[], $2::uuid[], $3::vector[]) AS e(user_id, id, embedding) \
+             WHERE m.user_id = e.user_id AND m.id = e.id AND m.needs_embedding \
+             RETURNING m.id, m.user_id, m.space, m.kind, e.embedding) \
          INSERT INTO memory_embeddings (memory_id, user_id, space, kind, embedding) \
-         SELECT embedded.id, embedded.user_id, embedded.space, embedded.kind, e.embedding \
-         FROM embedded JOIN UNNEST($1::uuid[], $2::vector[]) AS e(id, embedding) ON e.id = embedded.id \
-         ON CONFLICT (memory_id) DO UPDATE SET embedding = EXCLUDED.embedding",
+         SELECT id, user_id, space, kind, embedding FROM embedded \
+         ON CONFLICT (user_id, memory_id) DO UPDATE SET embedding = EXCLUDED.embedding",
     )
+    .bind(&users)
     .bind(&ids)
     .bind(&vectors)
     .bind(model)

@@ -259,7 +259,7 @@ pub async fn set_pinned(
          UPDATE memories SET pinned = $4, \
              updated_at = CASE WHEN was_pinned = $4 THEN updated_at ELSE now() END, \
              inactive_since = CASE WHEN $4 THEN NULL ELSE inactive_since END \
-         FROM previous WHERE id = previous_id RETURNING was_pinned, ",
+         FROM previous WHERE user_id = $1 AND id = previous_id RETURNING was_pinned, ",
         memory_columns!(),
         ""
     );

@@ -186,7 +186,7 @@ pub async fn work_due(
                      AND m.inactive_since < t.inactive_before AND ",
         due_for_inactive_deletion!("t.inactive_before"),
         ") AS inactive, \
-             EXISTS (SELECT 1 FROM memories m JOIN memory_retention r ON r.memory_id = m.id \
+             EXISTS (SELECT 1 FROM memories m JOIN memory_retention r ON r.user_id = m.user_id AND r.memory_id = m.id \
                      WHERE m.user_id = t.user_id AND m.space = t.space \
                        AND m.created_at < t.unused_since AND ",
         becoming_inactive!("t.unused_since", "$7", "$8"),
@@ -394,7 +394,7 @@ pub async fn mark_inactive(
     let (after_key, after_id) = after.unzip();
     let rows: Vec<(Uuid, DateTime<Utc>)> = sqlx::query_as(concat!(
         "UPDATE memories target SET inactive_since = $6 FROM ( \
-             SELECT m.id FROM memories m JOIN memory_retention r ON r.memory_id = m.id \
+             SELECT m.id FROM memories m JOIN memory_retention r ON r.user_id = m.user_id AND r.memory_id = m.id \
              WHERE m.user_id = $1 AND m.space = $2 AND m.created_at < $3 \
                AND ($7::timestamptz IS NULL OR (m.created_at, m.id) > ($7, $8)) AND ",
         becoming_inactive!("$3", "$4", "$5"),
@@ -459,7 +459,7 @@ pub async fn note_returned(
     }
     sqlx::query(
         "UPDATE memory_retention SET last_returned_at = $4 \
-         WHERE memory_id IN ( \
+         WHERE user_id = $1 AND memory_id IN ( \
              SELECT memory_id FROM memory_retention \
              WHERE user_id = $1 AND space = $2 AND memory_id = ANY($3) \
                AND (last_returned_at IS NULL \
@@ -512,7 +512,7 @@ macro_rules! classified_entries {
             " THEN 'AGE' WHEN ",
             due_for_inactive_deletion!("$4"),
             " THEN 'INACTIVE' ELSE 'BECOMES_INACTIVE' END AS reason \
-             FROM memories m JOIN memory_retention r ON r.memory_id = m.id \
+             FROM memories m JOIN memory_retention r ON r.user_id = m.user_id AND r.memory_id = m.id \
              WHERE m.user_id = $1 AND m.space = $2 AND (",
             due_for_age!("$3"),
             " OR ",

@@ -193,7 +193,7 @@ pub async fn dense_search(
             // HNSW index: this reads the collection's vectors through the scope index.
             let rows = sqlx::query_as::<_, HitRow>(
                 "SELECT e.memory_id AS id, (1 - (e.embedding <=> $3))::float8 AS score \
-                 FROM memory_embeddings e JOIN memories m ON m.id = e.memory_id \
+                 FROM memory_embeddings e JOIN memories m ON m.user_id = e.user_id AND m.id = e.memory_id \
                  WHERE e.user_id = $1 AND e.space = $2 AND e.kind = $4 AND m.invalid_at IS NULL \
                    AND ($5::uuid IS NULL OR m.conversation_id = $5) AND ($6::text IS NULL OR m.category = $6) \
                    AND ($8 OR m.inactive_since IS NULL) \
@@ -227,7 +227,7 @@ pub async fn dense_search(
             let rows = sqlx::query_as::<_, HitRow>(
                 "SELECT c.id, (1 - c.distance)::float8 AS score FROM ( \
                      SELECT e.memory_id AS id, e.embedding <=> $3 AS distance \
-                     FROM memory_embeddings e JOIN memories m ON m.id = e.memory_id \
+                     FROM memory_embeddings e JOIN memories m ON m.user_id = e.user_id AND m.id = e.memory_id \
                      WHERE e.user_id = $1 AND e.space = $2 AND e.kind = $4 AND m.invalid_at IS NULL \
                        AND ($5::uuid IS NULL OR m.conversation_id = $5) AND ($6::text IS NULL OR m.category = $6) \
                    AND ($8 OR m.inactive_since IS NULL) \
@@ -302,7 +302,7 @@ pub async fn load_candidates(
         "SELECT m.*, e.embedding FROM (SELECT ",
         memory_columns!(),
         " FROM memories WHERE user_id = $1 AND space = $2 AND id = ANY($3)) m \
-         LEFT JOIN memory_embeddings e ON e.memory_id = m.id"
+         LEFT JOIN memory_embeddings e ON e.user_id = $1 AND e.memory_id = m.id"
     );
     let candidates = sqlx::query_as::<_, LoadedCandidate>(sql)
         .bind(scope.user_id.as_uuid())
@@ -374,9 +374,9 @@ pub async fn record(
          scored AS ( \
              UPDATE memories m SET last_scores = s.scores \
              FROM unnest($6::uuid[], $7::jsonb[]) AS s(id, scores) \
-             WHERE m.id = s.id AND m.id IN ( \
+             WHERE m.user_id = $1 AND m.id = s.id AND m.id IN ( \
                  SELECT c.id FROM memories c JOIN unnest($6::uuid[], $7::jsonb[]) AS n(id, scores) ON n.id = c.id \
-                 JOIN memory_retention r ON r.memory_id = c.id \
+                 JOIN memory_retention r ON r.user_id = c.user_id AND r.memory_id = c.id \
                  WHERE c.user_id = $1 AND c.space = $2 \
                    AND (r.last_scored_at IS NULL OR r.last_total IS NULL \
                         OR r.last_scored_at < $8::timestamptz - make_interval(secs => $22) \

@@ -150,7 +150,7 @@ pub async fn record(
              $12::float8[], $13::float8[], $14::jsonb[]) \
              AS r(memory_id, rating, graded_by, applied, stability_before, stability_after, \
                   difficulty_before, difficulty_after, queries) \
-         ON CONFLICT (segment_id, memory_id) DO NOTHING \
+         ON CONFLICT (user_id, segment_id, memory_id) DO NOTHING \
          RETURNING memory_id",
     )
     .bind(segment.segment_id)

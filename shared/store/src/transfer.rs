@@ -35,7 +35,7 @@ pub async fn export_page(
            AND (created_at, id) > (COALESCE($3, '-infinity'::timestamptz), \
                                    COALESCE($4, '00000000-0000-0000-0000-000000000000'::uuid)) \
          ORDER BY created_at, id LIMIT $5) m \
-         LEFT JOIN memory_embeddings e ON e.memory_id = m.id AND $6 \
+         LEFT JOIN memory_embeddings e ON e.user_id = $1 AND e.memory_id = m.id AND $6 \
          ORDER BY m.created_at, m.id"
     );
     let page = sqlx::query_as::<_, ExportedMemory>(sql)
@@ -154,7 +154,7 @@ pub async fn import(
                  manually_saved, embedding IS NULL, CASE WHEN embedding IS NOT NULL THEN embedding_model END, \
                  CASE WHEN embedding IS NOT NULL THEN now() END \
              FROM incoming WHERE id NOT IN (SELECT id FROM forgotten) ORDER BY id \
-             ON CONFLICT (id) DO NOTHING \
+             ON CONFLICT (user_id, id) DO NOTHING \
              RETURNING id, kind), \
          embedded AS ( \
              INSERT INTO memory_embeddings (memory_id, user_id, space, kind, embedding) \
@@ -169,7 +169,7 @@ pub async fn import(
              RETURNING 1) \
          SELECT id, false AS suppressed FROM inserted \
          UNION ALL SELECT f.id, true FROM forgotten f \
-             WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = f.id)"
+             WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.user_id = $1 AND m.id = f.id)"
     ))
     .bind(scope.user_id.as_uuid())
     .bind(scope.space.as_str())

@@ -1065,7 +1065,7 @@ async fn follow_closings(
                  LEFT JOIN LATERAL (SELECT m.id FROM memories m WHERE m.user_id = d.user_id AND m.space = d.space \
                       AND m.conversation_id = d.conversation_id AND m.kind = 'episodic' AND m.end_at = d.end_at \
                       LIMIT 1) m ON true \
-                 LEFT JOIN memory_embeddings e ON e.memory_id = m.id",
+                 LEFT JOIN memory_embeddings e ON e.user_id = d.user_id AND e.memory_id = m.id",
             )
             .bind((0..pending.len() as i32).collect::<Vec<i32>>())
             .bind(pending.iter().map(|(c, _)| c.user).collect::<Vec<Uuid>>())

@@ -602,7 +602,7 @@ fused AS ( \
            coalesce(1.0 / (60 + s.r), 0) + coalesce(1.0 / (60 + d.r), 0) AS score \
     FROM sparse s FULL OUTER JOIN dense d ON s.id = d.id) \
 SELECT m.id, m.kind, m.title, m.text, f.score::float8 \
-FROM fused f JOIN memories m ON m.id = f.id \
+FROM fused f JOIN memories m ON m.user_id = $1::uuid AND m.id = f.id \
 ORDER BY f.score DESC LIMIT 25";
 
 /// (c): the floor: one indexed vector query within the space.

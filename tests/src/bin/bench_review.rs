@@ -420,15 +420,22 @@ async fn measure_throughput(
 ) -> anyhow::Result<Throughput> {
     let mut rng = rand::rng();
     let base = Utc::now();
-    let events: Vec<(Uuid, OutgoingEvent)> = (0..segments)
+    let events: Vec<((Uuid, Uuid), OutgoingEvent)> = (0..segments)
         .map(|index| {
             let space = index % ids.len();
             // Later segments review later, as a stream of closing segments does.
             let at = base + chrono::Duration::microseconds(index as i64);
             let event = segment_closed(&mut rng, space, &ids[space], memories, at);
             let segment_id: Uuid = event.segment_id.parse().expect("a UUID");
+            let user_id: Uuid = event
+                .scope
+                .as_ref()
+                .expect("a scope")
+                .user_id
+                .parse()
+                .expect("a UUID");
             (
-                segment_id,
+                (user_id, segment_id),
                 OutgoingEvent {
                     routing_key: routes::SEGMENT_CLOSED.into(),
                     message_id: segment_id,
@@ -439,7 +446,9 @@ async fn measure_throughput(
             )
         })
         .collect();
-    let segment_ids: Vec<Uuid> = events.iter().map(|(id, _)| *id).collect();
+    // Found by their key, user first.
+    let (segment_users, segment_ids): (Vec<Uuid>, Vec<Uuid>) =
+        events.iter().map(|(key, _)| *key).unzip();
     let publisher = bus.publisher().await?;
     let started = Instant::now();
     for chunk in events.chunks(200) {
@@ -453,9 +462,10 @@ async fn measure_throughput(
     let deadline = started + Duration::from_secs(600);
     loop {
         let reviewed: i64 = sqlx::query_scalar(
-            "SELECT count(DISTINCT segment_id) FROM applied_reviews WHERE segment_id = ANY($1::uuid[])",
+            "SELECT count(DISTINCT segment_id) FROM applied_reviews WHERE (user_id, segment_id) IN (SELECT * FROM unnest($1::uuid[], $2::uuid[]))",
         )
-        .bind(&segment_ids)
+        .bind(&segment_users)
+    .bind(&segment_ids)
         .fetch_one(pool)
         .await?;
         if reviewed as usize == segments {
@@ -471,15 +481,17 @@ async fn measure_throughput(
     // The consumer's own rate: from its first commit to its last (created_at is each review
     // transaction's start).
     let (first, last): (DateTime<Utc>, DateTime<Utc>) = sqlx::query_as(
-        "SELECT min(created_at), max(created_at) FROM applied_reviews WHERE segment_id = ANY($1::uuid[])",
+        "SELECT min(created_at), max(created_at) FROM applied_reviews WHERE (user_id, segment_id) IN (SELECT * FROM unnest($1::uuid[], $2::uuid[]))",
     )
+    .bind(&segment_users)
     .bind(&segment_ids)
     .fetch_one(pool)
     .await?;
     let consumer_secs = (last - first).as_seconds_f64().max(f64::EPSILON);
     let not_applied: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM applied_reviews WHERE segment_id = ANY($1::uuid[]) AND NOT applied",
+        "SELECT count(*) FROM applied_reviews WHERE (user_id, segment_id) IN (SELECT * FROM unnest($1::uuid[], $2::uuid[])) AND NOT applied",
     )
+    .bind(&segment_users)
     .bind(&segment_ids)
     .fetch_one(pool)
     .await?;

@@ -186,7 +186,7 @@ pub(crate) async fn assert_retention_in_step(pool: &sqlx::PgPool) {
     let disagreements: Vec<(Option<Uuid>, Option<Uuid>)> = sqlx::query_as(
         // A cached score counts only when both its total and its time are there (a malformed one
         // is missing, and the soft cap recomputes it): the schema's own reading of last_scores.
-        "SELECT m.id, r.memory_id FROM memories m FULL JOIN memory_retention r ON r.memory_id = m.id \
+        "SELECT m.id, r.memory_id FROM memories m FULL JOIN memory_retention r ON r.user_id = m.user_id AND r.memory_id = m.id \
          WHERE m.id IS NULL OR r.memory_id IS NULL \
             OR r.user_id <> m.user_id OR r.space <> m.space OR r.created_at <> m.created_at \
             OR r.importance <> m.importance OR r.protected <> (m.pinned OR m.manually_saved) \

@@ -2,22 +2,9 @@
 //! every tenant table (one with a `user_id` column) is distributed by `user_id`, and Postgres
 //! can only enforce a primary key or unique index there if it includes `user_id`. This test
 //! reads the catalog of a migrated database and fails when a tenant table has a key without
-//! `user_id` that is not in the list below. The list holds the keys made before the rule; the
-//! scale-out migration changes them, and the test fails until each fixed one leaves the list:
-//! it may only shrink.
+//! `user_id` (migration 19 gave the last seven such keys their `user_id`).
 
 use engram_e2e::Sandbox;
-
-/// Tenant tables' keys without `user_id`, as of migration 16 (table, index).
-const KEYS_WITHOUT_USER_ID: &[(&str, &str)] = &[
-    ("applied_reviews", "applied_reviews_pkey"),
-    ("audit_events", "audit_events_pkey"),
-    ("memories", "memories_pkey"),
-    ("memory_embeddings", "memory_embeddings_pkey"),
-    ("memory_retention", "memory_retention_pkey"),
-    ("retrieval_metrics", "retrieval_metrics_pkey"),
-    ("tombstones", "tombstones_pkey"),
-];
 
 /// Tables that are not per user: on Citus they stay local to the coordinator (or are reference
 /// tables).
@@ -42,22 +29,28 @@ async fn every_key_of_a_tenant_table_includes_the_user() {
     .await
     .unwrap();
     assert!(!keys.is_empty(), "the catalog lists no tenant table");
-    let without: Vec<(String, String)> = keys
+    let without: Vec<String> = keys
         .iter()
         .filter(|(_, _, columns)| !columns.iter().any(|column| column == "user_id"))
-        .map(|(table, index, _)| (table.clone(), index.clone()))
+        .map(|(table, index, columns)| format!("{table}.{index} ({})", columns.join(", ")))
         .collect();
-    for (table, index) in &without {
+    assert!(
+        without.is_empty(),
+        "keys without user_id, which a distributed Postgres cannot enforce (include user_id, see \
+         docs/architecture.md, \"Scale-out\"): {without:?}"
+    );
+    // The keys that point at memories follow its key, user first.
+    let references: Vec<String> = sqlx::query_scalar(
+        "SELECT conrelid::regclass::text || ': ' || pg_get_constraintdef(oid) FROM pg_constraint \
+         WHERE contype = 'f' AND connamespace = 'public'::regnamespace ORDER BY 1",
+    )
+    .fetch_all(&sandbox.pool)
+    .await
+    .unwrap();
+    for reference in &references {
         assert!(
-            KEYS_WITHOUT_USER_ID.contains(&(table.as_str(), index.as_str())),
-            "{table}.{index} is a key without user_id: a distributed Postgres cannot enforce it \
-             (include user_id, see docs/architecture.md, \"Scale-out\")"
-        );
-    }
-    for (table, index) in KEYS_WITHOUT_USER_ID {
-        assert!(
-            without.contains(&(table.to_string(), index.to_string())),
-            "{table}.{index} includes user_id now (or is gone): take it off KEYS_WITHOUT_USER_ID"
+            reference.contains("FOREIGN KEY (user_id"),
+            "a foreign key that does not start with user_id cannot stay on one shard: {reference}"
         );
     }
 

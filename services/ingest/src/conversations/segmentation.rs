@@ -645,7 +645,13 @@ impl Segmenter {
                 if let (Some(embedding), Some(embedder)) = (&prepared.embedding, &self.embedder) {
                     engram_store::embeddings::store(
                         &mut transaction,
-                        &[(episode.id, embedding.clone())],
+                        &[(
+                            engram_store::embeddings::EntryKey {
+                                user_id: scope.user_id.as_uuid(),
+                                id: episode.id,
+                            },
+                            embedding.clone(),
+                        )],
                         embedder.model_id(),
                     )
                     .await?;
