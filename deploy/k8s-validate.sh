@@ -18,7 +18,10 @@
 #    Secret keys used are those of k8s/base/secret.example.yaml, the grace
 #    period covers the service's shutdown, the recommended labels are set;
 #    custom resources (cert-manager's Certificate, the Prometheus Operator's
-#    ServiceMonitor) have what those operators need.
+#    ServiceMonitor) have what those operators need; the dev overlay's
+#    StatefulSets (Postgres, RabbitMQ: third-party images) run as non-root
+#    without escalation, with resources, a readiness probe and their Service;
+#    a Secret an overlay brings has the example's keys.
 # 4. Runs `kubernetes-validate --strict` on every base manifest file and every
 #    rendering (overlay patch files are only checked as part of their
 #    rendering; the custom resources above have no schema here), for each
@@ -205,6 +208,22 @@ secret_doc = yaml.safe_load(secret_example.read_text())
 secret_name = secret_doc["metadata"]["name"]
 secret_keys = set(secret_doc.get("stringData") or {}) | set(secret_doc.get("data") or {})
 
+def check_workload(where, spec):
+    """What holds for every workload: the selector matches the pods, which run as non-root."""
+    pod_labels = spec["template"]["metadata"]["labels"]
+    check(all(pod_labels.get(k) == v for k, v in spec["selector"]["matchLabels"].items()),
+          f"{where}: selector does not match the pod labels")
+    check(spec["template"]["spec"].get("securityContext", {}).get("runAsNonRoot") is True,
+          f"{where}: pod runAsNonRoot")
+
+def check_container(cw, c):
+    """What holds for every container: no escalation, no capabilities, bounded resources."""
+    sc = c.get("securityContext", {})
+    check(sc.get("allowPrivilegeEscalation") is False, f"{cw}: allowPrivilegeEscalation")
+    check(sc.get("capabilities", {}).get("drop") == ["ALL"], f"{cw}: capabilities drop ALL")
+    check("requests" in c.get("resources", {}) and "limits" in c.get("resources", {}),
+          f"{cw}: resources requests and limits")
+
 for line in open(listing):
     rel, rendered = line.rstrip("\n").split("\t")
     docs = [d for d in yaml.safe_load_all(open(rendered)) if d]
@@ -241,19 +260,13 @@ for line in open(listing):
         where = f"{rel}: Deployment/{dname}"
         spec = dep["spec"]
         pod = spec["template"]["spec"]
-        pod_labels = spec["template"]["metadata"]["labels"]
-        check(all(pod_labels.get(k) == v for k, v in spec["selector"]["matchLabels"].items()),
-              f"{where}: selector does not match the pod labels")
-        check(pod.get("securityContext", {}).get("runAsNonRoot") is True, f"{where}: pod runAsNonRoot")
+        check_workload(where, spec)
         containers = [(False, c) for c in pod.get("initContainers", [])] + [(True, c) for c in pod["containers"]]
         for is_main, c in containers:
             cw = f"{where} container {c['name']}"
-            sc = c.get("securityContext", {})
-            check(sc.get("readOnlyRootFilesystem") is True, f"{cw}: readOnlyRootFilesystem")
-            check(sc.get("allowPrivilegeEscalation") is False, f"{cw}: allowPrivilegeEscalation")
-            check(sc.get("capabilities", {}).get("drop") == ["ALL"], f"{cw}: capabilities drop ALL")
-            check("requests" in c.get("resources", {}) and "limits" in c.get("resources", {}),
-                  f"{cw}: resources requests and limits")
+            check_container(cw, c)
+            check(c.get("securityContext", {}).get("readOnlyRootFilesystem") is True,
+                  f"{cw}: readOnlyRootFilesystem")
             env = {}
             for ref in c.get("envFrom", []):
                 cm = ref.get("configMapRef", {}).get("name")
@@ -311,11 +324,48 @@ for line in open(listing):
                 for item in v["secret"].get("items", []):
                     check(item["key"] in secret_keys, f"{where}: secret key {item['key']} not in the example")
 
+    # The dev overlay's own Postgres and RabbitMQ: third-party images, so only what holds for any
+    # workload (selector, non-root, no escalation, resources, the Service that names it).
+    statefulsets = by_kind.get("StatefulSet", {})
+    for sname, sts in statefulsets.items():
+        where = f"{rel}: StatefulSet/{sname}"
+        spec = sts["spec"]
+        pod = spec["template"]["spec"]
+        check_workload(where, spec)
+        check(spec.get("serviceName") in by_kind.get("Service", {}),
+              f"{where}: serviceName {spec.get('serviceName')!r} is not a Service in {rel}")
+        for c in pod["containers"]:
+            cw = f"{where} container {c['name']}"
+            check_container(cw, c)
+            check(c.get("readinessProbe") is not None, f"{cw}: no readinessProbe")
+            claims = {t["metadata"]["name"] for t in spec.get("volumeClaimTemplates", [])}
+            volumes = {v["name"] for v in pod.get("volumes", [])}
+            for m in c.get("volumeMounts", []):
+                check(m["name"] in claims | volumes, f"{cw}: mount {m['name']} is neither a volume nor a claim")
+    # A Secret an overlay brings in place of the example: the keys the services read.
+    for secret in by_kind.get("Secret", {}).values():
+        if secret["metadata"]["name"] == secret_name:
+            keys = set(secret.get("stringData") or {}) | set(secret.get("data") or {})
+            check(keys == secret_keys, f"{rel}: Secret {secret_name} has keys {sorted(keys)}, "
+                                       f"the services read {sorted(secret_keys)}")
+
     for sname, svc in by_kind.get("Service", {}).items():
         where = f"{rel}: Service/{sname}"
         selector = svc["spec"]["selector"]
-        targets = [d for d in deployments.values()
-                   if all(d["spec"]["template"]["metadata"]["labels"].get(k) == v for k, v in selector.items())]
+        def selects(workload):
+            labels = workload["spec"]["template"]["metadata"]["labels"]
+            return all(labels.get(k) == v for k, v in selector.items())
+        backing = [s for s in statefulsets.values() if selects(s)]
+        targets = [d for d in deployments.values() if selects(d)]
+        if backing:
+            check(len(backing) == 1 and not targets,
+                  f"{where}: selects {len(backing)} StatefulSets and {len(targets)} Deployments, expected one workload")
+            cports = {p.get("name"): p["containerPort"]
+                      for c in backing[0]["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])}
+            for port in svc["spec"]["ports"]:
+                check(port["targetPort"] in cports or port["targetPort"] in cports.values(),
+                      f"{where}: targetPort {port['targetPort']} is not a container port")
+            continue
         check(len(targets) == 1, f"{where}: selector matches {len(targets)} Deployments, expected 1")
         for port in svc["spec"]["ports"]:
             # The gRPC port, and the Prometheus endpoint beside it.
