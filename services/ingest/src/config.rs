@@ -134,6 +134,10 @@ pub struct EmbedSettings {
     /// With the bus on, the sweep only takes entries at least this old (newer ones are the
     /// consumer's); with the bus off it takes everything at once.
     pub sweep_min_age_ms: u64,
+    /// Nice value of the local model's threads. Everything ingest embeds is background work
+    /// (backfill, segmentation, consolidation) beside appends that answer in milliseconds, so
+    /// the default is 10: a busy model then delays requests little (shared/embed/src/inference.rs).
+    pub inference_nice: i32,
     pub openai: OpenAiEmbedSettings,
 }
 
@@ -176,6 +180,7 @@ impl EmbedSettings {
             model_dir: self.model_dir.clone(),
             max_tokens: self.max_tokens,
             max_batch: self.batch_size.max(1),
+            inference_nice: self.inference_nice,
             openai: self.openai.clone(),
         }
     }
@@ -299,6 +304,8 @@ impl IngestSettings {
             ("retention.inactive_fact_importance_below", 0.4f64.into()),
         ]);
         defaults.extend(engram_recall::embed_defaults());
+        // Ingest's inference is all background work (see EmbedSettings::inference_nice).
+        defaults.push(("embed.inference_nice", 10i64.into()));
         defaults.extend(engram_recall::RecallSettings::defaults());
         defaults.extend(engram_llm::LlmSettings::defaults());
         defaults

@@ -109,6 +109,8 @@ impl ReviewSettings {
             ("grading.local_topic", 0.42.into()),
         ]);
         defaults.extend(engram_recall::embed_defaults());
+        // Grading runs beside the review RPCs: the model yields to them.
+        defaults.push(("embed.inference_nice", 10i64.into()));
         defaults.extend(engram_llm::LlmSettings::defaults());
         defaults
     }

@@ -454,6 +454,7 @@ mod tests {
             model_dir: engram_embed::installed_model_dir(),
             max_batch: 32,
             max_tokens: 256,
+            inference_nice: 0,
         })
         .expect("the local model (make models)");
         Grader {

@@ -47,6 +47,8 @@ pub struct EmbedderChoice {
     pub max_tokens: usize,
     /// Texts per forward pass or request.
     pub max_batch: usize,
+    /// Nice value of the local model's threads (`embed.inference_nice`).
+    pub inference_nice: i32,
     pub openai: OpenAiEmbedSettings,
 }
 
@@ -77,6 +79,7 @@ pub async fn load_embedders(choice: &EmbedderChoice) -> Result<Embedders, EmbedE
                 model_dir: choice.model_dir.clone(),
                 max_batch: choice.max_batch.max(1),
                 max_tokens: choice.max_tokens,
+                inference_nice: choice.inference_nice,
             };
             let embedder = tokio::task::spawn_blocking(move || LocalEmbedder::load(&local))
                 .await

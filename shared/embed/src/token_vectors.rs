@@ -258,6 +258,13 @@ impl Embedder for TokenVectorEmbedder {
 
     fn embed<'a>(&'a self, texts: &'a [String]) -> EmbedFuture<'a> {
         let embedder = self.clone();
-        crate::on_blocking_thread(texts, move |texts| embedder.embed_blocking(texts))
+        let texts = texts.to_vec();
+        Box::pin(async move {
+            self.inner
+                .model
+                .inference_threads()
+                .run(move || embedder.embed_blocking(&texts))
+                .await
+        })
     }
 }

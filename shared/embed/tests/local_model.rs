@@ -12,6 +12,7 @@ fn embedder_with_batch(max_batch: usize) -> LocalEmbedder {
         model_dir: engram_embed::installed_model_dir(),
         max_batch,
         max_tokens: 256,
+        inference_nice: 0,
     })
     .expect("the model is installed (make test runs deploy/local/models.sh)")
 }

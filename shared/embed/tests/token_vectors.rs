@@ -9,6 +9,7 @@ fn model() -> LocalEmbedder {
         model_dir: engram_embed::installed_model_dir(),
         max_batch: 32,
         max_tokens: 256,
+        inference_nice: 0,
     })
     .expect("the model is installed (make test runs deploy/local/models.sh)")
 }

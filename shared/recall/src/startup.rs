@@ -30,6 +30,9 @@ pub struct EmbedConfig {
     pub query_cache_entries: u64,
     /// Longest wait for a query embedding before retrieval goes on with the sparse leg alone.
     pub query_timeout_ms: u64,
+    /// Nice value of the local model's threads: 0 where a request waits for the model
+    /// (retrieval's query embeddings), 10 where inference is background work (ingest, review).
+    pub inference_nice: i32,
     pub openai: OpenAiEmbedSettings,
 }
 
@@ -40,6 +43,7 @@ impl EmbedConfig {
             model_dir: self.model_dir.clone(),
             max_tokens: self.max_tokens,
             max_batch: self.batch_size.max(1),
+            inference_nice: self.inference_nice,
             openai: self.openai.clone(),
         }
     }
@@ -62,6 +66,7 @@ pub fn embed_defaults() -> Vec<(&'static str, config::Value)> {
         ("embed.max_tokens", 256i64.into()),
         ("embed.query_cache_entries", 10_000i64.into()),
         ("embed.query_timeout_ms", 2_000i64.into()),
+        ("embed.inference_nice", 0i64.into()),
         ("embed.openai.base_url", "https://api.openai.com".into()),
         ("embed.openai.model", "text-embedding-3-small".into()),
         ("embed.openai.dimension", 384i64.into()),

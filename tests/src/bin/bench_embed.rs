@@ -66,6 +66,7 @@ async fn main() -> anyhow::Result<()> {
         model_dir: cli.model_dir.clone(),
         max_batch: 32,
         max_tokens: 256,
+        inference_nice: 0,
     })?;
     let singles: Vec<String> = (0..64).map(|_| sentence(&mut rng)).collect();
     let started = Instant::now();

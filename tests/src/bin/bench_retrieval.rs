@@ -299,6 +299,7 @@ async fn seed_pool(
             model_dir,
             max_batch: 32,
             max_tokens: 256,
+            inference_nice: 0,
         })?;
         let mut vectors = Vec::with_capacity(texts.len());
         for chunk in texts.chunks(32) {
@@ -731,6 +732,7 @@ async fn run(
             model_dir,
             max_batch: 32,
             max_tokens: 256,
+            inference_nice: 0,
         })
     })
     .await??;

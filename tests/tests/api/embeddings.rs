@@ -42,6 +42,7 @@ async fn new_memories_get_embeddings_from_the_local_model() {
         model_dir: local_model_dir(),
         max_batch: 8,
         max_tokens: 256,
+        inference_nice: 0,
     })
     .unwrap()
     .embed(&[text.to_owned()])
