@@ -77,6 +77,7 @@ fn ranked_to_proto(memory: &RankedMemory) -> v1::RetrievedMemory {
             sparse_score: memory.sparse.as_ref().map_or(0.0, |hit| hit.score),
             dense_rank: memory.dense.as_ref().map_or(0, |hit| hit.rank),
             dense_score: memory.dense.as_ref().map_or(0.0, |hit| hit.score),
+            time_match: scores.time_match,
         }),
         details_shown: memory.details_shown,
         messages_omitted: false,

@@ -80,6 +80,7 @@ fn parse_ranking(
             gamma: options.gamma,
             recency_tau_days: options.recency_tau_days,
             min_similarity: options.min_similarity,
+            time_match_boost: options.time_match_boost,
         },
         options.sparse_only,
     ))

@@ -293,6 +293,66 @@ fn apply<'t>(
     }
 }
 
+/// The days a question asks about, from its dates: the relative ones [`resolve`] knows (against
+/// `asked_at`: "last week", "三天前") and named months ("in March", "early June 2026", "三月"),
+/// which a question asks about in the past: the most recent such month up to the asking one,
+/// unless a year is given. Several dates give the span from the first to the last day. `None`
+/// when the question names no date. A weekday alone or a day of the month alone names none.
+pub fn query_window(query: &str, asked_at: DateTime<Utc>) -> Option<(NaiveDate, NaiveDate)> {
+    let today = asked_at.date_naive();
+    let relative = resolve(query, asked_at)
+        .into_iter()
+        .map(|resolved| (resolved.from, resolved.to));
+    let named = NAMED_MONTHS
+        .captures_iter(query)
+        .filter(|captures| {
+            // "May I ..." opens a question with the verb.
+            let word = captures.get(1).expect("the month group");
+            !(word.as_str() == "May" && query[..word.start()].trim().is_empty())
+        })
+        .filter_map(|captures| {
+            let month = en_month(captures.get(1)?.as_str())?;
+            let year = captures.get(2).and_then(|year| year.as_str().parse().ok());
+            past_month(today, month, year)
+        });
+    let chinese = ZH_NAMED_MONTHS.captures_iter(query).filter_map(|captures| {
+        let month = u32::try_from(zh_number(captures.get(2)?.as_str())?).ok()?;
+        let year = captures.get(1).and_then(|year| year.as_str().parse().ok());
+        (1..=12).contains(&month).then_some(())?;
+        past_month(today, month, year)
+    });
+    relative
+        .chain(named)
+        .chain(chinese)
+        .reduce(|(from, to), (next_from, next_to)| (from.min(next_from), to.max(next_to)))
+}
+
+/// A month named by its English name, capitalised as a name is (so that "may" and "march" as
+/// verbs are not months), with an optional year after it ("June 2026", "June 3, 2026").
+static NAMED_MONTHS: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"\b(January|February|March|April|May|June|July|August|September|October|November|December|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept|Sep|Oct|Nov|Dec)\b\.?(?:\s+\d{1,2}(?:st|nd|rd|th)?\b,?)?(?:\s+(\d{4})\b)?",
+    )
+    .expect("valid month pattern")
+});
+
+/// 三月, 3月, 十二月, 2026年5月 (not 三个月, a length, nor 5月3日's day, which the month covers).
+static ZH_NAMED_MONTHS: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new("(?:([0-9]{4})年)?(1[0-2]|[1-9]|十[一二]?|[一二三四五六七八九])月")
+        .expect("valid month pattern")
+});
+
+/// The whole month `month` of `year`, or without a year the most recent one up to `today`'s.
+fn past_month(today: NaiveDate, month: u32, year: Option<i32>) -> Option<(NaiveDate, NaiveDate)> {
+    let year = match year {
+        Some(year) => year,
+        None if month <= today.month() => today.year(),
+        None => today.year().checked_sub(1)?,
+    };
+    let (from, to, _) = self::month(NaiveDate::from_ymd_opt(year, month, 1)?, 0)?;
+    Some((from, to))
+}
+
 fn shift_days(date: NaiveDate, offset: i64) -> Option<NaiveDate> {
     let days = Days::new(offset.unsigned_abs());
     if offset >= 0 {
@@ -452,6 +512,54 @@ fn zh_number(word: &str) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_question_asks_about_the_days_its_dates_name() {
+        let asked = wednesday();
+        let day = |y, m, d| NaiveDate::from_ymd_opt(y, m, d).unwrap();
+        let window = |query: &str| query_window(query, asked);
+        // A named month is the last one up to the asking month, or the year's if given.
+        assert_eq!(
+            window("What did the vet find wrong with Mochi in February?"),
+            Some((day(2026, 2, 1), day(2026, 2, 28)))
+        );
+        assert_eq!(
+            window("Where are they going on holiday in December?"),
+            Some((day(2025, 12, 1), day(2025, 12, 31)))
+        );
+        assert_eq!(
+            window("What did the vet do in March 2025?"),
+            Some((day(2025, 3, 1), day(2025, 3, 31)))
+        );
+        assert_eq!(
+            window("What happened on June 3rd, 2025?"),
+            Some((day(2025, 6, 1), day(2025, 6, 30)))
+        );
+        // Several dates: from the first day to the last.
+        assert_eq!(
+            window("How did her swimming change between January and March?"),
+            Some((day(2026, 1, 1), day(2026, 3, 31)))
+        );
+        // Relative dates, against the asking day.
+        assert_eq!(
+            window("what did I say yesterday"),
+            Some((day(2026, 11, 24), day(2026, 11, 24)))
+        );
+        assert_eq!(
+            window("我三月份说过什么"),
+            Some((day(2026, 3, 1), day(2026, 3, 31)))
+        );
+        assert_eq!(
+            window("2025年5月的旅行"),
+            Some((day(2025, 5, 1), day(2025, 5, 31)))
+        );
+        // Verbs and lengths are not months; no date, no window.
+        assert_eq!(window("May I ask what we decided about the launch?"), None);
+        assert_eq!(window("they may march on"), None);
+        assert_eq!(window("我们三个月没见了"), None);
+        assert_eq!(window("What are the names of Andrew's dogs?"), None);
+        assert_eq!(window("What happened on Friday?"), None);
+    }
 
     /// Wednesday 2026-11-25, 15:00 UTC.
     fn wednesday() -> DateTime<Utc> {

@@ -7,7 +7,7 @@ use chrono::{DateTime, Duration, Utc};
 use engram_core::capacity::{RetentionPolicy, Scores, TrimCandidate, exponential_decay, plan_trim};
 use engram_core::memory_state::retrievability;
 use engram_core::retrieval::ranking::{
-    CandidateFacts, RankingParams, RankingProfile, recency, score,
+    CandidateFacts, RankingParams, RankingProfile, TimeWindow, recency, score,
 };
 use proptest::prelude::*;
 use uuid::Uuid;
@@ -139,9 +139,12 @@ proptest! {
         triscore in any::<bool>(),
         weights in (0.0..=100.0f64, 0.0..=100.0f64, 0.0..=100.0f64),
         tau_days in 0.01..=3_650.0f64,
+        boost in 0.0..=10.0f64,
+        window_start in any_timestamp(),
     ) {
         let facts = CandidateFacts {
             created_at,
+            took_place: (created_at, created_at),
             importance,
             fsrs: episode.then_some((stability, difficulty, last_reviewed_at)),
         };
@@ -151,9 +154,12 @@ proptest! {
             beta: weights.1,
             gamma: weights.2,
             recency_tau_days: tau_days,
+            time_match_boost: boost,
             ..RankingParams::default()
         };
-        let parts = score(rrf, &facts, &params, best_rrf, now);
+        let day = window_start.date_naive();
+        let window = TimeWindow::of_days(day, day);
+        let parts = score(rrf, &facts, &params, best_rrf, now, Some(&window));
         for (name, part) in [
             ("retrievability", parts.retrievability),
             ("relevance", parts.relevance),

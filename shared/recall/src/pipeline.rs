@@ -8,7 +8,7 @@ use engram_core::retrieval::budget::{self, EpisodePart};
 use engram_core::retrieval::markdown::{self, Detail, Earlier, EpisodeView, Provenance, Turn};
 use engram_core::retrieval::mmr::{self, MmrItem};
 use engram_core::retrieval::query::{SearchScope, initial_scope, should_widen};
-use engram_core::retrieval::ranking::{CandidateFacts, score};
+use engram_core::retrieval::ranking::{CandidateFacts, TimeWindow, score};
 use engram_core::retrieval::{Fused, LegHit, RankingParams, ScoreParts, fuse};
 use engram_core::{Category, ConversationId, MemoryKind, Scope};
 use engram_store::memories::MemoryRecord;
@@ -426,6 +426,9 @@ impl Recall {
         let mut loaded: HashMap<Uuid, LoadedCandidate> =
             loaded.into_iter().map(|c| (c.record.id, c)).collect();
 
+        // The days the query names, if any ("what did I decide in March?").
+        let window = engram_core::when::query_window(&request.query, now)
+            .map(|(first, last)| TimeWindow::of_days(first, last));
         let mut sections: Vec<Vec<RankedMemory>> = Vec::with_capacity(kinds.len());
         for (index, fused) in fused.into_iter().enumerate() {
             let section_limit = if kinds[index] == MemoryKind::Semantic {
@@ -439,6 +442,7 @@ impl Recall {
                 &request.ranking,
                 section_limit,
                 now,
+                window.as_ref(),
             ));
         }
         let episodic = if sections.len() > 1 {
@@ -608,6 +612,7 @@ fn rank_section(
     params: &RankingParams,
     limit: usize,
     now: DateTime<Utc>,
+    window: Option<&TimeWindow>,
 ) -> Vec<RankedMemory> {
     if limit == 0 {
         return Vec::new();
@@ -626,12 +631,22 @@ fn rank_section(
                 }
                 _ => None,
             };
+            // An episode took place over its turns; a fact when it became valid (consolidated
+            // facts carry their episode's time); a turn or memory when it was said.
+            let took_place = match (record.start_at, record.end_at) {
+                (Some(start), Some(end)) => (start, end),
+                _ => {
+                    let at = record.valid_at.unwrap_or(record.created_at);
+                    (at, at)
+                }
+            };
             let facts = CandidateFacts {
                 created_at: record.created_at,
+                took_place,
                 importance: record.importance,
                 fsrs,
             };
-            let parts = score(f.rrf, &facts, params, best_rrf, now);
+            let parts = score(f.rrf, &facts, params, best_rrf, now, window);
             Some((f, parts, candidate))
         })
         .collect();

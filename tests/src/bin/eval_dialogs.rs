@@ -1173,7 +1173,7 @@ struct SweepStep {
 /// τ) is not among them: every turn of the development set is months old when it is asked about,
 /// so recency is below 10⁻⁸ for all of them and cannot be chosen here. Nor is the candidates per
 /// leg: each leg takes at least as many as the request's limit, 100 for the deep questions.
-const SWEEP: [SweepStep; 4] = [
+const SWEEP: [SweepStep; 5] = [
     SweepStep {
         setting: "GAMMA",
         what: "γ, the weight of importance (α, the weight of relevance, stays 4)",
@@ -1202,11 +1202,21 @@ const SWEEP: [SweepStep; 4] = [
         setting: "MIN_SIMILARITY",
         what: "the relevance floor: the least cosine of an entry no query word matched (the highest \
                value within 0.2 points of the best is kept: a floor leaves noise out, which recall \
-               does not reward)",
-        values: &[0.0, 0.1, 0.2, 0.25, 0.3, 0.35, 0.4],
+               does not reward; at most 0.25, since a paraphrase sharing no word with its question, \
+               \"I am allergic to peanuts\" for \"which foods should be avoided?\", has a cosine \
+               near 0.3 and must still be found)",
+        values: &[0.0, 0.1, 0.15, 0.2, 0.25],
         get: |o| o.min_similarity.unwrap_or_default(),
         set: |o, v| o.min_similarity = Some(v),
         highest_within_noise: true,
+    },
+    SweepStep {
+        setting: "TIME_MATCH_BOOST",
+        what: "the boost of an entry from the days a question names (\"in March\", \"last week\"): it scores (1 + this) times as much",
+        values: &[0.0, 0.25, 0.5, 1.0, 2.0],
+        get: |o| o.time_match_boost.unwrap_or_default(),
+        set: |o, v| o.time_match_boost = Some(v),
+        highest_within_noise: false,
     },
 ];
 
@@ -1237,6 +1247,7 @@ fn service_ranking() -> anyhow::Result<v1::RankingOptions> {
         gamma: Some(params.gamma),
         recency_tau_days: Some(params.recency_tau_days),
         min_similarity: Some(params.min_similarity),
+        time_match_boost: Some(params.time_match_boost),
         ..Default::default()
     })
 }

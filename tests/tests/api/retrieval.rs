@@ -706,6 +706,99 @@ async fn the_triscore_profile_ranks_by_relevance_recency_and_importance() {
     assert!(top.recency > 0.8, "{top:?}");
 }
 
+/// A question that names a month ranks what took place in that month first: the three vet visits
+/// match the question's words alike, the one from March 2025 wins once dates count, and the
+/// structured results say which entries matched the month.
+#[tokio::test]
+async fn a_question_naming_a_month_prefers_what_took_place_then() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("vet");
+    let at = |text: &str| {
+        chrono::DateTime::parse_from_rfc3339(text)
+            .unwrap()
+            .with_timezone(&Utc)
+    };
+    let visit = |id: &str, text: &str, when: &str| v1::ImportedMemory {
+        client_id: id.into(),
+        kind: v1::MemoryKind::Semantic.into(),
+        text: text.into(),
+        created_at: Some(to_proto(at(when))),
+        ..Default::default()
+    };
+    import(
+        &mut sandbox,
+        &scope,
+        vec![
+            visit(
+                "jan",
+                "The vet checked Biscuit's teeth and found nothing wrong",
+                "2025-01-14T10:00:00Z",
+            ),
+            visit(
+                "mar",
+                "The vet found a sock in Biscuit's stomach",
+                "2025-03-09T10:00:00Z",
+            ),
+            visit(
+                "may",
+                "The vet gave Biscuit her yearly vaccines",
+                "2025-05-20T10:00:00Z",
+            ),
+        ],
+    )
+    .await;
+    let ask = |boost: f64| {
+        let mut request = query(&scope, "What did the vet do for Biscuit in March 2025?");
+        request.ranking = Some(v1::RankingOptions {
+            time_match_boost: Some(boost),
+            ..Default::default()
+        });
+        request
+    };
+
+    let boosted = retrieve(&mut sandbox, ask(3.0)).await;
+    assert_eq!(
+        texts(&boosted.semantic)[0],
+        "The vet found a sock in Biscuit's stomach"
+    );
+    let matched: Vec<bool> = boosted
+        .semantic
+        .iter()
+        .map(|m| m.score.as_ref().unwrap().time_match)
+        .collect();
+    assert_eq!(matched.iter().filter(|m| **m).count(), 1, "{matched:?}");
+    assert!(matched[0]);
+
+    // Without the boost the match is still reported, and the order is the other signals'.
+    let plain = retrieve(&mut sandbox, ask(0.0)).await;
+    let march = plain
+        .semantic
+        .iter()
+        .find(|m| m.memory.as_ref().unwrap().text.contains("sock"))
+        .unwrap()
+        .score
+        .unwrap();
+    assert!(march.time_match);
+    let boosted_march = boosted.semantic[0].score.unwrap();
+    assert!(
+        (boosted_march.total - 4.0 * march.total).abs() < 1e-6,
+        "{boosted_march:?} {march:?}"
+    );
+
+    // Out of range: the field is named.
+    let status = sandbox
+        .retrieval
+        .retrieve_memory(ask(11.0))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(
+        status.message().contains("time_match_boost"),
+        "{}",
+        status.message()
+    );
+}
+
 /// Facts the user never saved were labelled "(saved by the user)" in the Markdown; each label
 /// now says only what is true of the entry.
 #[tokio::test]

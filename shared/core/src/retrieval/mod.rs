@@ -13,4 +13,4 @@ pub mod ranking;
 pub mod summary;
 
 pub use fusion::{Fused, LegHit, fuse};
-pub use ranking::{RankingParams, RankingProfile, ScoreParts};
+pub use ranking::{RankingParams, RankingProfile, ScoreParts, TimeWindow};

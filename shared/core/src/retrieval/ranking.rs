@@ -13,7 +13,7 @@
 //! Every candidate gets the whole breakdown whatever the profile, so a response can say why an
 //! entry ranked where it did, and the cached `last_scores` stay on the capacity policy's scale.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, NaiveTime, Utc};
 
 use super::fusion::DEFAULT_RRF_K;
 use crate::capacity::{Scores, exponential_decay};
@@ -59,6 +59,9 @@ pub struct RankingParams {
     /// The relevance floor: a candidate no query word matched is left out when its cosine to the
     /// query is below this (0: none is left out). Word matches always stay.
     pub min_similarity: f64,
+    /// When the query names days ("in March", "last week"), a candidate about those days scores
+    /// (1 + this) times as much (0: dates in queries change nothing).
+    pub time_match_boost: f64,
 }
 
 impl Default for RankingParams {
@@ -73,7 +76,33 @@ impl Default for RankingParams {
             gamma: 1.0,
             recency_tau_days: 7.0,
             min_similarity: 0.0,
+            time_match_boost: 0.0,
         }
+    }
+}
+
+/// The days a query asks about (`when::query_window`), as instants: from the start of the first
+/// day to the end of the last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeWindow {
+    pub from: DateTime<Utc>,
+    /// Exclusive: the start of the day after the last.
+    pub until: DateTime<Utc>,
+}
+
+impl TimeWindow {
+    pub fn of_days(first: NaiveDate, last: NaiveDate) -> Self {
+        let start = |day: NaiveDate| day.and_time(NaiveTime::MIN).and_utc();
+        Self {
+            from: start(first),
+            until: last.succ_opt().map_or(DateTime::<Utc>::MAX_UTC, start),
+        }
+    }
+
+    /// Whether something that took place from `start` to `end` (the same instant for a moment)
+    /// falls in the window, wholly or in part.
+    pub fn overlaps(&self, start: DateTime<Utc>, end: DateTime<Utc>) -> bool {
+        start < self.until && end >= self.from
     }
 }
 
@@ -81,6 +110,9 @@ impl Default for RankingParams {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CandidateFacts {
     pub created_at: DateTime<Utc>,
+    /// When what the entry tells took place: an episode's first to last turn; for a fact or a
+    /// turn, the moment it was said or became valid.
+    pub took_place: (DateTime<Utc>, DateTime<Utc>),
     pub importance: f64,
     /// Stability, difficulty and last review of an episode.
     pub fsrs: Option<(f64, f64, DateTime<Utc>)>,
@@ -95,6 +127,8 @@ pub struct ScoreParts {
     pub relevance: f64,
     pub recency: f64,
     pub importance: f64,
+    /// Whether the entry took place in the days the query names.
+    pub time_match: bool,
     /// The ranking profile's score.
     pub total: f64,
 }
@@ -136,13 +170,15 @@ fn finite_or_zero(value: f64) -> f64 {
 }
 
 /// Scores one candidate by its fused score `rrf`. `best_rrf` is the highest fused score among
-/// the candidates ranked together (normalises relevance to [0, 1]).
+/// the candidates ranked together (normalises relevance to [0, 1]); `window` the days the query
+/// names, if it names any.
 pub fn score(
     rrf: f64,
     facts: &CandidateFacts,
     params: &RankingParams,
     best_rrf: f64,
     now: DateTime<Utc>,
+    window: Option<&TimeWindow>,
 ) -> ScoreParts {
     let retrievability = match facts.fsrs {
         Some((stability, difficulty, last_reviewed_at)) => unit_interval(retrievability(
@@ -159,20 +195,31 @@ pub fn score(
     };
     let recency = recency(facts.created_at, now, params.recency_tau_days);
     let importance = unit_interval(facts.importance);
-    let total = finite_or_zero(match params.profile {
-        RankingProfile::Fsrs => rrf * retrievability,
-        RankingProfile::Triscore => {
-            params.alpha * relevance * retrievability
-                + params.beta * recency
-                + params.gamma * importance
-        }
-    });
+    let time_match =
+        window.is_some_and(|window| window.overlaps(facts.took_place.0, facts.took_place.1));
+    let time_factor = if time_match {
+        1.0 + params.time_match_boost
+    } else {
+        1.0
+    };
+    let total = finite_or_zero(
+        time_factor
+            * match params.profile {
+                RankingProfile::Fsrs => rrf * retrievability,
+                RankingProfile::Triscore => {
+                    params.alpha * relevance * retrievability
+                        + params.beta * recency
+                        + params.gamma * importance
+                }
+            },
+    );
     ScoreParts {
         rrf,
         retrievability,
         relevance,
         recency,
         importance,
+        time_match,
         total,
     }
 }
@@ -190,6 +237,7 @@ mod tests {
         let params = RankingParams::default();
         let fresh = CandidateFacts {
             created_at: now,
+            took_place: (now, now),
             importance: 0.5,
             fsrs: Some((2.0, 5.0, now)),
         };
@@ -201,9 +249,9 @@ mod tests {
             fsrs: None,
             ..faded
         };
-        let fresh = score(0.03, &fresh, &params, 0.03, now);
-        let faded = score(0.03, &faded, &params, 0.03, now);
-        let fact = score(0.03, &fact, &params, 0.03, now);
+        let fresh = score(0.03, &fresh, &params, 0.03, now, None);
+        let faded = score(0.03, &faded, &params, 0.03, now, None);
+        let fact = score(0.03, &fact, &params, 0.03, now, None);
         assert!((fresh.total - 0.03).abs() < 1e-9);
         assert!(faded.total < 0.03 * 0.7, "{faded:?}");
         assert_eq!(fact.total, 0.03);
@@ -221,10 +269,11 @@ mod tests {
         };
         let facts = CandidateFacts {
             created_at: now - Duration::days(7),
+            took_place: (now - Duration::days(7), now - Duration::days(7)),
             importance: 0.6,
             fsrs: None,
         };
-        let parts = score(0.02, &facts, &params, 0.04, now);
+        let parts = score(0.02, &facts, &params, 0.04, now, None);
         assert!(
             (parts.relevance - 0.5).abs() < 1e-12,
             "relevance is the fused score over the best one"
@@ -247,6 +296,7 @@ mod tests {
         };
         let facts = CandidateFacts {
             created_at: now,
+            took_place: (now, now),
             importance: 0.5,
             fsrs: None,
         };
@@ -273,8 +323,8 @@ mod tests {
             rrf: 1.0 / (k + 1.0),
         };
         let best = both.rrf;
-        let both = score(both.rrf, &facts, &params, best, now);
-        let cosine_only = score(cosine_only.rrf, &facts, &params, best, now);
+        let both = score(both.rrf, &facts, &params, best, now, None);
+        let cosine_only = score(cosine_only.rrf, &facts, &params, best, now, None);
         assert_eq!(both.relevance, 1.0);
         assert!(both.total > cosine_only.total, "{both:?} {cosine_only:?}");
     }
@@ -290,14 +340,58 @@ mod tests {
         };
         let episode = CandidateFacts {
             created_at: now - Duration::days(60),
+            took_place: (now - Duration::days(61), now - Duration::days(60)),
             importance: 0.5,
             fsrs: Some((2.0, 5.0, now - Duration::days(60))),
         };
-        let parts = score(0.03, &episode, &params, 0.03, now);
+        let parts = score(0.03, &episode, &params, 0.03, now, None);
         assert!(parts.retrievability < 0.7);
         assert!(
             (parts.total - parts.retrievability).abs() < 1e-9,
             "{parts:?}"
         );
+    }
+
+    #[test]
+    fn an_entry_from_the_days_the_query_names_is_boosted() {
+        let now = Utc::now();
+        let params = RankingParams {
+            profile: RankingProfile::Triscore,
+            time_match_boost: 0.5,
+            ..RankingParams::default()
+        };
+        let march = TimeWindow::of_days(
+            NaiveDate::from_ymd_opt(2026, 3, 1).unwrap(),
+            NaiveDate::from_ymd_opt(2026, 3, 31).unwrap(),
+        );
+        let at = |text: &str| {
+            DateTime::parse_from_rfc3339(text)
+                .unwrap()
+                .with_timezone(&Utc)
+        };
+        let said = |start: &str, end: &str| CandidateFacts {
+            created_at: now,
+            took_place: (at(start), at(end)),
+            importance: 0.5,
+            fsrs: None,
+        };
+        let in_march = said("2026-03-31T23:59:59Z", "2026-03-31T23:59:59Z");
+        let in_april = said("2026-04-01T00:00:00Z", "2026-04-01T00:00:00Z");
+        // An episode from late February into March took place partly in March.
+        let across = said("2026-02-27T10:00:00Z", "2026-03-02T10:00:00Z");
+        let plain = score(0.02, &in_march, &params, 0.04, now, None);
+        let matched = score(0.02, &in_march, &params, 0.04, now, Some(&march));
+        assert!(matched.time_match && !plain.time_match);
+        assert!((matched.total - 1.5 * plain.total).abs() < 1e-9);
+        assert!(!score(0.02, &in_april, &params, 0.04, now, Some(&march)).time_match);
+        assert!(score(0.02, &across, &params, 0.04, now, Some(&march)).time_match);
+        // No boost configured: the match is noted, the score unchanged.
+        let unboosted = RankingParams {
+            time_match_boost: 0.0,
+            ..params
+        };
+        let noted = score(0.02, &in_march, &unboosted, 0.04, now, Some(&march));
+        assert!(noted.time_match);
+        assert_eq!(noted.total, plain.total);
     }
 }
