@@ -107,10 +107,23 @@ async fn one_trace_follows_a_write_through_the_outbox_and_the_bus() {
     chat.close(&mut sandbox).await;
     chat.wait_for_episodes(&mut sandbox, 1).await;
 
-    // Spans end when their work is done; give the last ones a moment, then read them all.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    provider.force_flush().unwrap();
-    let spans = exporter.get_finished_spans().unwrap();
+    // A span is exported when its work is done: the consumers' batches end after the episode
+    // and the embedding are committed (consolidation, acks), and the model runs at a lower
+    // priority than the tests beside it, so wait for the last spans rather than a fixed time.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let spans = loop {
+        provider.force_flush().unwrap();
+        let spans = exporter.get_finished_spans().unwrap();
+        let segmentation_batch_ended = spans.iter().any(|span| {
+            span.name == "bus.batch"
+                && attribute(span, "queue").is_some_and(|queue| queue.contains("segmentation"))
+        });
+        let embedding_written = spans.iter().any(|span| span.name == "embedding.write");
+        if (segmentation_batch_ended && embedding_written) || std::time::Instant::now() > deadline {
+            break spans;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
 
     let (_, remember_trace) = trace_of(&spans, "/Remember");
     let in_remember = names(&remember_trace);
