@@ -318,7 +318,6 @@ pub fn query_window(query: &str, asked_at: DateTime<Utc>) -> Option<(NaiveDate, 
     let chinese = ZH_NAMED_MONTHS.captures_iter(query).filter_map(|captures| {
         let month = u32::try_from(zh_number(captures.get(2)?.as_str())?).ok()?;
         let year = captures.get(1).and_then(|year| year.as_str().parse().ok());
-        (1..=12).contains(&month).then_some(())?;
         past_month(today, month, year)
     });
     relative

@@ -19,7 +19,7 @@ type Job = Box<dyn FnOnce() + Send + 'static>;
 
 /// A fixed set of threads, at one nice value, that run inference jobs in arrival order.
 pub(crate) struct InferenceThreads {
-    jobs: Mutex<mpsc::Sender<Job>>,
+    jobs: mpsc::Sender<Job>,
     nice: i32,
 }
 
@@ -62,10 +62,14 @@ impl InferenceThreads {
                     EmbedError::Inference(format!("cannot start a model thread: {error}"))
                 })?;
         }
-        Ok(Arc::new(Self {
-            jobs: Mutex::new(sender),
-            nice,
-        }))
+        Ok(Arc::new(Self { jobs: sender, nice }))
+    }
+
+    /// Queues a job for the next free model thread.
+    fn submit(&self, job: Job) -> Result<(), EmbedError> {
+        self.jobs
+            .send(job)
+            .map_err(|_| EmbedError::Inference("the model threads have stopped".into()))
     }
 
     /// Runs `work` on a model thread and waits for it without blocking the async runtime.
@@ -78,11 +82,7 @@ impl InferenceThreads {
             // The caller may have given up waiting (a timeout); its answer is then dropped.
             let _ = done.send(work());
         });
-        self.jobs
-            .lock()
-            .map_err(|_| EmbedError::Inference("the model threads' queue is poisoned".into()))?
-            .send(job)
-            .map_err(|_| EmbedError::Inference("the model threads have stopped".into()))?;
+        self.submit(job)?;
         result
             .await
             .map_err(|_| EmbedError::Inference("an inference job panicked".into()))?
@@ -97,11 +97,7 @@ impl InferenceThreads {
         let job: Job = Box::new(move || {
             let _ = done.send(work());
         });
-        self.jobs
-            .lock()
-            .map_err(|_| EmbedError::Inference("the model threads' queue is poisoned".into()))?
-            .send(job)
-            .map_err(|_| EmbedError::Inference("the model threads have stopped".into()))?;
+        self.submit(job)?;
         result
             .recv()
             .map_err(|_| EmbedError::Inference("an inference job panicked".into()))?
@@ -123,8 +119,9 @@ fn lower_priority(nice: i32) {
     }
 }
 
-/// The current thread's nice value (for tests and the start-up log).
-pub fn current_thread_nice() -> Option<i32> {
+/// The current thread's nice value.
+#[cfg(test)]
+fn current_thread_nice() -> Option<i32> {
     rustix::process::getpriority_process(None).ok()
 }
 

@@ -28,7 +28,6 @@ pub use choice::{
     EmbedProvider, EmbedderChoice, Embedders, OpenAiEmbedSettings, load_embedder, load_embedders,
 };
 pub use error::EmbedError;
-pub use inference::current_thread_nice;
 pub use local::{LocalEmbedder, LocalModelSettings};
 pub use openai::{OpenAiEmbedder, OpenAiSettings};
 pub use token_vectors::{TOKEN_VECTORS_MODEL_ID, TokenVectorEmbedder};
