@@ -81,6 +81,8 @@ fn parse_ranking(
             recency_tau_days: options.recency_tau_days,
             min_similarity: options.min_similarity,
             time_match_boost: options.time_match_boost,
+            sparse_weight: options.sparse_weight,
+            question_weight: options.question_weight,
         },
         options.sparse_only,
     ))

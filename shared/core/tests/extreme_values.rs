@@ -7,7 +7,8 @@ use chrono::{DateTime, Duration, Utc};
 use engram_core::capacity::{RetentionPolicy, Scores, TrimCandidate, exponential_decay, plan_trim};
 use engram_core::memory_state::retrievability;
 use engram_core::retrieval::ranking::{
-    CandidateFacts, RankingParams, RankingProfile, TimeWindow, recency, score,
+    CandidateFacts, LegEvidence, LegScale, RankingParams, RankingProfile, TimeWindow, recency,
+    relevance, score,
 };
 use proptest::prelude::*;
 use uuid::Uuid;
@@ -131,7 +132,9 @@ proptest! {
         last_reviewed_at in any_timestamp(),
         now in any_timestamp(),
         importance in unit(),
-        best_rrf in any_float(),
+        relevance in any_float(),
+        is_question in any::<bool>(),
+        relevance_weights in (unit(), unit()),
         stability in any_float(),
         difficulty in any_float(),
         episode in any::<bool>(),
@@ -147,6 +150,7 @@ proptest! {
             took_place: (created_at, created_at),
             importance,
             fsrs: episode.then_some((stability, difficulty, last_reviewed_at)),
+            is_question,
         };
         let params = RankingParams {
             profile: if triscore { RankingProfile::Triscore } else { RankingProfile::Fsrs },
@@ -155,11 +159,13 @@ proptest! {
             gamma: weights.2,
             recency_tau_days: tau_days,
             time_match_boost: boost,
+            sparse_weight: relevance_weights.0,
+            question_weight: relevance_weights.1,
             ..RankingParams::default()
         };
         let day = window_start.date_naive();
         let window = TimeWindow::of_days(day, day);
-        let parts = score(rrf, &facts, &params, best_rrf, now, Some(&window));
+        let parts = score(rrf, relevance, &facts, &params, now, Some(&window));
         for (name, part) in [
             ("retrievability", parts.retrievability),
             ("relevance", parts.relevance),
@@ -172,5 +178,26 @@ proptest! {
         let cached = parts.cached(now);
         prop_assert!((0.0..=3.0).contains(&cached.total), "{cached:?}");
         prop_assert!((0.0..=1.0).contains(&recency(created_at, now, tau_days)));
+    }
+}
+
+proptest! {
+    #[test]
+    fn relevance_stays_on_the_unit_interval(
+        evidence in prop::collection::vec(
+            (prop::option::of(any_float()), prop::option::of(any_float())),
+            0..8,
+        ),
+        sparse_weight in any_float(),
+    ) {
+        let evidence: Vec<LegEvidence> = evidence
+            .into_iter()
+            .map(|(sparse, cosine)| LegEvidence { sparse, cosine })
+            .collect();
+        let scale = LegScale::of(&evidence);
+        for candidate in &evidence {
+            let value = relevance(candidate, &scale, sparse_weight);
+            prop_assert!((0.0..=1.0).contains(&value), "{value} for {candidate:?} at {scale:?}");
+        }
     }
 }

@@ -8,7 +8,9 @@ use engram_core::retrieval::budget::{self, EpisodePart};
 use engram_core::retrieval::markdown::{self, Detail, Earlier, EpisodeView, Provenance, Turn};
 use engram_core::retrieval::mmr::{self, MmrItem};
 use engram_core::retrieval::query::{SearchScope, initial_scope, should_widen};
-use engram_core::retrieval::ranking::{CandidateFacts, TimeWindow, score};
+use engram_core::retrieval::ranking::{
+    CandidateFacts, LegEvidence, LegScale, TimeWindow, is_question, relevance, score,
+};
 use engram_core::retrieval::{Fused, LegHit, RankingParams, ScoreParts, fuse};
 use engram_core::{Category, ConversationId, MemoryKind, Scope};
 use engram_store::memories::MemoryRecord;
@@ -443,6 +445,7 @@ impl Recall {
                 section_limit,
                 now,
                 window.as_ref(),
+                query_embedding.as_deref().map(Vec::as_slice),
             ));
         }
         let episodic = if sections.len() > 1 {
@@ -605,7 +608,8 @@ fn empty_retrieval(path: &str) -> Retrieval {
 }
 
 /// Scores the fused candidates of one kind, keeps the best few times the limit, and lets MMR pick
-/// `limit` of them in order.
+/// `limit` of them in order. `query_embedding` gives a cosine to the candidates only the sparse
+/// leg found, so that triscore's relevance weighs both legs for every candidate.
 fn rank_section(
     fused: Vec<Fused>,
     loaded: &mut HashMap<Uuid, LoadedCandidate>,
@@ -613,17 +617,33 @@ fn rank_section(
     limit: usize,
     now: DateTime<Utc>,
     window: Option<&TimeWindow>,
+    query_embedding: Option<&[f32]>,
 ) -> Vec<RankedMemory> {
     if limit == 0 {
         return Vec::new();
     }
-    // `fuse` returns the candidates best first.
-    let best_rrf = fused.first().map_or(0.0, |f| f.rrf);
-    let mut scored: Vec<(Fused, ScoreParts, LoadedCandidate)> = fused
+    // An id the legs found but that is gone now (forgotten meanwhile) is skipped.
+    let candidates: Vec<(Fused, LoadedCandidate, LegEvidence)> = fused
         .into_iter()
         .filter_map(|f| {
-            // An id the legs found but that is gone now (forgotten meanwhile) is skipped.
             let candidate = loaded.remove(&f.id)?;
+            let cosine = f.dense.map(|hit| hit.score).or_else(|| {
+                let stored = candidate.embedding.as_ref()?.as_slice();
+                let query = query_embedding?;
+                (stored.len() == query.len())
+                    .then(|| f64::from(engram_embed::cosine(stored, query)))
+            });
+            let evidence = LegEvidence {
+                sparse: f.sparse.map(|hit| hit.score),
+                cosine,
+            };
+            Some((f, candidate, evidence))
+        })
+        .collect();
+    let scale = LegScale::of(candidates.iter().map(|(_, _, evidence)| evidence));
+    let mut scored: Vec<(Fused, ScoreParts, LoadedCandidate)> = candidates
+        .into_iter()
+        .map(|(f, candidate, evidence)| {
             let record = &candidate.record;
             let fsrs = match (record.stability, record.difficulty, record.last_reviewed_at) {
                 (Some(s), Some(d), Some(at)) if record.memory_kind() == MemoryKind::Episodic => {
@@ -645,9 +665,14 @@ fn rank_section(
                 took_place,
                 importance: record.importance,
                 fsrs,
+                // An episode's summary may end on a question it quotes; it still stands for the
+                // whole segment, answers included.
+                is_question: record.memory_kind() == MemoryKind::Semantic
+                    && is_question(&record.text),
             };
-            let parts = score(f.rrf, &facts, params, best_rrf, now, window);
-            Some((f, parts, candidate))
+            let relevance = relevance(&evidence, &scale, params.sparse_weight);
+            let parts = score(f.rrf, relevance, &facts, params, now, window);
+            (f, parts, candidate)
         })
         .collect();
     scored.sort_by(|a, b| b.1.total.total_cmp(&a.1.total).then(a.0.id.cmp(&b.0.id)));

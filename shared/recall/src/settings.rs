@@ -20,6 +20,10 @@ pub struct RecallSettings {
     pub min_similarity: f64,
     /// How much more an entry from the days a query names scores.
     pub time_match_boost: f64,
+    /// triscore's relevance: the sparse leg's share (the cosine has the rest).
+    pub sparse_weight: f64,
+    /// triscore's relevance of a fact that is itself a question is multiplied by this.
+    pub question_weight: f64,
     pub candidates_per_leg: u32,
     pub token_budget: u32,
     /// A conversation-scoped search with fewer sparse hits than this widens to the space.
@@ -38,26 +42,29 @@ impl RecallSettings {
     /// Defaults under `recall.` for the services' settings, chosen by `make eval`. On the
     /// multi-session dialogs (docs/eval/dialogs.md, "How the ranking defaults were chosen", which
     /// weighs the turns and the conversation's episodes and facts alike): triscore, its relevance
-    /// the fused score, importance weighted 1 to relevance's 4, the sharpest RRF (k = 1: the
-    /// first places of each leg decide), MMR at 0.7, and a relevance floor of 0.2 (the cosine an
-    /// entry no query word matched needs: it lifted the episodes and facts, which low-cosine facts
-    /// had crowded; higher floors lose paraphrases that share no word with the question), and an
-    /// entry from the days a question names scoring three times as much (time_match_boost 2:
-    /// single-hop recall@10 on the turns +1.2 points, episodes and facts +0.5). Recency
-    /// (β = 0.5, τ = 30 days) and the candidates per leg (20) come from the task set
-    /// (docs/eval/retrieval.md): the dialogs are months old when asked about, so they cannot
-    /// choose them.
+    /// 0.3 × BM25 over the best BM25 + 0.7 × cosine over the best cosine among the candidates,
+    /// discounted to 0.6 for a fact that is itself a question; importance weighted 1 to
+    /// relevance's 4; MMR at λ = 1 (order by score: diversity cost recall on the dialogs, and the
+    /// write path already merges near-duplicates; requests may still ask for it); a relevance
+    /// floor of 0.25 (the cosine an entry no query word matched needs: it lifted the episodes and
+    /// facts, which low-cosine facts had crowded; higher floors lose paraphrases that share no
+    /// word with the question); and an entry from the days a question names scoring three times
+    /// as much (time_match_boost 2). RRF k = 1 orders the fsrs profile. Recency (β = 0.5, τ = 30
+    /// days) and the candidates per leg (20) come from the task set (docs/eval/retrieval.md): the
+    /// dialogs are months old when asked about, so they cannot choose them.
     pub fn defaults() -> Vec<(&'static str, config::Value)> {
         vec![
             ("recall.profile", "triscore".into()),
             ("recall.rrf_k", 1.0.into()),
-            ("recall.mmr_lambda", 0.7.into()),
+            ("recall.mmr_lambda", 1.0.into()),
             ("recall.alpha", 4.0.into()),
             ("recall.beta", 0.5.into()),
             ("recall.gamma", 1.0.into()),
             ("recall.recency_tau_days", 30.0.into()),
-            ("recall.min_similarity", 0.2.into()),
+            ("recall.min_similarity", 0.25.into()),
             ("recall.time_match_boost", 2.0.into()),
+            ("recall.sparse_weight", 0.3.into()),
+            ("recall.question_weight", 0.6.into()),
             ("recall.candidates_per_leg", 20i64.into()),
             (
                 "recall.token_budget",
@@ -90,6 +97,8 @@ impl RecallSettings {
                 recency_tau_days: self.recency_tau_days,
                 min_similarity: self.min_similarity,
                 time_match_boost: self.time_match_boost,
+                sparse_weight: self.sparse_weight,
+                question_weight: self.question_weight,
             },
             "recall",
         )
@@ -109,6 +118,8 @@ pub struct RankingOverrides {
     pub recency_tau_days: Option<f64>,
     pub min_similarity: Option<f64>,
     pub time_match_boost: Option<f64>,
+    pub sparse_weight: Option<f64>,
+    pub question_weight: Option<f64>,
 }
 
 fn bounded(field: String, value: f64, min: f64, max: f64) -> Result<f64, ValidationError> {
@@ -176,6 +187,20 @@ impl RankingOverrides {
             "time_match_boost",
             0.0,
             10.0,
+        )?;
+        params.sparse_weight = set(
+            self.sparse_weight,
+            params.sparse_weight,
+            "sparse_weight",
+            0.0,
+            1.0,
+        )?;
+        params.question_weight = set(
+            self.question_weight,
+            params.question_weight,
+            "question_weight",
+            0.0,
+            1.0,
         )?;
         Ok(params)
     }

@@ -1172,22 +1172,33 @@ struct SweepStep {
 /// The parameters searched, in order, each at the best values of the steps before it. Recency (β,
 /// τ) is not among them: every turn of the development set is months old when it is asked about,
 /// so recency is below 10⁻⁸ for all of them and cannot be chosen here. Nor is the candidates per
-/// leg: each leg takes at least as many as the request's limit, 100 for the deep questions.
-const SWEEP: [SweepStep; 5] = [
+/// leg: each leg takes at least as many as the request's limit, 100 for the deep questions. Nor is
+/// the RRF constant: triscore's relevance weighs the legs' scores, so k orders only the fsrs
+/// profile (it stays at 1, where its last search on the dialogs left it).
+const SWEEP: [SweepStep; 6] = [
     SweepStep {
-        setting: "GAMMA",
-        what: "γ, the weight of importance (α, the weight of relevance, stays 4)",
-        values: &[0.0, 0.1, 0.25, 0.5, 1.0, 2.0],
-        get: |o| o.gamma.unwrap_or_default(),
-        set: |o, v| o.gamma = Some(v),
+        setting: "SPARSE_WEIGHT",
+        what: "the sparse leg's share of triscore's relevance (BM25 over the best BM25; the cosine \
+               over the best cosine has the rest)",
+        values: &[0.2, 0.3, 0.4, 0.5, 0.7],
+        get: |o| o.sparse_weight.unwrap_or_default(),
+        set: |o, v| o.sparse_weight = Some(v),
         highest_within_noise: false,
     },
     SweepStep {
-        setting: "RRF_K",
-        what: "the RRF constant k",
-        values: &[1.0, 5.0, 10.0, 20.0, 60.0],
-        get: |o| o.rrf_k.unwrap_or_default(),
-        set: |o, v| o.rrf_k = Some(v),
+        setting: "QUESTION_WEIGHT",
+        what: "the factor on the relevance of a fact that is itself a question (1: none)",
+        values: &[0.6, 0.7, 0.8, 0.9, 1.0],
+        get: |o| o.question_weight.unwrap_or_default(),
+        set: |o, v| o.question_weight = Some(v),
+        highest_within_noise: false,
+    },
+    SweepStep {
+        setting: "GAMMA",
+        what: "γ, the weight of importance (α, the weight of relevance, stays 4)",
+        values: &[0.0, 0.25, 0.5, 1.0, 2.0],
+        get: |o| o.gamma.unwrap_or_default(),
+        set: |o, v| o.gamma = Some(v),
         highest_within_noise: false,
     },
     SweepStep {
@@ -1248,6 +1259,8 @@ fn service_ranking() -> anyhow::Result<v1::RankingOptions> {
         recency_tau_days: Some(params.recency_tau_days),
         min_similarity: Some(params.min_similarity),
         time_match_boost: Some(params.time_match_boost),
+        sparse_weight: Some(params.sparse_weight),
+        question_weight: Some(params.question_weight),
         ..Default::default()
     })
 }

@@ -660,6 +660,26 @@ async fn requests_out_of_bounds_are_rejected_with_the_field_named() {
         ),
         (
             v1::RetrieveMemoryRequest {
+                ranking: Some(v1::RankingOptions {
+                    sparse_weight: Some(1.5),
+                    ..Default::default()
+                }),
+                ..query(&scope, "q")
+            },
+            "ranking.sparse_weight",
+        ),
+        (
+            v1::RetrieveMemoryRequest {
+                ranking: Some(v1::RankingOptions {
+                    question_weight: Some(-0.1),
+                    ..Default::default()
+                }),
+                ..query(&scope, "q")
+            },
+            "ranking.question_weight",
+        ),
+        (
+            v1::RetrieveMemoryRequest {
                 scope: None,
                 ..query(&scope, "q")
             },
@@ -704,6 +724,77 @@ async fn the_triscore_profile_ranks_by_relevance_recency_and_importance() {
     let expected = top.relevance + 5.0 * top.recency + top.importance;
     assert!((top.total - expected).abs() < 1e-9, "{top:?}");
     assert!(top.recency > 0.8, "{top:?}");
+}
+
+/// In a chat history the question shares the asker's words, the answer holds what was asked
+/// for. triscore's relevance weighs both legs' scores and discounts a fact that is a question,
+/// so the answer comes first; with the question weight at 1 the question would.
+#[tokio::test]
+async fn the_answer_outranks_the_question_that_asked_for_it() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("dogs");
+    let said = |id: &str, text: &str, minutes: i64| v1::ImportedMemory {
+        client_id: id.into(),
+        kind: v1::MemoryKind::Semantic.into(),
+        text: text.into(),
+        created_at: Some(to_proto(
+            Utc::now() - Duration::days(20) + Duration::minutes(minutes),
+        )),
+        ..Default::default()
+    };
+    import(
+        &mut sandbox,
+        &scope,
+        vec![
+            said("q", "Maria: What are the names of your dogs?", 0),
+            said(
+                "a",
+                "Andrew: Our dogs are Toby and Buddy, two rescue pups.",
+                1,
+            ),
+            said("x", "Maria: My sister finally booked her piano lessons.", 2),
+        ],
+    )
+    .await;
+    let ask = |question_weight: Option<f64>| {
+        let mut request = query(&scope, "What are the names of Andrew's dogs?");
+        request.ranking = Some(v1::RankingOptions {
+            profile: v1::RankingProfile::Triscore.into(),
+            question_weight,
+            ..Default::default()
+        });
+        request
+    };
+    let by_default = retrieve(&mut sandbox, ask(None)).await;
+    assert_eq!(
+        texts(&by_default.semantic)[..2],
+        [
+            "Andrew: Our dogs are Toby and Buddy, two rescue pups.",
+            "Maria: What are the names of your dogs?"
+        ]
+    );
+    let relevance_of = |response: &v1::RetrieveMemoryResponse, text: &str| {
+        response
+            .semantic
+            .iter()
+            .find(|m| m.memory.as_ref().unwrap().text == text)
+            .unwrap()
+            .score
+            .unwrap()
+            .relevance
+    };
+    let unweighted = retrieve(&mut sandbox, ask(Some(1.0))).await;
+    let weighted = retrieve(&mut sandbox, ask(Some(0.5))).await;
+    let question = "Maria: What are the names of your dogs?";
+    let answer = "Andrew: Our dogs are Toby and Buddy, two rescue pups.";
+    assert!(
+        (relevance_of(&weighted, question) - 0.5 * relevance_of(&unweighted, question)).abs()
+            < 1e-9
+    );
+    assert_eq!(
+        relevance_of(&weighted, answer),
+        relevance_of(&unweighted, answer)
+    );
 }
 
 /// A question that names a month ranks what took place in that month first: the three vet visits

@@ -13,4 +13,7 @@ pub mod ranking;
 pub mod summary;
 
 pub use fusion::{Fused, LegHit, fuse};
-pub use ranking::{RankingParams, RankingProfile, ScoreParts, TimeWindow};
+pub use ranking::{
+    LegEvidence, LegScale, RankingParams, RankingProfile, ScoreParts, TimeWindow, is_question,
+    relevance,
+};

@@ -3,12 +3,18 @@
 //! - `fsrs` (the retrieve-memory API): an episode scores rrf × retrievability, the FSRS
 //!   probability that it is still remembered; a semantic fact scores rrf (facts do not decay).
 //! - `triscore` (the theoria policy): α·relevance·retrievability + β·recency + γ·importance, with
-//!   relevance the candidate's fused score over the best fused score among the candidates (so the
-//!   best match of both legs is 1, and BM25 evidence counts as much as the cosine), recency
-//!   exp(−Δt/τ), the stored importance, and retrievability as in `fsrs` (1 for facts).
+//!   recency exp(−Δt/τ), the stored importance, retrievability as in `fsrs` (1 for facts), and
+//!   relevance a convex combination of both legs' own scores (`relevance`): w·BM25/best BM25 +
+//!   (1 − w)·cosine/best cosine among the candidates, times `question_weight` for a fact that is
+//!   itself a question.
 //!
 //! Relevance used to be the cosine alone: on multi-session dialogs that threw the BM25 evidence
 //! away once candidates were found and ranked 11 points of recall@10 below plain BM25 (issue 23).
+//! It was then the candidate's rrf over the best rrf; ranks forget by how much one entry beat the
+//! next, and the scores themselves ranked the dialogs' turns 5 points of recall@10 higher still
+//! (docs/eval/README.md). Questions are discounted because in a conversation the question is
+//! rarely where the answer is, yet it shares the asker's words: "What are their names?" used to
+//! outrank "meet Toby, our pup" for "What are the names of Andrew's dogs?".
 //!
 //! Every candidate gets the whole breakdown whatever the profile, so a response can say why an
 //! entry ranked where it did, and the cached `last_scores` stay on the capacity policy's scale.
@@ -62,6 +68,11 @@ pub struct RankingParams {
     /// When the query names days ("in March", "last week"), a candidate about those days scores
     /// (1 + this) times as much (0: dates in queries change nothing).
     pub time_match_boost: f64,
+    /// triscore's relevance: the weight of the sparse leg's score; the cosine has the rest.
+    pub sparse_weight: f64,
+    /// triscore's relevance of a fact that is a question ("Did you get a dog?") is multiplied by
+    /// this (1: questions count like any fact).
+    pub question_weight: f64,
 }
 
 impl Default for RankingParams {
@@ -77,8 +88,70 @@ impl Default for RankingParams {
             recency_tau_days: 7.0,
             min_similarity: 0.0,
             time_match_boost: 0.0,
+            sparse_weight: 0.5,
+            question_weight: 1.0,
         }
     }
+}
+
+/// What the two legs say of one candidate: the sparse leg's score (BM25, or trigram similarity
+/// or recency on its fallbacks), `None` when it did not find the candidate; and the cosine of the
+/// candidate's embedding to the query's, `None` when either is missing.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LegEvidence {
+    pub sparse: Option<f64>,
+    pub cosine: Option<f64>,
+}
+
+/// The best score each leg gave among the candidates ranked together: relevance's scale, so that
+/// the best match of each leg counts 1 whatever the leg's units.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LegScale {
+    pub best_sparse: f64,
+    pub best_cosine: f64,
+}
+
+impl LegScale {
+    pub fn of<'a>(evidence: impl IntoIterator<Item = &'a LegEvidence>) -> Self {
+        let best = |current: f64, value: Option<f64>| match value {
+            Some(value) if value.is_finite() => current.max(value),
+            _ => current,
+        };
+        evidence
+            .into_iter()
+            .fold(Self::default(), |scale, evidence| Self {
+                best_sparse: best(scale.best_sparse, evidence.sparse),
+                best_cosine: best(scale.best_cosine, evidence.cosine),
+            })
+    }
+}
+
+/// triscore's relevance on [0, 1] before the question weight: `sparse_weight` × the sparse score
+/// over the best one, plus the rest × the cosine over the best cosine (a negative cosine counts
+/// 0). A leg that scored no candidate above 0 (the embedder is down, no word matched) leaves its
+/// weight to the other, so the best candidate of a one-legged search still has relevance 1.
+pub fn relevance(evidence: &LegEvidence, scale: &LegScale, sparse_weight: f64) -> f64 {
+    let part = |value: Option<f64>, best: f64| {
+        (best > 0.0 && best.is_finite()).then(|| unit_interval(value.unwrap_or(0.0) / best))
+    };
+    let sparse_weight = unit_interval(sparse_weight);
+    match (
+        part(evidence.sparse, scale.best_sparse),
+        part(evidence.cosine, scale.best_cosine),
+    ) {
+        (Some(sparse), Some(cosine)) => sparse_weight * sparse + (1.0 - sparse_weight) * cosine,
+        (Some(only), None) | (None, Some(only)) => only,
+        (None, None) => 0.0,
+    }
+}
+
+/// Whether an entry's text is a question: it ends with a question mark (ASCII or full-width),
+/// closing quotes and brackets aside.
+pub fn is_question(text: &str) -> bool {
+    text.trim_end_matches(|c: char| {
+        c.is_whitespace() || matches!(c, '"' | '\'' | ')' | ']' | '”' | '’' | '」' | '』' | '）')
+    })
+    .ends_with(['?', '？'])
 }
 
 /// The days a query asks about (`when::query_window`), as instants: from the start of the first
@@ -116,6 +189,8 @@ pub struct CandidateFacts {
     pub importance: f64,
     /// Stability, difficulty and last review of an episode.
     pub fsrs: Option<(f64, f64, DateTime<Utc>)>,
+    /// The entry is a fact whose text is a question (`is_question`); episodes never are.
+    pub is_question: bool,
 }
 
 /// Why a candidate scored what it did.
@@ -169,14 +244,14 @@ fn finite_or_zero(value: f64) -> f64 {
     if value.is_finite() { value } else { 0.0 }
 }
 
-/// Scores one candidate by its fused score `rrf`. `best_rrf` is the highest fused score among
-/// the candidates ranked together (normalises relevance to [0, 1]); `window` the days the query
-/// names, if it names any.
+/// Scores one candidate by its fused score `rrf` (the `fsrs` profile) and its `relevance` from
+/// both legs (the function of that name; `triscore`); `window` the days the query names, if it
+/// names any.
 pub fn score(
     rrf: f64,
+    relevance: f64,
     facts: &CandidateFacts,
     params: &RankingParams,
-    best_rrf: f64,
     now: DateTime<Utc>,
     window: Option<&TimeWindow>,
 ) -> ScoreParts {
@@ -188,11 +263,12 @@ pub fn score(
         )),
         None => 1.0,
     };
-    let relevance = if best_rrf > 0.0 {
-        unit_interval(rrf / best_rrf)
+    let question_weight = if facts.is_question {
+        unit_interval(params.question_weight)
     } else {
-        0.0
+        1.0
     };
+    let relevance = unit_interval(relevance) * question_weight;
     let recency = recency(facts.created_at, now, params.recency_tau_days);
     let importance = unit_interval(facts.importance);
     let time_match =
@@ -227,9 +303,7 @@ pub fn score(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::retrieval::fusion::{Fused, LegHit};
     use chrono::Duration;
-    use uuid::Uuid;
 
     #[test]
     fn fsrs_profile_discounts_faded_episodes_but_not_facts() {
@@ -240,6 +314,7 @@ mod tests {
             took_place: (now, now),
             importance: 0.5,
             fsrs: Some((2.0, 5.0, now)),
+            is_question: false,
         };
         let faded = CandidateFacts {
             fsrs: Some((2.0, 5.0, now - Duration::days(60))),
@@ -249,9 +324,9 @@ mod tests {
             fsrs: None,
             ..faded
         };
-        let fresh = score(0.03, &fresh, &params, 0.03, now, None);
-        let faded = score(0.03, &faded, &params, 0.03, now, None);
-        let fact = score(0.03, &fact, &params, 0.03, now, None);
+        let fresh = score(0.03, 1.0, &fresh, &params, now, None);
+        let faded = score(0.03, 1.0, &faded, &params, now, None);
+        let fact = score(0.03, 1.0, &fact, &params, now, None);
         assert!((fresh.total - 0.03).abs() < 1e-9);
         assert!(faded.total < 0.03 * 0.7, "{faded:?}");
         assert_eq!(fact.total, 0.03);
@@ -272,8 +347,9 @@ mod tests {
             took_place: (now - Duration::days(7), now - Duration::days(7)),
             importance: 0.6,
             fsrs: None,
+            is_question: false,
         };
-        let parts = score(0.02, &facts, &params, 0.04, now, None);
+        let parts = score(0.02, 0.5, &facts, &params, now, None);
         assert!(
             (parts.relevance - 0.5).abs() < 1e-12,
             "relevance is the fused score over the best one"
@@ -287,11 +363,13 @@ mod tests {
 
     #[test]
     fn triscore_ranks_a_match_of_both_legs_above_a_closer_cosine_alone() {
-        // "Toby, our pup" found by BM25 (rank 1) and the vector leg (rank 3) against a question
-        // the vector leg liked best (rank 1) and BM25 did not find: the fused evidence wins.
+        // "Toby, our pup" found by BM25 (its best match) and the vector leg (cosine 0.55) against
+        // a question the vector leg liked best (0.71) and BM25 did not find: the fused evidence
+        // wins.
         let now = Utc::now();
         let params = RankingParams {
             profile: RankingProfile::Triscore,
+            sparse_weight: 0.3,
             ..RankingParams::default()
         };
         let facts = CandidateFacts {
@@ -299,34 +377,132 @@ mod tests {
             took_place: (now, now),
             importance: 0.5,
             fsrs: None,
+            is_question: false,
         };
-        let k = params.rrf_k;
-        let both = Fused {
-            id: Uuid::from_u128(1),
-            sparse: Some(LegHit {
-                rank: 1,
-                score: 4.0,
-            }),
-            dense: Some(LegHit {
-                rank: 3,
-                score: 0.55,
-            }),
-            rrf: 1.0 / (k + 1.0) + 1.0 / (k + 3.0),
+        let both = LegEvidence {
+            sparse: Some(4.0),
+            cosine: Some(0.55),
         };
-        let cosine_only = Fused {
-            id: Uuid::from_u128(2),
+        let cosine_only = LegEvidence {
             sparse: None,
-            dense: Some(LegHit {
-                rank: 1,
-                score: 0.71,
-            }),
-            rrf: 1.0 / (k + 1.0),
+            cosine: Some(0.71),
         };
-        let best = both.rrf;
-        let both = score(both.rrf, &facts, &params, best, now, None);
-        let cosine_only = score(cosine_only.rrf, &facts, &params, best, now, None);
-        assert_eq!(both.relevance, 1.0);
+        let scale = LegScale::of([&both, &cosine_only]);
+        assert_eq!(
+            scale,
+            LegScale {
+                best_sparse: 4.0,
+                best_cosine: 0.71
+            }
+        );
+        let relevance_of = |evidence| relevance(evidence, &scale, params.sparse_weight);
+        let both = score(0.75, relevance_of(&both), &facts, &params, now, None);
+        let cosine_only = score(0.5, relevance_of(&cosine_only), &facts, &params, now, None);
+        assert!((both.relevance - (0.3 + 0.7 * 0.55 / 0.71)).abs() < 1e-12);
+        assert!((cosine_only.relevance - 0.7).abs() < 1e-12);
         assert!(both.total > cosine_only.total, "{both:?} {cosine_only:?}");
+    }
+
+    #[test]
+    fn a_leg_that_scored_nothing_leaves_its_weight_to_the_other() {
+        // The embedder is down: no cosines; BM25 alone decides, and its best match counts 1.
+        let bm25_only = [
+            LegEvidence {
+                sparse: Some(6.0),
+                cosine: None,
+            },
+            LegEvidence {
+                sparse: Some(3.0),
+                cosine: None,
+            },
+        ];
+        let scale = LegScale::of(&bm25_only);
+        assert_eq!(relevance(&bm25_only[0], &scale, 0.3), 1.0);
+        assert_eq!(relevance(&bm25_only[1], &scale, 0.3), 0.5);
+        // No word matched: the cosines decide; a negative cosine counts 0.
+        let vector_only = [
+            LegEvidence {
+                sparse: None,
+                cosine: Some(0.4),
+            },
+            LegEvidence {
+                sparse: None,
+                cosine: Some(-0.2),
+            },
+        ];
+        let scale = LegScale::of(&vector_only);
+        assert_eq!(relevance(&vector_only[0], &scale, 0.3), 1.0);
+        assert_eq!(relevance(&vector_only[1], &scale, 0.3), 0.0);
+        assert_eq!(
+            relevance(&LegEvidence::default(), &LegScale::default(), 0.3),
+            0.0
+        );
+    }
+
+    #[test]
+    fn a_question_is_discounted_by_the_question_weight() {
+        let now = Utc::now();
+        let params = RankingParams {
+            profile: RankingProfile::Triscore,
+            alpha: 4.0,
+            beta: 0.0,
+            gamma: 0.0,
+            question_weight: 0.8,
+            ..RankingParams::default()
+        };
+        let answer = CandidateFacts {
+            created_at: now,
+            took_place: (now, now),
+            importance: 0.5,
+            fsrs: None,
+            is_question: false,
+        };
+        let question = CandidateFacts {
+            is_question: true,
+            ..answer
+        };
+        // The question shares more of the query's words, but asks rather than tells.
+        let question = score(0.5, 1.0, &question, &params, now, None);
+        let answer = score(0.5, 0.9, &answer, &params, now, None);
+        assert!((question.relevance - 0.8).abs() < 1e-12);
+        assert!(answer.total > question.total, "{answer:?} {question:?}");
+        // The fsrs profile ranks by rrf alone, as the retrieve-memory API defines it.
+        let fsrs = RankingParams {
+            profile: RankingProfile::Fsrs,
+            ..params
+        };
+        let facts = CandidateFacts {
+            is_question: true,
+            ..CandidateFacts {
+                created_at: now,
+                took_place: (now, now),
+                importance: 0.5,
+                fsrs: None,
+                is_question: false,
+            }
+        };
+        assert_eq!(score(0.5, 1.0, &facts, &fsrs, now, None).total, 0.5);
+    }
+
+    #[test]
+    fn questions_are_told_by_their_closing_mark() {
+        for text in [
+            "Maria: What are their names?",
+            "Did you get the dog? ",
+            "He asked \"are you coming?\"",
+            "你明天去上海吗？",
+            "(is it Tuesday?)",
+        ] {
+            assert!(is_question(text), "{text}");
+        }
+        for text in [
+            "Andrew: meet Toby, our pup!",
+            "Why? Because the lease ended.",
+            "",
+            "?!",
+        ] {
+            assert!(!is_question(text), "{text}");
+        }
     }
 
     #[test]
@@ -343,8 +519,9 @@ mod tests {
             took_place: (now - Duration::days(61), now - Duration::days(60)),
             importance: 0.5,
             fsrs: Some((2.0, 5.0, now - Duration::days(60))),
+            is_question: false,
         };
-        let parts = score(0.03, &episode, &params, 0.03, now, None);
+        let parts = score(0.03, 1.0, &episode, &params, now, None);
         assert!(parts.retrievability < 0.7);
         assert!(
             (parts.total - parts.retrievability).abs() < 1e-9,
@@ -374,23 +551,24 @@ mod tests {
             took_place: (at(start), at(end)),
             importance: 0.5,
             fsrs: None,
+            is_question: false,
         };
         let in_march = said("2026-03-31T23:59:59Z", "2026-03-31T23:59:59Z");
         let in_april = said("2026-04-01T00:00:00Z", "2026-04-01T00:00:00Z");
         // An episode from late February into March took place partly in March.
         let across = said("2026-02-27T10:00:00Z", "2026-03-02T10:00:00Z");
-        let plain = score(0.02, &in_march, &params, 0.04, now, None);
-        let matched = score(0.02, &in_march, &params, 0.04, now, Some(&march));
+        let plain = score(0.02, 0.5, &in_march, &params, now, None);
+        let matched = score(0.02, 0.5, &in_march, &params, now, Some(&march));
         assert!(matched.time_match && !plain.time_match);
         assert!((matched.total - 1.5 * plain.total).abs() < 1e-9);
-        assert!(!score(0.02, &in_april, &params, 0.04, now, Some(&march)).time_match);
-        assert!(score(0.02, &across, &params, 0.04, now, Some(&march)).time_match);
+        assert!(!score(0.02, 0.5, &in_april, &params, now, Some(&march)).time_match);
+        assert!(score(0.02, 0.5, &across, &params, now, Some(&march)).time_match);
         // No boost configured: the match is noted, the score unchanged.
         let unboosted = RankingParams {
             time_match_boost: 0.0,
             ..params
         };
-        let noted = score(0.02, &in_march, &unboosted, 0.04, now, Some(&march));
+        let noted = score(0.02, 0.5, &in_march, &unboosted, now, Some(&march));
         assert!(noted.time_match);
         assert_eq!(noted.total, plain.total);
     }
