@@ -329,9 +329,15 @@ pub fn query_window(query: &str, asked_at: DateTime<Utc>) -> Option<(NaiveDate, 
 /// A month named by its English name, capitalised as a name is (so that "may" and "march" as
 /// verbs are not months), with an optional year after it ("June 2026", "June 3, 2026").
 static NAMED_MONTHS: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(
-        r"\b(January|February|March|April|May|June|July|August|September|October|November|December|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept|Sep|Oct|Nov|Dec)\b\.?(?:\s+\d{1,2}(?:st|nd|rd|th)?\b,?)?(?:\s+(\d{4})\b)?",
-    )
+    // EN_MONTHS's names, capitalised: this pattern is case-sensitive.
+    let names: Vec<String> = EN_MONTHS
+        .split('|')
+        .map(|name| name[..1].to_ascii_uppercase() + &name[1..])
+        .collect();
+    Regex::new(&format!(
+        r"\b({})\b\.?(?:\s+\d{{1,2}}(?:st|nd|rd|th)?\b,?)?(?:\s+(\d{{4}})\b)?",
+        names.join("|")
+    ))
     .expect("valid month pattern")
 });
 

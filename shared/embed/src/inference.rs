@@ -13,7 +13,7 @@
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
-use crate::EmbedError;
+use crate::{EmbedError, EmbedFuture};
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
@@ -86,6 +86,17 @@ impl InferenceThreads {
         result
             .await
             .map_err(|_| EmbedError::Inference("an inference job panicked".into()))?
+    }
+
+    /// An embedder's `embed`: `embed_texts` over a copy of `texts` on a model thread (the local
+    /// model and the token vectors built on it share these threads).
+    pub(crate) fn embed<'a>(
+        &'a self,
+        texts: &[String],
+        embed_texts: impl FnOnce(&[String]) -> Result<Vec<Vec<f32>>, EmbedError> + Send + 'static,
+    ) -> EmbedFuture<'a> {
+        let texts = texts.to_vec();
+        Box::pin(self.run(move || embed_texts(&texts)))
     }
 
     /// Runs `work` on a model thread and blocks the calling (non-async) thread until it is done.

@@ -255,11 +255,7 @@ impl Embedder for LocalEmbedder {
 
     fn embed<'a>(&'a self, texts: &'a [String]) -> EmbedFuture<'a> {
         let embedder = self.clone();
-        let texts = texts.to_vec();
-        Box::pin(async move {
-            self.threads
-                .run(move || embedder.embed_blocking(&texts))
-                .await
-        })
+        self.threads
+            .embed(texts, move |texts| embedder.embed_blocking(texts))
     }
 }

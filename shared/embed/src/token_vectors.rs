@@ -258,13 +258,9 @@ impl Embedder for TokenVectorEmbedder {
 
     fn embed<'a>(&'a self, texts: &'a [String]) -> EmbedFuture<'a> {
         let embedder = self.clone();
-        let texts = texts.to_vec();
-        Box::pin(async move {
-            self.inner
-                .model
-                .inference_threads()
-                .run(move || embedder.embed_blocking(&texts))
-                .await
-        })
+        self.inner
+            .model
+            .inference_threads()
+            .embed(texts, move |texts| embedder.embed_blocking(texts))
     }
 }
