@@ -431,21 +431,29 @@ impl Recall {
         // The days the query names, if any ("what did I decide in March?").
         let window = engram_core::when::query_window(&request.query, now)
             .map(|(first, last)| TimeWindow::of_days(first, last));
+        // Both sections are weighed on one scale, so that a fact and an episode with the same
+        // relevance score alike and an answer interleaving them (Markdown, a merged list) puts
+        // the better match first whichever section it is in.
+        let query_embedding = query_embedding.as_deref().map(Vec::as_slice);
+        let evidence: Vec<Vec<Evidenced>> = fused
+            .into_iter()
+            .map(|fused| weigh_legs(fused, &mut loaded, query_embedding))
+            .collect();
+        let scale = LegScale::of(evidence.iter().flatten().map(|(_, _, legs)| legs));
         let mut sections: Vec<Vec<RankedMemory>> = Vec::with_capacity(kinds.len());
-        for (index, fused) in fused.into_iter().enumerate() {
+        for (index, candidates) in evidence.into_iter().enumerate() {
             let section_limit = if kinds[index] == MemoryKind::Semantic {
                 request.semantic_limit
             } else {
                 request.episodic_limit
             };
             sections.push(rank_section(
-                fused,
-                &mut loaded,
+                candidates,
+                &scale,
                 &request.ranking,
                 section_limit,
                 now,
                 window.as_ref(),
-                query_embedding.as_deref().map(Vec::as_slice),
             ));
         }
         let episodic = if sections.len() > 1 {
@@ -607,23 +615,19 @@ fn empty_retrieval(path: &str) -> Retrieval {
     }
 }
 
-/// Scores the fused candidates of one kind, keeps the best few times the limit, and lets MMR pick
-/// `limit` of them in order. `query_embedding` gives a cosine to the candidates only the sparse
-/// leg found, so that triscore's relevance weighs both legs for every candidate.
-fn rank_section(
+/// A fused candidate, loaded, with what each leg says of it.
+type Evidenced = (Fused, LoadedCandidate, LegEvidence);
+
+/// Loads each fused candidate of one kind and takes both legs' evidence for it: a candidate only
+/// the sparse leg found gets its cosine from its stored embedding and `query_embedding`, so that
+/// triscore's relevance weighs both legs for every candidate. An id the legs found but that is
+/// gone now (forgotten meanwhile) is skipped.
+fn weigh_legs(
     fused: Vec<Fused>,
     loaded: &mut HashMap<Uuid, LoadedCandidate>,
-    params: &RankingParams,
-    limit: usize,
-    now: DateTime<Utc>,
-    window: Option<&TimeWindow>,
     query_embedding: Option<&[f32]>,
-) -> Vec<RankedMemory> {
-    if limit == 0 {
-        return Vec::new();
-    }
-    // An id the legs found but that is gone now (forgotten meanwhile) is skipped.
-    let candidates: Vec<(Fused, LoadedCandidate, LegEvidence)> = fused
+) -> Vec<Evidenced> {
+    fused
         .into_iter()
         .filter_map(|f| {
             let candidate = loaded.remove(&f.id)?;
@@ -639,8 +643,22 @@ fn rank_section(
             };
             Some((f, candidate, evidence))
         })
-        .collect();
-    let scale = LegScale::of(candidates.iter().map(|(_, _, evidence)| evidence));
+        .collect()
+}
+
+/// Scores the candidates of one kind on `scale` (both sections' best leg scores), keeps the best
+/// few times the limit, and lets MMR pick `limit` of them in order.
+fn rank_section(
+    candidates: Vec<Evidenced>,
+    scale: &LegScale,
+    params: &RankingParams,
+    limit: usize,
+    now: DateTime<Utc>,
+    window: Option<&TimeWindow>,
+) -> Vec<RankedMemory> {
+    if limit == 0 {
+        return Vec::new();
+    }
     let mut scored: Vec<(Fused, ScoreParts, LoadedCandidate)> = candidates
         .into_iter()
         .map(|(f, candidate, evidence)| {
@@ -670,7 +688,7 @@ fn rank_section(
                 is_question: record.memory_kind() == MemoryKind::Semantic
                     && is_question(&record.text),
             };
-            let relevance = relevance(&evidence, &scale, params.sparse_weight);
+            let relevance = relevance(&evidence, scale, params.sparse_weight);
             let parts = score(f.rrf, relevance, &facts, params, now, window);
             (f, parts, candidate)
         })
