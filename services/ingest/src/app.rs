@@ -138,7 +138,6 @@ impl App {
         let segmenter = settings.segmentation.enabled.then(|| Segmenter {
             pool: pool.clone(),
             writer: writer.clone(),
-            embedder: embedder.clone(),
             topic_embedder: embedders.topic,
             llm,
             settings: Arc::new(settings.segmentation.clone()),

@@ -3,7 +3,8 @@
 //! drains the oldest flagged entries; the write path wakes it after each new entry, and a poll
 //! catches everything else (other processes, restarts). Transient failures back off with jitter;
 //! an entry the embedder rejects for good is retried one by one and, after a few failures, left
-//! aside (dead-lettered) so it never blocks the others.
+//! aside (dead-lettered) so it never blocks the others. A new episode's surprise, which
+//! segmentation leaves to it, is measured in the transaction that stores the episode's embedding.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +15,7 @@ use engram_core::backoff::jittered_backoff;
 use engram_embed::{EmbedError, Embedder};
 use engram_store::StoreError;
 use engram_store::embeddings::{self, PendingEmbedding};
+use engram_store::segments;
 use sqlx::PgPool;
 use tokio::sync::{Notify, watch};
 
@@ -169,6 +171,10 @@ impl EmbeddingBackfill {
             .collect();
         let mut transaction = self.pool.begin().await.map_err(StoreError::from)?;
         let stored = embeddings::store(&mut transaction, &pairs, self.embedder.model_id()).await?;
+        // A new episode's surprise is measured with the embedding it just got (see
+        // `conversations::segmentation`).
+        let keys: Vec<_> = batch.iter().map(PendingEmbedding::key).collect();
+        segments::settle_pending_surprise(&mut transaction, &keys).await?;
         transaction.commit().await.map_err(StoreError::from)?;
         let now = Utc::now();
         for entry in batch {

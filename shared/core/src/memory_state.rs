@@ -50,6 +50,18 @@ pub fn retrievability(stability: f64, difficulty: f64, days_elapsed: f64) -> f64
 /// Retention FSRS schedules for.
 pub const DESIRED_RETENTION: f32 = 0.9;
 
+/// Surprise of an episode when nothing can be compared with it (no embedder, no earlier episode).
+pub const NEUTRAL_SURPRISE: f64 = 0.5;
+
+/// Surprise of a new episode measured with embeddings: 1 − its highest cosine to the space's
+/// earlier episodes (how unlike anything remembered it is), or neutral with nothing to compare.
+pub fn surprise_from_similarity(highest_similarity: Option<f64>) -> f64 {
+    match highest_similarity {
+        Some(similarity) if similarity.is_finite() => (1.0 - similarity).clamp(0.0, 1.0),
+        _ => NEUTRAL_SURPRISE,
+    }
+}
+
 /// The state of a new episode: FSRS-6's first "Good" review (fresh, not yet reinforced), with the
 /// stability boosted by surprise (`S * (1 + 0.5 * surprise)`) so surprising episodes fade slower.
 /// Returns (stability, difficulty).
@@ -79,6 +91,16 @@ mod tests {
         assert!((1.0..=10.0).contains(&difficulty), "{difficulty}");
         let (surprising, _) = initial_state(1.0);
         assert!((surprising - plain * 1.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn surprise_is_how_unlike_the_nearest_earlier_episode() {
+        assert!((surprise_from_similarity(Some(0.8)) - 0.2).abs() < 1e-12);
+        // A negative cosine is as unlike as it gets; nothing to compare with is neutral.
+        assert_eq!(surprise_from_similarity(Some(-0.3)), 1.0);
+        assert_eq!(surprise_from_similarity(Some(1.0)), 0.0);
+        assert_eq!(surprise_from_similarity(None), NEUTRAL_SURPRISE);
+        assert_eq!(surprise_from_similarity(Some(f64::NAN)), NEUTRAL_SURPRISE);
     }
 
     /// Reference values of FSRS-6 for S = 2.3065 (a new memory rated Good at retention 0.9).

@@ -9,18 +9,77 @@
 //! model thread, so a busy model delays an AppendMessages by little instead of by half the
 //! machine. candle's own worker threads are created by the first inference, on one of these
 //! threads, and inherit its nice value (Linux keeps it per thread and copies it to new threads).
+//!
+//! Jobs come in two lanes. Background jobs (the backfill's batches of episodes and facts, a
+//! second or more each on a small host) run in arrival order; an urgent job (a few new tokens'
+//! vectors that segmentation waits for) goes before every waiting background job, and one extra
+//! thread takes only urgent jobs, so that it never waits for a background batch to finish.
 
+use std::collections::VecDeque;
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use crate::{EmbedError, EmbedFuture};
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
-/// A fixed set of threads, at one nice value, that run inference jobs in arrival order.
+/// Which queue a job waits in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lane {
+    /// Small jobs something waits for right now: before every background job, and on a thread
+    /// of their own.
+    Urgent,
+    /// Batches nobody waits for to answer a request (the backfill).
+    Background,
+}
+
+#[derive(Default)]
+struct Queues {
+    urgent: VecDeque<Job>,
+    background: VecDeque<Job>,
+    closed: bool,
+}
+
+struct Shared {
+    queues: Mutex<Queues>,
+    ready: Condvar,
+}
+
+impl Shared {
+    /// The next job a thread may take (urgent first; background only on a general thread), or
+    /// `None` once closed and drained of what the thread may take.
+    fn next(&self, takes_background: bool) -> Option<Job> {
+        let mut queues = self.queues.lock().ok()?;
+        loop {
+            if let Some(job) = queues.urgent.pop_front() {
+                return Some(job);
+            }
+            if takes_background && let Some(job) = queues.background.pop_front() {
+                return Some(job);
+            }
+            if queues.closed {
+                return None;
+            }
+            queues = self.ready.wait(queues).ok()?;
+        }
+    }
+}
+
+/// A fixed set of threads, at one nice value, that run inference jobs: urgent ones first, each
+/// lane in arrival order.
 pub(crate) struct InferenceThreads {
-    jobs: mpsc::Sender<Job>,
+    shared: Arc<Shared>,
     nice: i32,
+}
+
+impl Drop for InferenceThreads {
+    fn drop(&mut self) {
+        // Every embedder is gone: the threads finish what is queued and end.
+        if let Ok(mut queues) = self.shared.queues.lock() {
+            queues.closed = true;
+        }
+        self.shared.ready.notify_all();
+    }
 }
 
 impl std::fmt::Debug for InferenceThreads {
@@ -32,49 +91,61 @@ impl std::fmt::Debug for InferenceThreads {
 }
 
 impl InferenceThreads {
-    /// Starts `threads` threads (at least one) at `nice` (0: the process's own priority). A nice
-    /// value the process may not take (a negative one without CAP_SYS_NICE) is logged and the
-    /// threads run at the process's priority.
+    /// Starts `threads` general threads (at least one) and one for urgent jobs only, at `nice`
+    /// (0: the process's own priority). A nice value the process may not take (a negative one
+    /// without CAP_SYS_NICE) is logged and the threads run at the process's priority.
     pub(crate) fn start(threads: usize, nice: i32) -> Result<Arc<Self>, EmbedError> {
-        let (sender, receiver) = mpsc::channel::<Job>();
-        let receiver = Arc::new(Mutex::new(receiver));
-        for index in 0..threads.max(1) {
-            let receiver = receiver.clone();
+        let shared = Arc::new(Shared {
+            queues: Mutex::new(Queues::default()),
+            ready: Condvar::new(),
+        });
+        let general = threads.max(1);
+        for index in 0..=general {
+            let shared = shared.clone();
+            let takes_background = index < general;
+            let name = if takes_background {
+                format!("engram-model-{index}")
+            } else {
+                "engram-model-urgent".to_owned()
+            };
             std::thread::Builder::new()
-                .name(format!("engram-model-{index}"))
+                .name(name)
                 .spawn(move || {
                     lower_priority(nice);
-                    loop {
-                        // The lock is held only while waiting for the next job; a closed
-                        // channel (every embedder dropped) ends the thread.
-                        let next = receiver.lock().map(|jobs| jobs.recv());
-                        match next {
-                            // A panicking job loses its answer (its caller gets an error),
-                            // not the thread.
-                            Ok(Ok(job)) => {
-                                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
-                            }
-                            _ => break,
-                        }
+                    while let Some(job) = shared.next(takes_background) {
+                        // A panicking job loses its answer (its caller gets an error), not the
+                        // thread.
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
                     }
                 })
                 .map_err(|error| {
                     EmbedError::Inference(format!("cannot start a model thread: {error}"))
                 })?;
         }
-        Ok(Arc::new(Self { jobs: sender, nice }))
+        Ok(Arc::new(Self { shared, nice }))
     }
 
-    /// Queues a job for the next free model thread.
-    fn submit(&self, job: Job) -> Result<(), EmbedError> {
-        self.jobs
-            .send(job)
-            .map_err(|_| EmbedError::Inference("the model threads have stopped".into()))
+    /// Queues a job in its lane for the next free model thread.
+    fn submit(&self, lane: Lane, job: Job) -> Result<(), EmbedError> {
+        let mut queues = self
+            .shared
+            .queues
+            .lock()
+            .map_err(|_| EmbedError::Inference("the model threads have stopped".into()))?;
+        match lane {
+            Lane::Urgent => queues.urgent.push_back(job),
+            Lane::Background => queues.background.push_back(job),
+        }
+        drop(queues);
+        // Every waiting thread: only some of them may take a background job.
+        self.shared.ready.notify_all();
+        Ok(())
     }
 
     /// Runs `work` on a model thread and waits for it without blocking the async runtime.
     pub(crate) async fn run<T: Send + 'static>(
         &self,
+        lane: Lane,
         work: impl FnOnce() -> Result<T, EmbedError> + Send + 'static,
     ) -> Result<T, EmbedError> {
         let (done, result) = tokio::sync::oneshot::channel();
@@ -82,7 +153,7 @@ impl InferenceThreads {
             // The caller may have given up waiting (a timeout); its answer is then dropped.
             let _ = done.send(work());
         });
-        self.submit(job)?;
+        self.submit(lane, job)?;
         result
             .await
             .map_err(|_| EmbedError::Inference("an inference job panicked".into()))?
@@ -92,11 +163,12 @@ impl InferenceThreads {
     /// model and the token vectors built on it share these threads).
     pub(crate) fn embed<'a>(
         &'a self,
+        lane: Lane,
         texts: &[String],
         embed_texts: impl FnOnce(&[String]) -> Result<Vec<Vec<f32>>, EmbedError> + Send + 'static,
     ) -> EmbedFuture<'a> {
         let texts = texts.to_vec();
-        Box::pin(self.run(move || embed_texts(&texts)))
+        Box::pin(self.run(lane, move || embed_texts(&texts)))
     }
 
     /// Runs `work` on a model thread and blocks the calling (non-async) thread until it is done.
@@ -108,7 +180,7 @@ impl InferenceThreads {
         let job: Job = Box::new(move || {
             let _ = done.send(work());
         });
-        self.submit(job)?;
+        self.submit(Lane::Urgent, job)?;
         result
             .recv()
             .map_err(|_| EmbedError::Inference("an inference job panicked".into()))?
@@ -144,10 +216,10 @@ mod tests {
     async fn jobs_run_on_threads_at_the_asked_nice_value() {
         let threads = InferenceThreads::start(2, 7).unwrap();
         let before = current_thread_nice().unwrap();
-        let nice = threads.run(|| Ok(current_thread_nice())).await.unwrap();
+        let nice = threads.run(Lane::Background, || Ok(current_thread_nice())).await.unwrap();
         assert_eq!(nice, Some((before + 7).min(19)));
         let name = threads
-            .run(|| Ok(std::thread::current().name().map(str::to_owned)))
+            .run(Lane::Background, || Ok(std::thread::current().name().map(str::to_owned)))
             .await
             .unwrap();
         assert!(name.unwrap().starts_with("engram-model-"));
@@ -160,7 +232,7 @@ mod tests {
         let threads = InferenceThreads::start(1, 5).unwrap();
         let before = current_thread_nice().unwrap();
         let inherited = threads
-            .run(|| {
+            .run(Lane::Background, || {
                 Ok(std::thread::spawn(current_thread_nice)
                     .join()
                     .expect("the child thread ran"))
@@ -170,14 +242,55 @@ mod tests {
         assert_eq!(inherited, Some((before + 5).min(19)));
     }
 
+    /// A long background batch holds the only general thread; an urgent job still runs at
+    /// once, on the urgent thread, and goes before background jobs already waiting.
+    #[tokio::test]
+    async fn urgent_jobs_do_not_wait_for_background_batches() {
+        let threads = InferenceThreads::start(1, 0).unwrap();
+        let (release, held) = mpsc::channel::<()>();
+        let (started, running) = tokio::sync::oneshot::channel::<()>();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let batch = threads.run(Lane::Background, move || {
+            let _ = started.send(());
+            held.recv().ok();
+            Ok("batch")
+        });
+        let waiting = {
+            let order = order.clone();
+            threads.run(Lane::Background, move || {
+                order.lock().unwrap().push("background");
+                Ok(())
+            })
+        };
+        let (batch, waiting, urgent) = tokio::join!(batch, waiting, async {
+            running.await.unwrap();
+            let urgent = threads
+                .run(Lane::Urgent, {
+                    let order = order.clone();
+                    move || {
+                        order.lock().unwrap().push("urgent");
+                        Ok(std::thread::current().name().map(str::to_owned))
+                    }
+                })
+                .await;
+            // Only now let the batch finish.
+            release.send(()).unwrap();
+            urgent
+        });
+        assert_eq!(batch.unwrap(), "batch");
+        waiting.unwrap();
+        assert_eq!(urgent.unwrap().as_deref(), Some("engram-model-urgent"));
+        assert_eq!(*order.lock().unwrap(), vec!["urgent", "background"]);
+    }
+
     #[tokio::test]
     async fn a_failing_job_is_an_error_and_the_threads_go_on() {
         let threads = InferenceThreads::start(1, 0).unwrap();
         let failed = threads
-            .run(|| -> Result<(), EmbedError> { Err(EmbedError::Inference("bad".into())) })
+            .run(Lane::Background, || -> Result<(), EmbedError> { Err(EmbedError::Inference("bad".into())) })
             .await;
         assert!(failed.is_err());
-        assert_eq!(threads.run(|| Ok(1)).await.unwrap(), 1);
+        assert_eq!(threads.run(Lane::Background, || Ok(1)).await.unwrap(), 1);
         assert_eq!(threads.run_blocking(|| Ok(2)).unwrap(), 2);
     }
 }

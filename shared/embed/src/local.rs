@@ -8,7 +8,7 @@ use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config};
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
-use crate::inference::InferenceThreads;
+use crate::inference::{InferenceThreads, Lane};
 use crate::{EmbedError, EmbedFuture, Embedder, normalize};
 
 /// Where the model lives and how it is run.
@@ -256,6 +256,8 @@ impl Embedder for LocalEmbedder {
     fn embed<'a>(&'a self, texts: &'a [String]) -> EmbedFuture<'a> {
         let embedder = self.clone();
         self.threads
-            .embed(texts, move |texts| embedder.embed_blocking(texts))
+            .embed(Lane::Background, texts, move |texts| {
+                embedder.embed_blocking(texts)
+            })
     }
 }

@@ -21,6 +21,7 @@ use std::sync::{Arc, OnceLock};
 
 use tokenizers::Tokenizer;
 
+use crate::inference::Lane;
 use crate::{EmbedError, EmbedFuture, Embedder, LocalEmbedder, normalize};
 
 /// SIF's `a`: a token of probability `p` weighs `a / (a + p)`. 1e-3 is the paper's choice for
@@ -261,6 +262,10 @@ impl Embedder for TokenVectorEmbedder {
         self.inner
             .model
             .inference_threads()
-            .embed(texts, move |texts| embedder.embed_blocking(texts))
+            // Segmentation waits for these (a few new tokens at most, once warm): never behind
+            // the backfill's batches.
+            .embed(Lane::Urgent, texts, move |texts| {
+                embedder.embed_blocking(texts)
+            })
     }
 }

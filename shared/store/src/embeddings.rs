@@ -17,7 +17,7 @@ pub struct EntryKey {
 }
 
 /// The keys as two arrays, the form the statements unnest.
-fn key_arrays(keys: impl IntoIterator<Item = EntryKey>) -> (Vec<Uuid>, Vec<Uuid>) {
+pub(crate) fn key_arrays(keys: impl IntoIterator<Item = EntryKey>) -> (Vec<Uuid>, Vec<Uuid>) {
     keys.into_iter().map(|key| (key.user_id, key.id)).unzip()
 }
 

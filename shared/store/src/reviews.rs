@@ -195,9 +195,11 @@ pub async fn update_states(
     if states.is_empty() {
         return Ok(());
     }
+    // A graded episode's state is the review's: a surprise not yet measured no longer sets it.
     sqlx::query(
         "UPDATE memories m SET stability = s.stability, difficulty = s.difficulty, \
-             last_reviewed_at = $6, updated_at = now(), inactive_since = NULL \
+             last_reviewed_at = $6, updated_at = now(), inactive_since = NULL, \
+             surprise_pending = false \
          FROM unnest($3::uuid[], $4::float8[], $5::float8[]) AS s(id, stability, difficulty) \
          WHERE m.user_id = $1 AND m.space = $2 AND m.id = s.id",
     )

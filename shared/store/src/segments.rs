@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
+use engram_core::memory_state::{initial_state, surprise_from_similarity};
 use engram_core::{ConversationId, Scope, Scores, SimHash};
 use pgvector::Vector;
 use sqlx::{PgConnection, PgPool};
@@ -11,6 +12,7 @@ use uuid::Uuid;
 
 use crate::StoreError;
 use crate::conversations::TurnRecord;
+use crate::embeddings::{EntryKey, key_arrays};
 use crate::memories::MemoryRecord;
 use crate::outbox::NewOutboxEvent;
 
@@ -228,6 +230,9 @@ pub struct NewEpisode {
     /// `[{"role", "content"}]`.
     pub messages: serde_json::Value,
     pub surprise: f64,
+    /// `surprise` is neutral until the embedding backfill measures it
+    /// ([`settle_pending_surprise`]).
+    pub surprise_pending: bool,
     pub start_at: DateTime<Utc>,
     pub end_at: DateTime<Utc>,
     pub stability: f64,
@@ -333,9 +338,9 @@ pub async fn write_episode(
              INSERT INTO memories (id, user_id, space, kind, conversation_id, text, role, title, messages, \
                  surprise, start_at, end_at, stability, difficulty, last_reviewed_at, created_at, \
                  updated_at, simhash, tags, metadata_confidence, importance, needs_embedding, \
-                 last_scores, structured_summary) \
+                 last_scores, structured_summary, surprise_pending) \
              VALUES ($3, $1, $2, 'episodic', $4, $5, 'user', $6, $7, $8, $9, $10, $11, $12, $10, now(), \
-                 now(), $13, $14, $15, $16, true, $17, $18) \
+                 now(), $13, $14, $15, $16, true, $17, $18, $25) \
              RETURNING *), \
          audited AS ( \
              INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \
@@ -374,6 +379,7 @@ pub async fn write_episode(
     .bind(event.map(|e| e.type_name.as_str()))
     .bind(event.map(|e| e.payload.as_slice()))
     .bind(event.map(NewOutboxEvent::trace_headers_json))
+    .bind(episode.surprise_pending)
     .fetch_one(&mut *connection)
     .await?;
     Ok(EpisodeWrite::Created(record))
@@ -394,24 +400,67 @@ pub async fn space_size(
     Ok(size.unwrap_or((0, None)))
 }
 
-/// The highest cosine similarity of `embedding` to the space's episodes, for the surprise of a
-/// new one; `None` when the space has no embedded episode.
-pub async fn nearest_episode_similarity(
-    pool: &PgPool,
-    scope: &Scope,
-    embedding: &[f32],
-) -> Result<Option<f64>, StoreError> {
-    let similarity = sqlx::query_scalar(
-        "SELECT (1 - (embedding <=> $3))::float8 FROM memory_embeddings \
-         WHERE user_id = $1 AND space = $2 AND kind = 'episodic' \
-         ORDER BY embedding <=> $3 LIMIT 1",
+/// Measures the surprise of the episodes among `keys` that wait for it (`surprise_pending`), now
+/// that their embeddings are stored in this transaction: 1 − the highest cosine to the space's
+/// episodes written before it, and the initial FSRS state from it. Every earlier episode is
+/// compared exactly (an aggregate, not the approximate index, whose filtered scan can miss the
+/// nearest). A review that graded the episode meanwhile has cleared the mark: its state stands.
+/// Returns how many episodes were settled.
+pub async fn settle_pending_surprise(
+    connection: &mut PgConnection,
+    keys: &[EntryKey],
+) -> Result<usize, StoreError> {
+    let (users, ids) = key_arrays(keys.iter().copied());
+    let measured: Vec<(Uuid, Uuid, Option<f64>)> = sqlx::query_as(
+        "SELECT m.user_id, m.id, \
+             (SELECT max(1 - (earlier.embedding <=> own.embedding))::float8 \
+              FROM memory_embeddings earlier \
+              JOIN memories e ON e.user_id = earlier.user_id AND e.id = earlier.memory_id \
+              WHERE earlier.user_id = m.user_id AND earlier.space = m.space \
+                AND earlier.kind = 'episodic' AND e.created_at < m.created_at) \
+         FROM unnest($1::uuid[], $2::uuid[]) AS k(user_id, id) \
+         JOIN memories m ON m.user_id = k.user_id AND m.id = k.id \
+         JOIN memory_embeddings own ON own.user_id = m.user_id AND own.memory_id = m.id \
+         WHERE m.surprise_pending \
+         FOR UPDATE OF m",
     )
-    .bind(scope.user_id.as_uuid())
-    .bind(scope.space.as_str())
-    .bind(Vector::from(embedding.to_vec()))
-    .fetch_optional(pool)
+    .bind(&users)
+    .bind(&ids)
+    .fetch_all(&mut *connection)
     .await?;
-    Ok(similarity)
+    if measured.is_empty() {
+        return Ok(0);
+    }
+    let mut users = Vec::with_capacity(measured.len());
+    let mut ids = Vec::with_capacity(measured.len());
+    let mut surprises = Vec::with_capacity(measured.len());
+    let mut stabilities = Vec::with_capacity(measured.len());
+    let mut difficulties = Vec::with_capacity(measured.len());
+    for (user, id, nearest) in measured {
+        let surprise = surprise_from_similarity(nearest);
+        let (stability, difficulty) = initial_state(surprise);
+        users.push(user);
+        ids.push(id);
+        surprises.push(surprise);
+        stabilities.push(stability);
+        difficulties.push(difficulty);
+    }
+    let settled = sqlx::query(
+        "UPDATE memories m SET surprise = v.surprise, stability = v.stability, \
+             difficulty = v.difficulty, surprise_pending = false \
+         FROM unnest($1::uuid[], $2::uuid[], $3::float8[], $4::float8[], $5::float8[]) \
+             AS v(user_id, id, surprise, stability, difficulty) \
+         WHERE m.user_id = v.user_id AND m.id = v.id AND m.surprise_pending",
+    )
+    .bind(&users)
+    .bind(&ids)
+    .bind(&surprises)
+    .bind(&stabilities)
+    .bind(&difficulties)
+    .execute(&mut *connection)
+    .await?
+    .rows_affected();
+    Ok(settled as usize)
 }
 
 /// A conversation whose open segment may be due to close.

@@ -1084,9 +1084,9 @@ async fn greetings_alone_make_no_episode() {
     );
 }
 
-/// Requests for many conversations are segmented together (their turns and episodes embedded in
-/// one model call each): every conversation still gets its own episodes, covering its turns once,
-/// its turns' embeddings, and episodes stored with their embedding.
+/// Requests for many conversations are segmented together (their turns embedded in one model
+/// call): every conversation still gets its own episodes, covering its turns once,
+/// its turns' embeddings, and its episodes embedded with their surprise measured.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conversations_segmented_together_each_get_their_own_episodes() {
     let bus = TestBus::local();
@@ -1128,14 +1128,23 @@ async fn conversations_segmented_together_each_get_their_own_episodes() {
         for episode in &episodes {
             assert_eq!(episode.conversation_id, chat.id);
             assert!((0.0..=1.0).contains(&episode.surprise));
-            let embedded: bool = sqlx::query_scalar(
-                "SELECT EXISTS (SELECT 1 FROM memory_embeddings WHERE memory_id = $1)",
-            )
-            .bind(Uuid::parse_str(&episode.id).unwrap())
-            .fetch_one(&sandbox.pool)
-            .await
-            .unwrap();
-            assert!(embedded, "the episode keeps its surprise embedding");
+            // Embedded by the embedding consumer, which measures its surprise in passing.
+            let deadline = Instant::now() + Duration::from_secs(40);
+            loop {
+                let settled: bool = sqlx::query_scalar(
+                    "SELECT EXISTS (SELECT 1 FROM memory_embeddings WHERE memory_id = $1) \
+                         AND NOT (SELECT surprise_pending FROM memories WHERE id = $1)",
+                )
+                .bind(Uuid::parse_str(&episode.id).unwrap())
+                .fetch_one(&sandbox.pool)
+                .await
+                .unwrap();
+                if settled {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "episode {} never embedded", episode.id);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
         }
         let turn_embeddings: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM conversation_turn_embeddings WHERE conversation_id = $1",

@@ -417,16 +417,52 @@ async fn the_local_grader_rates_what_the_assistant_used_above_what_it_ignored() 
         .unwrap();
     assert!(graded_by.iter().all(|g| g == "local"));
 
-    // The segment's episode was embedded once, for its surprise, and stored with that embedding:
-    // no embedding event asks the backfill for it again.
-    let (episode_id, needs_embedding): (Uuid, bool) = sqlx::query_as(
-        "SELECT id, needs_embedding FROM memories WHERE kind = 'episodic' AND conversation_id = $1",
+    // The segment's episode is embedded once, by the embedding consumer like every entry, and
+    // the same transaction measures its surprise against the space's earlier episodes (the two
+    // imported ones) and sets its initial FSRS state from it.
+    let episode_id: Uuid = sqlx::query_scalar(
+        "SELECT id FROM memories WHERE kind = 'episodic' AND conversation_id = $1",
     )
     .bind(Uuid::parse_str(&chat.id).unwrap())
     .fetch_one(&sandbox.pool)
     .await
     .unwrap();
-    assert!(!needs_embedding);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let (surprise, stability): (f64, f64) = loop {
+        let settled: Option<(f64, f64)> = sqlx::query_as(
+            "SELECT surprise, stability FROM memories \
+             WHERE id = $1 AND NOT needs_embedding AND NOT surprise_pending",
+        )
+        .bind(episode_id)
+        .fetch_optional(&sandbox.pool)
+        .await
+        .unwrap();
+        if let Some(settled) = settled {
+            break settled;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the episode was never embedded and measured"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let nearest: f64 = sqlx::query_scalar(
+        "SELECT max(1 - (other.embedding <=> own.embedding))::float8 \
+         FROM memory_embeddings own, memory_embeddings other \
+         WHERE own.memory_id = $1 AND other.memory_id <> $1 AND other.kind = 'episodic' \
+           AND other.user_id = own.user_id AND other.space = own.space",
+    )
+    .bind(episode_id)
+    .fetch_one(&sandbox.pool)
+    .await
+    .unwrap();
+    assert!((surprise - (1.0 - nearest).clamp(0.0, 1.0)).abs() < 1e-9, "{surprise} {nearest}");
+    assert!(
+        (surprise - engram_core::memory_state::NEUTRAL_SURPRISE).abs() > 1e-6,
+        "measured, not left neutral: {surprise}"
+    );
+    let (expected_stability, _) = engram_core::memory_state::initial_state(surprise);
+    assert!((stability - expected_stability).abs() < 1e-9, "{stability}");
     let embedded: i64 =
         sqlx::query_scalar("SELECT count(*) FROM memory_embeddings WHERE memory_id = $1")
             .bind(episode_id)
@@ -434,15 +470,6 @@ async fn the_local_grader_rates_what_the_assistant_used_above_what_it_ignored() 
             .await
             .unwrap();
     assert_eq!(embedded, 1);
-    let asked_again: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM outbox_events WHERE type_name = 'engram.v1.EmbeddingRequested' \
-         AND position(convert_to($1, 'UTF8') IN payload) > 0",
-    )
-    .bind(episode_id.to_string())
-    .fetch_one(&sandbox.pool)
-    .await
-    .unwrap();
-    assert_eq!(asked_again, 0);
     drop(sandbox);
     crate::helpers::delete_topology(&bus).await;
 }

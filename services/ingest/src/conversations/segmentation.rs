@@ -7,15 +7,20 @@
 //! 2. decide which segments close (`engram_core::segmentation`);
 //! 3. describe each closed segment — by the LLM when one is configured, by the extractive rules
 //!    of `engram_core::episode` otherwise or when the LLM fails — outside any transaction, since
-//!    an LLM may take seconds; without the LLM's judgement, measure its surprise with its
-//!    embedding (one call for every new episode of the batch);
+//!    an LLM may take seconds;
 //! 4. in one transaction holding the conversation's row: check that nobody segmented it
 //!    meanwhile, write the episodes (tombstones, near-duplicates, soft cap, audit, embedding
-//!    event — as every entry; an episode whose surprise was measured with its embedding is
-//!    stored with that embedding instead of waiting for the backfill), take the pending reviews
-//!    each closed segment answers, announce `SegmentClosed` for the review service, and record
-//!    the progress;
+//!    event — as every entry), take the pending reviews each closed segment answers, announce
+//!    `SegmentClosed` for the review service, and record the progress;
 //! 5. consolidate the new episodes into facts ([`super::consolidation`]).
+//!
+//! An episode without the LLM's judgement of its surprise is written neutral and marked
+//! `surprise_pending`; the embedding backfill measures it (1 − its highest cosine to the space's
+//! earlier episodes) with the embedding it computes for search anyway, and sets the initial FSRS
+//! state from it (`engram_store::segments::settle_pending_surprise`). Segmentation itself never
+//! waits for the model's episode embeddings: the episode is searchable by its words as soon as
+//! its transaction commits, and the model — the scarce resource on a small host — works through
+//! the episodes and facts behind it, at a lower CPU priority than the requests.
 //!
 //! It runs on a bus message (`SegmentationRequested`), and on a sweep that closes idle segments,
 //! catches what a lost message missed, and (without the bus) takes every conversation that got
@@ -28,7 +33,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use engram_core::episode::{StructuredSummary, extractive_episode};
-use engram_core::memory_state::initial_state;
+use engram_core::memory_state::{NEUTRAL_SURPRISE, initial_state};
 use engram_core::normalize::normalize_for_fingerprint;
 use engram_core::segmentation::{ClosedSegment, TurnView, close_segments};
 use engram_core::{
@@ -61,8 +66,6 @@ const MAX_EXCERPT_CHARS: usize = 65_536;
 const SWEEP_BATCH: i64 = 200;
 /// How far before a sweep's start the next sweep looks for changed conversations.
 const CHANGE_MARGIN: chrono::Duration = chrono::Duration::seconds(5);
-/// Surprise of an episode when nothing can be compared with it.
-const NEUTRAL_SURPRISE: f64 = 0.5;
 
 /// A turn of a closed segment, as the describers read it.
 #[derive(Debug, Clone)]
@@ -77,8 +80,6 @@ pub struct SegmentText {
 pub struct Segmenter {
     pub(crate) pool: PgPool,
     pub(crate) writer: MemoryWriter,
-    /// Embeds episodes (stored for search, and their surprise).
-    pub(crate) embedder: Option<Arc<dyn Embedder>>,
     /// Embeds turns for the topic rules (see `engram_embed::Embedders::topic`).
     pub(crate) topic_embedder: Option<Arc<dyn Embedder>>,
     pub(crate) llm: Option<ChatClient>,
@@ -89,7 +90,6 @@ pub struct Segmenter {
 impl std::fmt::Debug for Segmenter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Segmenter")
-            .field("embedder", &self.embedder.as_ref().map(|e| e.model_id()))
             .field(
                 "topic_embedder",
                 &self.topic_embedder.as_ref().map(|e| e.model_id()),
@@ -132,12 +132,6 @@ struct Prepared {
     /// When Engram received the segment's last turn: the reviews recorded before it are this
     /// segment's.
     last_received_at: DateTime<Utc>,
-    /// The LLM judged the episode's surprise (or nothing is written); otherwise
-    /// `measure_surprise` measures it with embeddings.
-    surprise_judged: bool,
-    /// The episode's embedding when its surprise was measured with one: stored with the episode,
-    /// so the backfill does not embed the same text again.
-    embedding: Option<Vec<f32>>,
 }
 
 fn view(turn: &TurnRecord, embedding: Option<&Vec<f32>>) -> TurnView {
@@ -205,11 +199,10 @@ fn pending_reviews(stored: &serde_json::Value) -> Vec<(DateTime<Utc>, v1::Pendin
 }
 
 impl Segmenter {
-    /// Looks at several conversations together, with one outcome each, in order. The local
-    /// model is what limits segmentation, and it does several times more per second in one
-    /// batch than in single texts: the turns of all the conversations are embedded in one call,
-    /// and so are the new episodes (for their surprise). Each conversation is then written in
-    /// its own transaction, so one failure fails only its own conversation.
+    /// Looks at several conversations together, with one outcome each, in order: the turns of
+    /// all the conversations that still need vectors for the topic rules are embedded in one
+    /// call. Each conversation is then written in its own transaction, so one failure fails only
+    /// its own conversation.
     #[tracing::instrument(skip_all, fields(conversations = conversations.len()))]
     pub async fn segment_many(
         &self,
@@ -242,7 +235,6 @@ impl Segmenter {
             };
             plans.push(plan);
         }
-        self.measure_surprise(conversations, &mut plans).await;
 
         let mut outcomes = Vec::with_capacity(conversations.len());
         for ((scope, conversation), plan) in conversations.iter().zip(plans) {
@@ -407,8 +399,11 @@ impl Segmenter {
         } else {
             self.describe(&texts).await
         };
-        // Until measured (`measure_surprise`), an episode without the LLM's judgement is neutral.
+        // Without the LLM's judgement an episode is neutral until the backfill measures it with
+        // its embedding; without an embedder it stays neutral.
         let surprise = llm_surprise.unwrap_or(NEUTRAL_SURPRISE);
+        let surprise_pending =
+            llm_surprise.is_none() && self.writer.hooks.embedding_model.is_some();
         let (stability, difficulty) = initial_state(surprise);
         let fingerprinted = normalize_for_fingerprint(&format!("{title}\n{summary}"));
         let extracted = metadata::extract(&summary);
@@ -447,6 +442,7 @@ impl Segmenter {
                 summary,
                 messages,
                 surprise,
+                surprise_pending,
                 start_at: first,
                 end_at: last,
                 stability,
@@ -462,8 +458,6 @@ impl Segmenter {
             context,
             described_by,
             last_received_at: turns.last().map_or(now, |turn| turn.created_at),
-            surprise_judged: llm_surprise.is_some(),
-            embedding: None,
         })
     }
 
@@ -508,72 +502,6 @@ impl Segmenter {
         )
     }
 
-    /// Each new episode's surprise: 1 − its highest cosine to the space's episodes, how unlike
-    /// anything remembered it is, measured with its embedding (kept to be stored with it). The
-    /// episodes of every plan are embedded in one call. Without an embedder, when it fails, or
-    /// with no other episode to compare with, the surprise stays neutral.
-    async fn measure_surprise(
-        &self,
-        conversations: &[(Scope, ConversationId)],
-        plans: &mut [Result<Option<Plan>, IngestError>],
-    ) {
-        let Some(embedder) = &self.embedder else {
-            return;
-        };
-        let mut unmeasured: Vec<(usize, &mut Prepared)> = plans
-            .iter_mut()
-            .enumerate()
-            .filter_map(|(position, plan)| match plan {
-                Ok(Some(plan)) => Some((position, &mut plan.prepared)),
-                _ => None,
-            })
-            .flat_map(|(position, prepared)| {
-                prepared
-                    .iter_mut()
-                    .filter(|p| !p.trivial && !p.surprise_judged)
-                    .map(move |p| (position, p))
-            })
-            .collect();
-        if unmeasured.is_empty() {
-            return;
-        }
-        // The text the backfill would embed for each episode.
-        let texts: Vec<String> = unmeasured
-            .iter()
-            .map(|(_, p)| {
-                engram_store::embeddings::embedding_input(
-                    Some(&p.episode.title),
-                    &p.episode.summary,
-                )
-            })
-            .collect();
-        let vectors = match embedder.embed(&texts).await {
-            Ok(vectors) => vectors,
-            Err(error) => {
-                tracing::warn!(%error, "cannot embed the episodes for their surprise");
-                return;
-            }
-        };
-        for ((position, prepared), embedding) in unmeasured.iter_mut().zip(vectors) {
-            let scope = &conversations[*position].0;
-            let surprise = match segments::nearest_episode_similarity(&self.pool, scope, &embedding)
-                .await
-            {
-                Ok(Some(similarity)) => (1.0 - similarity).clamp(0.0, 1.0),
-                Ok(None) => NEUTRAL_SURPRISE,
-                Err(error) => {
-                    tracing::warn!(%error, "cannot compare the episode with the space's episodes");
-                    NEUTRAL_SURPRISE
-                }
-            };
-            let (stability, difficulty) = initial_state(surprise);
-            prepared.episode.surprise = surprise;
-            prepared.episode.stability = stability;
-            prepared.episode.difficulty = difficulty;
-            prepared.embedding = Some(embedding);
-        }
-    }
-
     /// Writes the prepared segments in one transaction (see the module documentation).
     async fn write(
         &self,
@@ -610,9 +538,10 @@ impl Segmenter {
         let mut last_closed = segmented_through;
         for prepared in prepared {
             let episode = &prepared.episode;
-            // An episode embedded for its surprise keeps that embedding; only the others wait
-            // for the backfill.
-            let event = (self.writer.hooks.announce_embeddings() && prepared.embedding.is_none())
+            let event = self
+                .writer
+                .hooks
+                .announce_embeddings()
                 .then(|| embedding_requested(episode.id, scope, Default::default()));
             // Derived: "forget that" in the conversation means what the user said, not this.
             let detail = json!({
@@ -642,20 +571,6 @@ impl Segmenter {
                 Some(EpisodeWrite::Suppressed) | None => (None, false),
             };
             if created {
-                if let (Some(embedding), Some(embedder)) = (&prepared.embedding, &self.embedder) {
-                    engram_store::embeddings::store(
-                        &mut transaction,
-                        &[(
-                            engram_store::embeddings::EntryKey {
-                                user_id: scope.user_id.as_uuid(),
-                                id: episode.id,
-                            },
-                            embedding.clone(),
-                        )],
-                        embedder.model_id(),
-                    )
-                    .await?;
-                }
                 self.enforce_soft_cap(&mut transaction, scope, &retention)
                     .await?;
             }
