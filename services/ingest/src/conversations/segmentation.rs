@@ -41,6 +41,7 @@ use engram_core::{
 };
 use engram_embed::Embedder;
 use engram_llm::ChatClient;
+use futures::StreamExt as _;
 use engram_proto::v1;
 use engram_store::conversations::TurnRecord;
 use engram_store::segments::{self, EpisodeWrite, NewEpisode, OpenTail};
@@ -64,6 +65,9 @@ const EPISODE_NAMESPACE: Uuid = Uuid::from_u128(0x6a0e_51c4_92d7_4b3f_8e1a_c55d_
 const MAX_EXCERPT_CHARS: usize = 65_536;
 /// Conversations one sweep looks at, at most.
 const SWEEP_BATCH: i64 = 200;
+/// Conversations of one batch written (and consolidated) concurrently, each in its own
+/// transaction; outcomes keep the batch's order.
+const CONVERSATIONS_WRITTEN_AT_ONCE: usize = 4;
 /// How far before a sweep's start the next sweep looks for changed conversations.
 const CHANGE_MARGIN: chrono::Duration = chrono::Duration::seconds(5);
 
@@ -236,27 +240,44 @@ impl Segmenter {
             plans.push(plan);
         }
 
-        let mut outcomes = Vec::with_capacity(conversations.len());
-        for ((scope, conversation), plan) in conversations.iter().zip(plans) {
-            let outcome = match plan {
-                Ok(Some(plan)) => {
-                    let written = self
-                        .write(scope, *conversation, plan.segmented_through, plan.prepared)
-                        .await;
-                    if let Ok(outcome) = &written {
-                        self.consolidate_created(scope, outcome).await;
-                    }
-                    written
+        // A few conversations at a time: each transaction spends most of its time waiting for
+        // Postgres (round trips, its commit's WAL flush), and the facts of several
+        // consolidations share the write path's group commits.
+        let writes: Vec<_> = conversations
+            .iter()
+            .zip(plans)
+            .map(|((scope, conversation), plan)| self.write_planned(scope, *conversation, plan))
+            .collect();
+        futures::stream::iter(writes)
+            .buffered(CONVERSATIONS_WRITTEN_AT_ONCE)
+            .collect()
+            .await
+    }
+
+    /// Writes one conversation's plan and consolidates the episodes it created.
+    async fn write_planned(
+        &self,
+        scope: &Scope,
+        conversation: ConversationId,
+        plan: Result<Option<Plan>, IngestError>,
+    ) -> Result<SegmentationOutcome, IngestError> {
+        let outcome = match plan {
+            Ok(Some(plan)) => {
+                let written = self
+                    .write(scope, conversation, plan.segmented_through, plan.prepared)
+                    .await;
+                if let Ok(outcome) = &written {
+                    self.consolidate_created(scope, outcome).await;
                 }
-                Ok(None) => Ok(SegmentationOutcome::default()),
-                Err(error) => Err(error),
-            };
-            if let Err(error) = &outcome {
-                tracing::warn!(%error, %conversation, "cannot segment the conversation");
+                written
             }
-            outcomes.push(outcome);
+            Ok(None) => Ok(SegmentationOutcome::default()),
+            Err(error) => Err(error),
+        };
+        if let Err(error) = &outcome {
+            tracing::warn!(%error, %conversation, "cannot segment the conversation");
         }
-        outcomes
+        outcome
     }
 
     /// The segments the rules close in a conversation's open tail, described and built.
