@@ -216,10 +216,15 @@ mod tests {
     async fn jobs_run_on_threads_at_the_asked_nice_value() {
         let threads = InferenceThreads::start(2, 7).unwrap();
         let before = current_thread_nice().unwrap();
-        let nice = threads.run(Lane::Background, || Ok(current_thread_nice())).await.unwrap();
+        let nice = threads
+            .run(Lane::Background, || Ok(current_thread_nice()))
+            .await
+            .unwrap();
         assert_eq!(nice, Some((before + 7).min(19)));
         let name = threads
-            .run(Lane::Background, || Ok(std::thread::current().name().map(str::to_owned)))
+            .run(Lane::Background, || {
+                Ok(std::thread::current().name().map(str::to_owned))
+            })
             .await
             .unwrap();
         assert!(name.unwrap().starts_with("engram-model-"));
@@ -287,7 +292,9 @@ mod tests {
     async fn a_failing_job_is_an_error_and_the_threads_go_on() {
         let threads = InferenceThreads::start(1, 0).unwrap();
         let failed = threads
-            .run(Lane::Background, || -> Result<(), EmbedError> { Err(EmbedError::Inference("bad".into())) })
+            .run(Lane::Background, || -> Result<(), EmbedError> {
+                Err(EmbedError::Inference("bad".into()))
+            })
             .await;
         assert!(failed.is_err());
         assert_eq!(threads.run(Lane::Background, || Ok(1)).await.unwrap(), 1);

@@ -255,9 +255,8 @@ impl Embedder for LocalEmbedder {
 
     fn embed<'a>(&'a self, texts: &'a [String]) -> EmbedFuture<'a> {
         let embedder = self.clone();
-        self.threads
-            .embed(Lane::Background, texts, move |texts| {
-                embedder.embed_blocking(texts)
-            })
+        self.threads.embed(Lane::Background, texts, move |texts| {
+            embedder.embed_blocking(texts)
+        })
     }
 }

@@ -1142,7 +1142,11 @@ async fn conversations_segmented_together_each_get_their_own_episodes() {
                 if settled {
                     break;
                 }
-                assert!(Instant::now() < deadline, "episode {} never embedded", episode.id);
+                assert!(
+                    Instant::now() < deadline,
+                    "episode {} never embedded",
+                    episode.id
+                );
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }

@@ -456,7 +456,10 @@ async fn the_local_grader_rates_what_the_assistant_used_above_what_it_ignored() 
     .fetch_one(&sandbox.pool)
     .await
     .unwrap();
-    assert!((surprise - (1.0 - nearest).clamp(0.0, 1.0)).abs() < 1e-9, "{surprise} {nearest}");
+    assert!(
+        (surprise - (1.0 - nearest).clamp(0.0, 1.0)).abs() < 1e-9,
+        "{surprise} {nearest}"
+    );
     assert!(
         (surprise - engram_core::memory_state::NEUTRAL_SURPRISE).abs() > 1e-6,
         "measured, not left neutral: {surprise}"

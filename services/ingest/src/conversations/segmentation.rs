@@ -41,12 +41,12 @@ use engram_core::{
 };
 use engram_embed::Embedder;
 use engram_llm::ChatClient;
-use futures::StreamExt as _;
 use engram_proto::v1;
 use engram_store::conversations::TurnRecord;
 use engram_store::segments::{self, EpisodeWrite, NewEpisode, OpenTail};
 use engram_store::write_path::{CapacityTarget, enforce_soft_caps};
 use engram_store::{StoreError, audit};
+use futures::StreamExt as _;
 use serde_json::json;
 use sqlx::PgPool;
 use tokio::sync::{Notify, watch};
