@@ -172,9 +172,15 @@ impl EmbeddingBackfill {
         let mut transaction = self.pool.begin().await.map_err(StoreError::from)?;
         let stored = embeddings::store(&mut transaction, &pairs, self.embedder.model_id()).await?;
         // A new episode's surprise is measured with the embedding it just got (see
-        // `conversations::segmentation`).
-        let keys: Vec<_> = batch.iter().map(PendingEmbedding::key).collect();
-        segments::settle_pending_surprise(&mut transaction, &keys).await?;
+        // `conversations::segmentation`); a batch of facts alone has none to measure.
+        let episodes: Vec<_> = batch
+            .iter()
+            .filter(|entry| entry.title.is_some())
+            .map(PendingEmbedding::key)
+            .collect();
+        if !episodes.is_empty() {
+            segments::settle_pending_surprise(&mut transaction, &episodes).await?;
+        }
         transaction.commit().await.map_err(StoreError::from)?;
         let now = Utc::now();
         for entry in batch {

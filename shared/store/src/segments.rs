@@ -402,14 +402,14 @@ pub async fn space_size(
 
 /// Measures the surprise of the episodes among `keys` that wait for it (`surprise_pending`), now
 /// that their embeddings are stored in this transaction: 1 − the highest cosine to the space's
-/// episodes written before it, and the initial FSRS state from it. Every earlier episode is
-/// compared exactly (an aggregate, not the approximate index, whose filtered scan can miss the
-/// nearest). A review that graded the episode meanwhile has cleared the mark: its state stands.
-/// Returns how many episodes were settled.
+/// episodes written before it, and the initial stability from it (the initial difficulty does not
+/// depend on surprise). Every earlier episode is compared exactly (an aggregate, not the
+/// approximate index, whose filtered scan can miss the nearest). A review that graded the episode
+/// meanwhile has cleared the mark: its state stands.
 pub async fn settle_pending_surprise(
     connection: &mut PgConnection,
     keys: &[EntryKey],
-) -> Result<usize, StoreError> {
+) -> Result<(), StoreError> {
     let (users, ids) = key_arrays(keys.iter().copied());
     let measured: Vec<(Uuid, Uuid, Option<f64>)> = sqlx::query_as(
         "SELECT m.user_id, m.id, \
@@ -429,38 +429,31 @@ pub async fn settle_pending_surprise(
     .fetch_all(&mut *connection)
     .await?;
     if measured.is_empty() {
-        return Ok(0);
+        return Ok(());
     }
-    let mut users = Vec::with_capacity(measured.len());
-    let mut ids = Vec::with_capacity(measured.len());
-    let mut surprises = Vec::with_capacity(measured.len());
-    let mut stabilities = Vec::with_capacity(measured.len());
-    let mut difficulties = Vec::with_capacity(measured.len());
-    for (user, id, nearest) in measured {
-        let surprise = surprise_from_similarity(nearest);
-        let (stability, difficulty) = initial_state(surprise);
-        users.push(user);
-        ids.push(id);
-        surprises.push(surprise);
-        stabilities.push(stability);
-        difficulties.push(difficulty);
-    }
-    let settled = sqlx::query(
+    let (keys, surprises): (Vec<(Uuid, Uuid)>, Vec<f64>) = measured
+        .into_iter()
+        .map(|(user, id, nearest)| ((user, id), surprise_from_similarity(nearest)))
+        .unzip();
+    let (users, ids): (Vec<Uuid>, Vec<Uuid>) = keys.into_iter().unzip();
+    let stabilities: Vec<f64> = surprises
+        .iter()
+        .map(|&surprise| initial_state(surprise).0)
+        .collect();
+    sqlx::query(
         "UPDATE memories m SET surprise = v.surprise, stability = v.stability, \
-             difficulty = v.difficulty, surprise_pending = false \
-         FROM unnest($1::uuid[], $2::uuid[], $3::float8[], $4::float8[], $5::float8[]) \
-             AS v(user_id, id, surprise, stability, difficulty) \
+             surprise_pending = false \
+         FROM unnest($1::uuid[], $2::uuid[], $3::float8[], $4::float8[]) \
+             AS v(user_id, id, surprise, stability) \
          WHERE m.user_id = v.user_id AND m.id = v.id AND m.surprise_pending",
     )
     .bind(&users)
     .bind(&ids)
     .bind(&surprises)
     .bind(&stabilities)
-    .bind(&difficulties)
     .execute(&mut *connection)
-    .await?
-    .rows_affected();
-    Ok(settled as usize)
+    .await?;
+    Ok(())
 }
 
 /// A conversation whose open segment may be due to close.

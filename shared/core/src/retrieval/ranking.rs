@@ -305,16 +305,24 @@ mod tests {
     use super::*;
     use chrono::Duration;
 
+    /// A plain fact said at `at`, of middling importance: what each test varies starts here.
+    fn fact_said_at(at: DateTime<Utc>) -> CandidateFacts {
+        CandidateFacts {
+            created_at: at,
+            took_place: (at, at),
+            importance: 0.5,
+            fsrs: None,
+            is_question: false,
+        }
+    }
+
     #[test]
     fn fsrs_profile_discounts_faded_episodes_but_not_facts() {
         let now = Utc::now();
         let params = RankingParams::default();
         let fresh = CandidateFacts {
-            created_at: now,
-            took_place: (now, now),
-            importance: 0.5,
             fsrs: Some((2.0, 5.0, now)),
-            is_question: false,
+            ..fact_said_at(now)
         };
         let faded = CandidateFacts {
             fsrs: Some((2.0, 5.0, now - Duration::days(60))),
@@ -343,11 +351,8 @@ mod tests {
             ..RankingParams::default()
         };
         let facts = CandidateFacts {
-            created_at: now - Duration::days(7),
-            took_place: (now - Duration::days(7), now - Duration::days(7)),
             importance: 0.6,
-            fsrs: None,
-            is_question: false,
+            ..fact_said_at(now - Duration::days(7))
         };
         let parts = score(0.02, 0.5, &facts, &params, now, None);
         assert!(
@@ -372,13 +377,7 @@ mod tests {
             sparse_weight: 0.3,
             ..RankingParams::default()
         };
-        let facts = CandidateFacts {
-            created_at: now,
-            took_place: (now, now),
-            importance: 0.5,
-            fsrs: None,
-            is_question: false,
-        };
+        let facts = fact_said_at(now);
         let both = LegEvidence {
             sparse: Some(4.0),
             cosine: Some(0.55),
@@ -450,19 +449,13 @@ mod tests {
             question_weight: 0.8,
             ..RankingParams::default()
         };
-        let answer = CandidateFacts {
-            created_at: now,
-            took_place: (now, now),
-            importance: 0.5,
-            fsrs: None,
-            is_question: false,
-        };
-        let question = CandidateFacts {
+        let answer = fact_said_at(now);
+        let asked = CandidateFacts {
             is_question: true,
             ..answer
         };
         // The question shares more of the query's words, but asks rather than tells.
-        let question = score(0.5, 1.0, &question, &params, now, None);
+        let question = score(0.5, 1.0, &asked, &params, now, None);
         let answer = score(0.5, 0.9, &answer, &params, now, None);
         assert!((question.relevance - 0.8).abs() < 1e-12);
         assert!(answer.total > question.total, "{answer:?} {question:?}");
@@ -471,17 +464,7 @@ mod tests {
             profile: RankingProfile::Fsrs,
             ..params
         };
-        let facts = CandidateFacts {
-            is_question: true,
-            ..CandidateFacts {
-                created_at: now,
-                took_place: (now, now),
-                importance: 0.5,
-                fsrs: None,
-                is_question: false,
-            }
-        };
-        assert_eq!(score(0.5, 1.0, &facts, &fsrs, now, None).total, 0.5);
+        assert_eq!(score(0.5, 1.0, &asked, &fsrs, now, None).total, 0.5);
     }
 
     #[test]
@@ -515,11 +498,9 @@ mod tests {
             ..RankingParams::default()
         };
         let episode = CandidateFacts {
-            created_at: now - Duration::days(60),
             took_place: (now - Duration::days(61), now - Duration::days(60)),
-            importance: 0.5,
             fsrs: Some((2.0, 5.0, now - Duration::days(60))),
-            is_question: false,
+            ..fact_said_at(now - Duration::days(60))
         };
         let parts = score(0.03, 1.0, &episode, &params, now, None);
         assert!(parts.retrievability < 0.7);
@@ -547,11 +528,8 @@ mod tests {
                 .with_timezone(&Utc)
         };
         let said = |start: &str, end: &str| CandidateFacts {
-            created_at: now,
             took_place: (at(start), at(end)),
-            importance: 0.5,
-            fsrs: None,
-            is_question: false,
+            ..fact_said_at(now)
         };
         let in_march = said("2026-03-31T23:59:59Z", "2026-03-31T23:59:59Z");
         let in_april = said("2026-04-01T00:00:00Z", "2026-04-01T00:00:00Z");
