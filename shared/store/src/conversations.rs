@@ -7,6 +7,7 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use crate::StoreError;
+use crate::outbox::NewOutboxEvent;
 
 /// Which of these conversations of the space are incognito, explicitly or by the space's default.
 pub async fn incognito_among(
@@ -58,42 +59,88 @@ pub async fn set_incognito(
 }
 
 /// A conversation as the append path finds it, under its row lock.
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AppendState {
     pub next_turn_index: i32,
     pub last_turn_at: Option<DateTime<Utc>>,
-    /// The conversation is incognito (explicitly, or by the space's default).
-    pub incognito: bool,
-    pub memory_enabled: bool,
+    /// Turns already holding some of the append's client message ids: (client id, turn index).
+    pub known_client_ids: Vec<(String, i32)>,
 }
 
-/// Creates the conversation if needed and locks its row until the transaction ends, so that
-/// appends to it run one after another (turn indexes are never lost, duplicated or reordered).
-pub async fn lock_for_append(
+/// What an append finds when it opens a conversation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AppendOpening {
+    /// Memory is off for the space, or the conversation is incognito (explicitly or by the
+    /// space's default): nothing was created or locked.
+    Refused { memory_enabled: bool },
+    /// The conversation exists (created if it was new) and its row is locked until the
+    /// transaction ends, so that appends to it run one after another.
+    Open(AppendState),
+}
+
+#[derive(sqlx::FromRow)]
+struct OpeningRow {
+    incognito: bool,
+    memory_enabled: bool,
+    next_turn_index: Option<i32>,
+    last_turn_at: Option<DateTime<Utc>>,
+    known_ids: Vec<String>,
+    known_indexes: Vec<i32>,
+}
+
+/// Opens the conversation for an append, in one round trip: its privacy state (without creating
+/// anything when memory is off or it is incognito); otherwise creates it if needed, locks its row
+/// and finds which of `client_ids` its turns already hold. The caller holds the space's lock
+/// ([`crate::begin_with_spaces_locked`]), which every appender and every incognito or memory
+/// switch takes first, so the statement's snapshot sees the switches and turns as they are.
+pub async fn open_for_append(
     connection: &mut PgConnection,
     scope: &Scope,
     conversation: ConversationId,
-) -> Result<AppendState, StoreError> {
-    let state = sqlx::query_as::<_, AppendState>(
-        "WITH locked AS ( \
-             INSERT INTO conversations (user_id, space, conversation_id) VALUES ($1, $2, $3) \
+    client_ids: &[&str],
+) -> Result<AppendOpening, StoreError> {
+    let row = sqlx::query_as::<_, OpeningRow>(
+        "WITH privacy AS ( \
+             SELECT COALESCE((SELECT incognito FROM conversations \
+                              WHERE user_id = $1 AND space = $2 AND conversation_id = $3), \
+                             s.incognito_default, false) AS incognito, \
+                    COALESCE(s.memory_enabled, true) AS memory_enabled \
+             FROM (SELECT 1) AS one LEFT JOIN spaces s ON s.user_id = $1 AND s.space = $2), \
+         locked AS ( \
+             INSERT INTO conversations (user_id, space, conversation_id) \
+             SELECT $1, $2, $3 FROM privacy WHERE memory_enabled AND NOT incognito \
              ON CONFLICT (user_id, space, conversation_id) DO UPDATE SET updated_at = now() \
-             RETURNING next_turn_index, last_turn_at, incognito) \
-         SELECT l.next_turn_index, l.last_turn_at, \
-                COALESCE(l.incognito, s.incognito_default, false) AS incognito, \
-                COALESCE(s.memory_enabled, true) AS memory_enabled \
-         FROM locked l LEFT JOIN spaces s ON s.user_id = $1 AND s.space = $2",
+             RETURNING next_turn_index, last_turn_at), \
+         known AS ( \
+             SELECT COALESCE(array_agg(client_message_id), '{}') AS ids, \
+                    COALESCE(array_agg(turn_index), '{}') AS indexes \
+             FROM conversation_turns \
+             WHERE user_id = $1 AND space = $2 AND conversation_id = $3 \
+               AND client_message_id = ANY($4::text[])) \
+         SELECT p.incognito, p.memory_enabled, l.next_turn_index, l.last_turn_at, \
+                k.ids AS known_ids, k.indexes AS known_indexes \
+         FROM privacy p LEFT JOIN locked l ON true CROSS JOIN known k",
     )
     .bind(scope.user_id.as_uuid())
     .bind(scope.space.as_str())
     .bind(conversation.as_uuid())
+    .bind(client_ids)
     .fetch_one(connection)
     .await?;
-    Ok(state)
+    let Some(next_turn_index) = row.next_turn_index else {
+        return Ok(AppendOpening::Refused {
+            memory_enabled: row.memory_enabled,
+        });
+    };
+    debug_assert!(row.memory_enabled && !row.incognito);
+    Ok(AppendOpening::Open(AppendState {
+        next_turn_index,
+        last_turn_at: row.last_turn_at,
+        known_client_ids: row.known_ids.into_iter().zip(row.known_indexes).collect(),
+    }))
 }
 
-/// The conversation's incognito and memory state without creating or locking anything: what an
-/// append that may store nothing looks at first.
+/// The conversation's incognito and memory state without creating or locking anything.
 pub async fn privacy_state(
     connection: &mut PgConnection,
     scope: &Scope,
@@ -114,30 +161,6 @@ pub async fn privacy_state(
     Ok(state)
 }
 
-/// The turns already holding these client message ids: (client id, turn index).
-pub async fn turns_by_client_id(
-    connection: &mut PgConnection,
-    scope: &Scope,
-    conversation: ConversationId,
-    client_ids: &[&str],
-) -> Result<Vec<(String, i32)>, StoreError> {
-    if client_ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    let rows = sqlx::query_as(
-        "SELECT client_message_id, turn_index FROM conversation_turns \
-         WHERE user_id = $1 AND space = $2 AND conversation_id = $3 \
-           AND client_message_id = ANY($4::text[])",
-    )
-    .bind(scope.user_id.as_uuid())
-    .bind(scope.space.as_str())
-    .bind(conversation.as_uuid())
-    .bind(client_ids)
-    .fetch_all(connection)
-    .await?;
-    Ok(rows)
-}
-
 /// A turn to insert, with its index already allocated.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewTurn {
@@ -149,17 +172,30 @@ pub struct NewTurn {
     pub tokens: i32,
 }
 
+/// A segmentation request an append asks for with its turns.
+#[derive(Debug, Clone, Copy)]
+pub struct SegmentationRequest<'a> {
+    /// Published through the outbox when this append claims the request.
+    pub event: &'a NewOutboxEvent,
+    /// A pending request older than this is claimed again (see [`claim_segmentation_request`]).
+    pub renew_after: std::time::Duration,
+}
+
 /// Inserts the turns and moves the conversation past them (next index, last time, and an
-/// explicit close when asked for). The row must be locked ([`lock_for_append`]).
-pub async fn insert_turns(
+/// explicit close when asked for); with a `segmentation_request`, also claims it as
+/// [`claim_segmentation_request`] does and, when claimed, queues its event in the outbox. One
+/// statement, so that an append costs few round trips while it holds the space's lock. The row
+/// must be locked ([`open_for_append`]). Returns whether the event was queued.
+pub async fn record_turns(
     connection: &mut PgConnection,
     scope: &Scope,
     conversation: ConversationId,
     turns: &[NewTurn],
     close_requested: bool,
-) -> Result<(), StoreError> {
+    segmentation_request: Option<SegmentationRequest<'_>>,
+) -> Result<bool, StoreError> {
     let Some(last) = turns.last() else {
-        return Ok(());
+        return Ok(false);
     };
     let mut indexes = Vec::with_capacity(turns.len());
     let mut roles = Vec::with_capacity(turns.len());
@@ -175,18 +211,34 @@ pub async fn insert_turns(
         client_ids.push(turn.client_message_id.as_deref());
         tokens.push(turn.tokens);
     }
-    sqlx::query(
+    let event = segmentation_request.map(|request| request.event);
+    // The claim reads the row as this transaction left it (it holds the row's lock); data-modifying
+    // CTEs all run, whether or not the final statement reads them.
+    let queued = sqlx::query_scalar::<_, bool>(
         "WITH inserted AS ( \
              INSERT INTO conversation_turns (user_id, space, conversation_id, turn_index, role, content, \
                  spoken_at, client_message_id, tokens) \
              SELECT $1, $2, $3, t.turn_index, t.role, t.content, t.spoken_at, t.client_message_id, t.tokens \
              FROM unnest($4::int4[], $5::text[], $6::text[], $7::timestamptz[], $8::text[], $9::int4[]) \
                  AS t(turn_index, role, content, spoken_at, client_message_id, tokens) \
+             RETURNING 1), \
+         claim AS ( \
+             SELECT $13::bool AND (segmentation_requested_at IS NULL \
+                    OR segmentation_requested_at < now() - make_interval(secs => $14)) AS claimed \
+             FROM conversations WHERE user_id = $1 AND space = $2 AND conversation_id = $3), \
+         moved AS ( \
+             UPDATE conversations SET next_turn_index = $10 + 1, last_turn_at = $11, \
+                 last_appended_at = now(), updated_at = now(), \
+                 close_requested_through = CASE WHEN $12 THEN $10 ELSE close_requested_through END, \
+                 segmentation_requested_at = CASE WHEN (SELECT claimed FROM claim) THEN now() \
+                                                  ELSE segmentation_requested_at END \
+             WHERE user_id = $1 AND space = $2 AND conversation_id = $3 \
+             RETURNING 1), \
+         queued AS ( \
+             INSERT INTO outbox_events (message_id, routing_key, type_name, payload, trace_headers) \
+             SELECT $15, $16, $17, $18, $19 FROM claim WHERE claimed \
              RETURNING 1) \
-         UPDATE conversations SET next_turn_index = $10 + 1, last_turn_at = $11, last_appended_at = now(), \
-             updated_at = now(), \
-             close_requested_through = CASE WHEN $12 THEN $10 ELSE close_requested_through END \
-         WHERE user_id = $1 AND space = $2 AND conversation_id = $3",
+         SELECT EXISTS (SELECT 1 FROM queued)",
     )
     .bind(scope.user_id.as_uuid())
     .bind(scope.space.as_str())
@@ -200,9 +252,16 @@ pub async fn insert_turns(
     .bind(last.turn_index)
     .bind(last.spoken_at)
     .bind(close_requested)
-    .execute(connection)
+    .bind(segmentation_request.is_some())
+    .bind(segmentation_request.map_or(0.0, |request| request.renew_after.as_secs_f64()))
+    .bind(event.map(|event| event.message_id))
+    .bind(event.map(|event| event.routing_key.as_str()))
+    .bind(event.map(|event| event.type_name.as_str()))
+    .bind(event.map(|event| event.payload.as_slice()))
+    .bind(event.map(NewOutboxEvent::trace_headers_json))
+    .fetch_one(connection)
     .await?;
-    Ok(())
+    Ok(queued)
 }
 
 /// Marks the conversation as having a segmentation request pending; false when one already is

@@ -60,6 +60,9 @@ const FOLLOWED_PER_SECOND: u32 = 5;
 /// A segment closed this long without an episode row of its own wrote none (a near-duplicate
 /// episode repeated instead, or a segment of greetings and thanks).
 const NO_EPISODE_AFTER: Duration = Duration::from_secs(10);
+/// How often the follower asks about closings whose episode is searchable and only its embedding
+/// is awaited.
+const EMBEDDED_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// Episodes RetrieveMemory is asked for at the end.
 const BM25_CHECKS: i64 = 20;
 /// Longest wait for the embeddings once segmentation caught up after a phase.
@@ -1034,6 +1037,7 @@ async fn follow_closings(
 ) -> FollowResult {
     let mut result = FollowResult::default();
     let mut pending: Vec<(Closing, ClosingTimes)> = Vec::new();
+    let mut last_embedded_poll = Instant::now();
     loop {
         while let Ok(closing) = incoming.try_recv() {
             if pending.len() >= MAX_FOLLOWED {
@@ -1053,7 +1057,18 @@ async fn follow_closings(
         }
         let stopping = *stop.borrow();
         let mut pause = Duration::from_millis(20);
-        if !pending.is_empty() {
+        // Closings whose episode is searchable wait only for its embedding, which the report
+        // counts in seconds: they are asked about once a second, so that the probe's own load on
+        // Postgres stays small while the embeddings lag.
+        let ask_embedded = stopping || last_embedded_poll.elapsed() >= EMBEDDED_POLL_INTERVAL;
+        let asked: Vec<usize> = (0..pending.len())
+            .filter(|&at| ask_embedded || pending[at].1.searchable.is_none())
+            .collect();
+        if ask_embedded {
+            last_embedded_poll = Instant::now();
+        }
+        if !asked.is_empty() {
+            let asked_closings = || asked.iter().map(|&at| &pending[at].0);
             let polled = Instant::now();
             let rows: Result<Vec<ClosingState>, sqlx::Error> = sqlx::query_as(
                 "SELECT d.i, c.segmented_through >= d.through AS closed, m.id IS NOT NULL AS searchable, \
@@ -1067,12 +1082,12 @@ async fn follow_closings(
                       LIMIT 1) m ON true \
                  LEFT JOIN memory_embeddings e ON e.user_id = d.user_id AND e.memory_id = m.id",
             )
-            .bind((0..pending.len() as i32).collect::<Vec<i32>>())
-            .bind(pending.iter().map(|(c, _)| c.user).collect::<Vec<Uuid>>())
-            .bind(pending.iter().map(|(c, _)| c.space).collect::<Vec<&str>>())
-            .bind(pending.iter().map(|(c, _)| c.conversation).collect::<Vec<Uuid>>())
-            .bind(pending.iter().map(|(c, _)| c.through).collect::<Vec<i32>>())
-            .bind(pending.iter().map(|(c, _)| c.end_at).collect::<Vec<DateTime<Utc>>>())
+            .bind(asked.iter().map(|&at| at as i32).collect::<Vec<i32>>())
+            .bind(asked_closings().map(|c| c.user).collect::<Vec<Uuid>>())
+            .bind(asked_closings().map(|c| c.space).collect::<Vec<&str>>())
+            .bind(asked_closings().map(|c| c.conversation).collect::<Vec<Uuid>>())
+            .bind(asked_closings().map(|c| c.through).collect::<Vec<i32>>())
+            .bind(asked_closings().map(|c| c.end_at).collect::<Vec<DateTime<Utc>>>())
             .fetch_all(&pool)
             .await;
             let took = polled.elapsed();
@@ -1099,6 +1114,8 @@ async fn follow_closings(
                 }
                 Err(error) => eprintln!("follower query failed: {error}"),
             }
+        }
+        if !pending.is_empty() {
             let now = Instant::now();
             let mut still = Vec::with_capacity(pending.len());
             for (closing, mut times) in pending {
@@ -2362,7 +2379,7 @@ async fn write_report(inputs: ReportInputs<'_>) -> anyhow::Result<()> {
          For one in {target_every} turns whose append closed a segment (and at most {MAX_FOLLOWED} at once), the \
          benchmark polls \
          the database (every 20 ms, less often when the poll itself gets slow: {polls} polls, {poll_ms:.1} ms each on \
-         average) from the moment the append returned, until segmentation recorded the segment closed, the \
+         average; once the episode is searchable, every {embedded_poll_s} s) from the moment the append returned, until segmentation recorded the segment closed, the \
          episode's row was committed — **searchable**: from then on RetrieveMemory's BM25 leg finds it (its \
          `search_document` is a generated column of the row) — and its embedding was stored in \
          `memory_embeddings` (the vector leg finds it too). The episode is matched by conversation and `end_at` \
@@ -2455,6 +2472,7 @@ async fn write_report(inputs: ReportInputs<'_>) -> anyhow::Result<()> {
         drained = drained_text(target_drain, args.drain_seconds),
         segment_rows = segment_table(&target_segments),
         polls = follow.polls,
+        embedded_poll_s = EMBEDDED_POLL_INTERVAL.as_secs(),
         poll_ms = follow.poll_time.as_secs_f64() * 1000.0 / follow.polls.max(1) as f64,
         closing_rows = closing_rows(&closings),
         hard_gap = closings.hard_gap,
