@@ -205,13 +205,19 @@ pub struct Sandbox {
     pub database: TestDatabase,
 }
 
-fn database_settings(url: &str, run_migrations: bool) -> engram_server::DatabaseSettings {
+/// The sandbox's database settings over a service's own defaults (its `synchronous_commit`).
+fn database_settings(
+    defaults: engram_server::DatabaseSettings,
+    url: &str,
+    run_migrations: bool,
+) -> engram_server::DatabaseSettings {
     engram_server::DatabaseSettings {
         url: SecretString::from(url.to_owned()),
         max_connections: 8,
         connect_timeout_secs: 10,
         run_migrations,
         schema_wait_secs: 30,
+        ..defaults
     }
 }
 
@@ -245,7 +251,7 @@ fn ingest_settings(database_url: &str, options: &SandboxOptions) -> IngestSettin
         engram_server::settings::load_defaults_only(IngestSettings::defaults())
             .expect("ingest defaults");
     ingest_settings.grpc = grpc_settings(options);
-    ingest_settings.database = database_settings(database_url, true);
+    ingest_settings.database = database_settings(ingest_settings.database, database_url, true);
     ingest_settings.auth = engram_server::AuthSettings {
         tokens_file: options.tokens_file.clone(),
     };
@@ -256,6 +262,9 @@ fn ingest_settings(database_url: &str, options: &SandboxOptions) -> IngestSettin
         ingest_settings.memory.write_batch_concurrency = concurrency;
     }
     ingest_settings.embed.poll_interval_ms = 100;
+    // Background inference yields the CPU to requests in production (nice 10). Here every
+    // process is a test, and four run at once: a nice model would wait on its neighbours.
+    ingest_settings.embed.inference_nice = 0;
     // Tests that need a retention run start it themselves, at the instant they choose.
     ingest_settings.retention.enabled = false;
     ingest_settings.amqp.enabled = options.bus.is_some();
@@ -302,7 +311,7 @@ fn retrieval_settings(database_url: &str, options: &SandboxOptions) -> Retrieval
         engram_server::settings::load_defaults_only(RetrievalSettings::defaults())
             .expect("retrieval defaults");
     settings.grpc = grpc_settings(options);
-    settings.database = database_settings(database_url, false);
+    settings.database = database_settings(settings.database, database_url, false);
     settings.auth = engram_server::AuthSettings {
         tokens_file: options.tokens_file.clone(),
     };
@@ -335,7 +344,7 @@ fn review_settings(
         engram_server::settings::load_defaults_only(ReviewSettings::defaults())
             .expect("review defaults");
     settings.grpc = grpc_settings(options);
-    settings.database = database_settings(database_url, false);
+    settings.database = database_settings(settings.database, database_url, false);
     settings.auth = auth;
     settings.embed.model_dir = local_model_dir();
     settings.embed.provider = match &options.embedder {

@@ -26,6 +26,9 @@ impl RetrievalSettings {
 
     pub fn defaults() -> Vec<(&'static str, config::Value)> {
         let mut defaults = common_defaults(DEFAULT_PORT);
+        // Retrieval writes only what a read leaves behind: no read waits for a WAL flush (see
+        // DatabaseSettings::synchronous_commit).
+        defaults.push(("database.synchronous_commit", "off".into()));
         defaults.extend(engram_recall::embed_defaults());
         defaults.extend(RecallSettings::defaults());
         defaults

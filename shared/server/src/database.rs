@@ -18,6 +18,7 @@ pub async fn connect(settings: &DatabaseSettings) -> anyhow::Result<PgPool> {
         settings.url.expose_secret(),
         settings.max_connections,
         Duration::from_secs(settings.connect_timeout_secs),
+        settings.synchronous_commit.as_str(),
     )
     .await
     .context("cannot connect to postgres (ENGRAM_DATABASE__URL)")?;

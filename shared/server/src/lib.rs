@@ -19,6 +19,8 @@ pub mod tls;
 
 pub use auth::{AccessGrant, AuthLayer, TokenRegistry, authorized_scope};
 pub use grpc::GrpcServer;
-pub use settings::{AuthSettings, DatabaseSettings, GrpcSettings, load_settings};
+pub use settings::{
+    AuthSettings, DatabaseSettings, GrpcSettings, SynchronousCommit, load_settings,
+};
 pub use shutdown::shutdown_signal;
 pub use tls::TlsSettings;

@@ -56,6 +56,37 @@ pub struct DatabaseSettings {
     pub run_migrations: bool,
     /// How long a service that does not own migrations waits for them at start.
     pub schema_wait_secs: u64,
+    /// Postgres's `synchronous_commit` for this service's connections: `on` where a commit holds
+    /// what users gave Engram (ingest, review); `off` in retrieval, whose only writes are what a
+    /// read leaves behind (the scores cache, the record of what was served for review, request
+    /// metrics), so that no read waits for a WAL flush.
+    pub synchronous_commit: SynchronousCommit,
+}
+
+/// When a commit returns, as Postgres's `synchronous_commit` has it. With `off` a commit is
+/// visible to every other session at once and its WAL reaches the disk within a few
+/// `wal_writer_delay`s; a crash of the server within that moment loses it (never corrupts it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SynchronousCommit {
+    On,
+    Off,
+    Local,
+    RemoteWrite,
+    RemoteApply,
+}
+
+impl SynchronousCommit {
+    /// The setting's value as Postgres spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::On => "on",
+            Self::Off => "off",
+            Self::Local => "local",
+            Self::RemoteWrite => "remote_write",
+            Self::RemoteApply => "remote_apply",
+        }
+    }
 }
 
 /// Bearer-token access. With no tokens file, access is open (local runs), and the log says so.
@@ -90,6 +121,7 @@ pub fn common_defaults(default_port: u16) -> Vec<(&'static str, config::Value)> 
         ("database.connect_timeout_secs", 10i64.into()),
         ("database.run_migrations", false.into()),
         ("database.schema_wait_secs", 120i64.into()),
+        ("database.synchronous_commit", "on".into()),
     ]
 }
 

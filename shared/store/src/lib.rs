@@ -44,9 +44,12 @@ pub async fn connect(
     url: &str,
     max_connections: u32,
     connect_timeout: Duration,
+    synchronous_commit: &str,
 ) -> Result<PgPool, StoreError> {
     let options: PgConnectOptions = url.parse().map_err(StoreError::Database)?;
-    let options = options.application_name("engram");
+    let options = options
+        .application_name("engram")
+        .options([("synchronous_commit", synchronous_commit)]);
     pool_options(max_connections, connect_timeout)
         .connect_with(options)
         .await

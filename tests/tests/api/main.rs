@@ -7,6 +7,7 @@ mod commands;
 mod concurrency;
 mod controls;
 mod conversations;
+mod database;
 mod deadlines;
 mod dense;
 mod embeddings;

@@ -200,6 +200,7 @@ async fn connect(url: &str) -> anyhow::Result<sqlx::PgPool> {
         connect_timeout_secs: 5,
         run_migrations: true,
         schema_wait_secs: 0,
+        synchronous_commit: engram_server::SynchronousCommit::On,
     })
     .await
 }
