@@ -2,8 +2,9 @@
 //!
 //! - `fsrs` (the retrieve-memory API): an episode scores rrf × retrievability, the FSRS
 //!   probability that it is still remembered; a semantic fact scores rrf (facts do not decay).
-//! - `triscore` (the theoria policy): α·relevance·retrievability + β·recency + γ·importance, with
-//!   recency exp(−Δt/τ), the stored importance, retrievability as in `fsrs` (1 for facts), and
+//! - `triscore` (the theoria policy): α·relevance + β·freshness + γ·importance, with freshness
+//!   an episode's FSRS retrievability (as in `fsrs`: it fades with time and comes back with
+//!   reviews) and, for what FSRS does not model, recency exp(−Δt/τ); the stored importance; and
 //!   relevance a convex combination of both legs' own scores (`relevance`): w·BM25/best BM25 +
 //!   (1 − w)·cosine/best cosine among the candidates, times `question_weight` for a fact that is
 //!   itself a question.
@@ -270,6 +271,16 @@ pub fn score(
     };
     let relevance = unit_interval(relevance) * question_weight;
     let recency = recency(facts.created_at, now, params.recency_tau_days);
+    // How fresh an entry is for triscore: an episode's FSRS retrievability, which fades with time
+    // and comes back with the reviews that found it useful; recency for what FSRS does not model
+    // (facts do not decay). Added, not multiplied into relevance: a product let a months-old
+    // episode's relevance count for half a fact's, so facts crowded out the episodes that held
+    // the answer (docs/eval/README.md).
+    let freshness = if facts.fsrs.is_some() {
+        retrievability
+    } else {
+        recency
+    };
     let importance = unit_interval(facts.importance);
     let time_match =
         window.is_some_and(|window| window.overlaps(facts.took_place.0, facts.took_place.1));
@@ -283,9 +294,7 @@ pub fn score(
             * match params.profile {
                 RankingProfile::Fsrs => rrf * retrievability,
                 RankingProfile::Triscore => {
-                    params.alpha * relevance * retrievability
-                        + params.beta * recency
-                        + params.gamma * importance
+                    params.alpha * relevance + params.beta * freshness + params.gamma * importance
                 }
             },
     );
@@ -489,25 +498,41 @@ mod tests {
     }
 
     #[test]
-    fn triscore_discounts_a_faded_episodes_relevance() {
+    fn triscore_counts_an_episodes_retrievability_as_its_freshness_not_against_its_relevance() {
         let now = Utc::now();
-        let params = RankingParams {
-            profile: RankingProfile::Triscore,
-            beta: 0.0,
-            gamma: 0.0,
-            ..RankingParams::default()
-        };
         let episode = CandidateFacts {
             took_place: (now - Duration::days(61), now - Duration::days(60)),
             fsrs: Some((2.0, 5.0, now - Duration::days(60))),
             ..fact_said_at(now - Duration::days(60))
         };
-        let parts = score(0.03, 1.0, &episode, &params, now, None);
+        // Relevance alone: a faded episode is as relevant as it is.
+        let relevance_only = RankingParams {
+            profile: RankingProfile::Triscore,
+            alpha: 1.0,
+            beta: 0.0,
+            gamma: 0.0,
+            ..RankingParams::default()
+        };
+        let parts = score(0.03, 0.8, &episode, &relevance_only, now, None);
         assert!(parts.retrievability < 0.7);
+        assert!((parts.total - 0.8).abs() < 1e-9, "{parts:?}");
+        // Freshness alone: the episode's retrievability, a fact's recency.
+        let freshness_only = RankingParams {
+            profile: RankingProfile::Triscore,
+            alpha: 0.0,
+            beta: 1.0,
+            gamma: 0.0,
+            ..RankingParams::default()
+        };
+        let parts = score(0.03, 0.8, &episode, &freshness_only, now, None);
         assert!(
             (parts.total - parts.retrievability).abs() < 1e-9,
             "{parts:?}"
         );
+        let fact = fact_said_at(now - Duration::days(60));
+        let parts = score(0.03, 0.8, &fact, &freshness_only, now, None);
+        assert!((parts.total - parts.recency).abs() < 1e-9, "{parts:?}");
+        assert!((parts.retrievability - 1.0).abs() < 1e-9);
     }
 
     #[test]
