@@ -42,14 +42,14 @@ impl RecallSettings {
     /// Defaults under `recall.` for the services' settings, chosen by `make eval`. On the
     /// multi-session dialogs (docs/eval/dialogs.md, "How the ranking defaults were chosen", which
     /// weighs the turns and the conversation's episodes and facts alike): triscore, its relevance
-    /// 0.3 × BM25 over the best BM25 + 0.7 × cosine over the best cosine among the candidates,
+    /// 0.4 × BM25 over the best BM25 + 0.6 × cosine over the best cosine among the candidates,
     /// discounted to 0.6 for a fact that is itself a question; importance weighted 1 to
     /// relevance's 4; MMR at λ = 1 (order by score: diversity cost recall on the dialogs, and the
     /// write path already merges near-duplicates; requests may still ask for it); a relevance
-    /// floor of 0.25 (the cosine an entry no query word matched needs: it lifted the episodes and
+    /// floor of 0.2 (the cosine an entry no query word matched needs: it lifted the episodes and
     /// facts, which low-cosine facts had crowded; higher floors lose paraphrases that share no
-    /// word with the question); and an entry from the days a question names scoring three times
-    /// as much (time_match_boost 2). RRF k = 1 orders the fsrs profile. Recency (β = 0.5, τ = 30
+    /// word with the question); and an entry from the days a question names scoring one and a
+    /// half times as much (time_match_boost 0.5). RRF k = 1 orders the fsrs profile. Recency (β = 0.5, τ = 30
     /// days) and the candidates per leg (20) come from the task set (docs/eval/retrieval.md): the
     /// dialogs are months old when asked about, so they cannot choose them.
     pub fn defaults() -> Vec<(&'static str, config::Value)> {
@@ -61,9 +61,9 @@ impl RecallSettings {
             ("recall.beta", 0.5.into()),
             ("recall.gamma", 1.0.into()),
             ("recall.recency_tau_days", 30.0.into()),
-            ("recall.min_similarity", 0.25.into()),
-            ("recall.time_match_boost", 2.0.into()),
-            ("recall.sparse_weight", 0.3.into()),
+            ("recall.min_similarity", 0.2.into()),
+            ("recall.time_match_boost", 0.5.into()),
+            ("recall.sparse_weight", 0.4.into()),
             ("recall.question_weight", 0.6.into()),
             ("recall.candidates_per_leg", 20i64.into()),
             (
