@@ -9,6 +9,31 @@ use uuid::Uuid;
 use crate::StoreError;
 use crate::outbox::NewOutboxEvent;
 
+/// The conversation's incognito state (its own, else the space's default) and the space's memory
+/// switch, as one row `(incognito, memory_enabled)` for the conversation `$1, $2, $3`.
+macro_rules! privacy_row {
+    () => {
+        "SELECT COALESCE((SELECT incognito FROM conversations \
+                          WHERE user_id = $1 AND space = $2 AND conversation_id = $3), \
+                         s.incognito_default, false) AS incognito, \
+                COALESCE(s.memory_enabled, true) AS memory_enabled \
+         FROM (SELECT 1) AS one LEFT JOIN spaces s ON s.user_id = $1 AND s.space = $2"
+    };
+}
+
+/// Whether the conversation's segmentation request may be claimed: none pending, or the pending
+/// one older than `$renew` seconds.
+macro_rules! segmentation_claimable {
+    ($renew:literal) => {
+        concat!(
+            "(segmentation_requested_at IS NULL \
+              OR segmentation_requested_at < now() - make_interval(secs => ",
+            $renew,
+            "))"
+        )
+    };
+}
+
 /// Which of these conversations of the space are incognito, explicitly or by the space's default.
 pub async fn incognito_among(
     connection: &mut PgConnection,
@@ -80,7 +105,6 @@ pub enum AppendOpening {
 
 #[derive(sqlx::FromRow)]
 struct OpeningRow {
-    incognito: bool,
     memory_enabled: bool,
     next_turn_index: Option<i32>,
     last_turn_at: Option<DateTime<Utc>>,
@@ -99,13 +123,10 @@ pub async fn open_for_append(
     conversation: ConversationId,
     client_ids: &[&str],
 ) -> Result<AppendOpening, StoreError> {
-    let row = sqlx::query_as::<_, OpeningRow>(
-        "WITH privacy AS ( \
-             SELECT COALESCE((SELECT incognito FROM conversations \
-                              WHERE user_id = $1 AND space = $2 AND conversation_id = $3), \
-                             s.incognito_default, false) AS incognito, \
-                    COALESCE(s.memory_enabled, true) AS memory_enabled \
-             FROM (SELECT 1) AS one LEFT JOIN spaces s ON s.user_id = $1 AND s.space = $2), \
+    let row = sqlx::query_as::<_, OpeningRow>(concat!(
+        "WITH privacy AS (",
+        privacy_row!(),
+        "), \
          locked AS ( \
              INSERT INTO conversations (user_id, space, conversation_id) \
              SELECT $1, $2, $3 FROM privacy WHERE memory_enabled AND NOT incognito \
@@ -117,10 +138,10 @@ pub async fn open_for_append(
              FROM conversation_turns \
              WHERE user_id = $1 AND space = $2 AND conversation_id = $3 \
                AND client_message_id = ANY($4::text[])) \
-         SELECT p.incognito, p.memory_enabled, l.next_turn_index, l.last_turn_at, \
+         SELECT p.memory_enabled, l.next_turn_index, l.last_turn_at, \
                 k.ids AS known_ids, k.indexes AS known_indexes \
-         FROM privacy p LEFT JOIN locked l ON true CROSS JOIN known k",
-    )
+         FROM privacy p LEFT JOIN locked l ON true CROSS JOIN known k"
+    ))
     .bind(scope.user_id.as_uuid())
     .bind(scope.space.as_str())
     .bind(conversation.as_uuid())
@@ -132,7 +153,6 @@ pub async fn open_for_append(
             memory_enabled: row.memory_enabled,
         });
     };
-    debug_assert!(row.memory_enabled && !row.incognito);
     Ok(AppendOpening::Open(AppendState {
         next_turn_index,
         last_turn_at: row.last_turn_at,
@@ -146,18 +166,12 @@ pub async fn privacy_state(
     scope: &Scope,
     conversation: ConversationId,
 ) -> Result<(bool, bool), StoreError> {
-    let state: (bool, bool) = sqlx::query_as(
-        "SELECT COALESCE((SELECT incognito FROM conversations \
-                          WHERE user_id = $1 AND space = $2 AND conversation_id = $3), \
-                         s.incognito_default, false), \
-                COALESCE(s.memory_enabled, true) \
-         FROM (SELECT 1) AS one LEFT JOIN spaces s ON s.user_id = $1 AND s.space = $2",
-    )
-    .bind(scope.user_id.as_uuid())
-    .bind(scope.space.as_str())
-    .bind(conversation.as_uuid())
-    .fetch_one(connection)
-    .await?;
+    let state: (bool, bool) = sqlx::query_as(privacy_row!())
+        .bind(scope.user_id.as_uuid())
+        .bind(scope.space.as_str())
+        .bind(conversation.as_uuid())
+        .fetch_one(connection)
+        .await?;
     Ok(state)
 }
 
@@ -214,7 +228,7 @@ pub async fn record_turns(
     let event = segmentation_request.map(|request| request.event);
     // The claim reads the row as this transaction left it (it holds the row's lock); data-modifying
     // CTEs all run, whether or not the final statement reads them.
-    let queued = sqlx::query_scalar::<_, bool>(
+    let queued = sqlx::query_scalar::<_, bool>(concat!(
         "WITH inserted AS ( \
              INSERT INTO conversation_turns (user_id, space, conversation_id, turn_index, role, content, \
                  spoken_at, client_message_id, tokens) \
@@ -223,8 +237,9 @@ pub async fn record_turns(
                  AS t(turn_index, role, content, spoken_at, client_message_id, tokens) \
              RETURNING 1), \
          claim AS ( \
-             SELECT $13::bool AND (segmentation_requested_at IS NULL \
-                    OR segmentation_requested_at < now() - make_interval(secs => $14)) AS claimed \
+             SELECT $13::bool AND ",
+        segmentation_claimable!("$14"),
+        " AS claimed \
              FROM conversations WHERE user_id = $1 AND space = $2 AND conversation_id = $3), \
          moved AS ( \
              UPDATE conversations SET next_turn_index = $10 + 1, last_turn_at = $11, \
@@ -238,8 +253,8 @@ pub async fn record_turns(
              INSERT INTO outbox_events (message_id, routing_key, type_name, payload, trace_headers) \
              SELECT $15, $16, $17, $18, $19 FROM claim WHERE claimed \
              RETURNING 1) \
-         SELECT EXISTS (SELECT 1 FROM queued)",
-    )
+         SELECT EXISTS (SELECT 1 FROM queued)"
+    ))
     .bind(scope.user_id.as_uuid())
     .bind(scope.space.as_str())
     .bind(conversation.as_uuid())
@@ -273,13 +288,12 @@ pub async fn claim_segmentation_request(
     conversation: ConversationId,
     renew_after: std::time::Duration,
 ) -> Result<bool, StoreError> {
-    let claimed: Option<bool> = sqlx::query_scalar(
+    let claimed: Option<bool> = sqlx::query_scalar(concat!(
         "UPDATE conversations SET segmentation_requested_at = now() \
-         WHERE user_id = $1 AND space = $2 AND conversation_id = $3 \
-           AND (segmentation_requested_at IS NULL \
-                OR segmentation_requested_at < now() - make_interval(secs => $4)) \
-         RETURNING true",
-    )
+         WHERE user_id = $1 AND space = $2 AND conversation_id = $3 AND ",
+        segmentation_claimable!("$4"),
+        " RETURNING true"
+    ))
     .bind(scope.user_id.as_uuid())
     .bind(scope.space.as_str())
     .bind(conversation.as_uuid())
