@@ -559,10 +559,8 @@ impl IngestService for IngestApi {
         let entries =
             crate::import::parse_batch(&scope, &message.memories, message.context_turns, &limits)
                 .map_err(IngestError::from)?;
-        let imported = self
-            .writer
-            .import(&scope, entries, message.context_turns)
-            .await?;
+        let context_turns = crate::import::context_turns(message.context_turns, &entries);
+        let imported = self.writer.import(&scope, entries, context_turns).await?;
         let created = imported.iter().filter(|entry| entry.created).count() as u32;
         let suppressed = imported
             .iter()
@@ -577,6 +575,7 @@ impl IngestService for IngestApi {
             created,
             suppressed,
             skipped_incognito,
+            context_turns,
             entries: imported
                 .into_iter()
                 .map(|entry| v1::ImportedEntry {

@@ -83,6 +83,7 @@ fn parse_ranking(
             time_match_boost: options.time_match_boost,
             sparse_weight: options.sparse_weight,
             question_weight: options.question_weight,
+            other_speaker_weight: options.other_speaker_weight,
         },
         options.sparse_only,
     ))

@@ -21,6 +21,7 @@ pub mod review;
 pub mod sanitize;
 pub mod segmentation;
 pub mod simhash;
+pub mod speaker;
 pub mod validate;
 pub mod when;
 

@@ -134,7 +134,8 @@ proptest! {
         importance in unit(),
         relevance in any_float(),
         is_question in any::<bool>(),
-        relevance_weights in (unit(), unit()),
+        spoken_by_another in any::<bool>(),
+        relevance_weights in (unit(), unit(), unit()),
         stability in any_float(),
         difficulty in any_float(),
         episode in any::<bool>(),
@@ -151,6 +152,7 @@ proptest! {
             importance,
             fsrs: episode.then_some((stability, difficulty, last_reviewed_at)),
             is_question,
+            spoken_by_another,
         };
         let params = RankingParams {
             profile: if triscore { RankingProfile::Triscore } else { RankingProfile::Fsrs },
@@ -161,6 +163,7 @@ proptest! {
             time_match_boost: boost,
             sparse_weight: relevance_weights.0,
             question_weight: relevance_weights.1,
+            other_speaker_weight: relevance_weights.2,
             ..RankingParams::default()
         };
         let day = window_start.date_naive();

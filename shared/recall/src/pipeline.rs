@@ -12,6 +12,7 @@ use engram_core::retrieval::ranking::{
     CandidateFacts, LegEvidence, LegScale, TimeWindow, is_question, relevance, score,
 };
 use engram_core::retrieval::{Fused, LegHit, RankingParams, ScoreParts, fuse};
+use engram_core::speaker::NamedSpeakers;
 use engram_core::{Category, ConversationId, MemoryKind, Scope};
 use engram_store::memories::MemoryRecord;
 use engram_store::retrieval::{
@@ -440,6 +441,16 @@ impl Recall {
             .map(|fused| weigh_legs(fused, &mut loaded, query_embedding))
             .collect();
         let scale = LegScale::of(evidence.iter().flatten().map(|(_, _, legs)| legs));
+        // The speakers the query names, among those whose lines are candidates ("What breed is
+        // Jonas's dog?"): the other speakers' lines count less.
+        let speakers = NamedSpeakers::in_query(
+            &request.query,
+            evidence
+                .iter()
+                .flatten()
+                .filter(|(_, candidate, _)| candidate.record.memory_kind() == MemoryKind::Semantic)
+                .map(|(_, candidate, _)| candidate.record.text.as_str()),
+        );
         let mut sections: Vec<Vec<RankedMemory>> = Vec::with_capacity(kinds.len());
         for (index, candidates) in evidence.into_iter().enumerate() {
             let section_limit = if kinds[index] == MemoryKind::Semantic {
@@ -454,6 +465,7 @@ impl Recall {
                 section_limit,
                 now,
                 window.as_ref(),
+                &speakers,
             ));
         }
         let episodic = if sections.len() > 1 {
@@ -655,6 +667,7 @@ fn rank_section(
     limit: usize,
     now: DateTime<Utc>,
     window: Option<&TimeWindow>,
+    speakers: &NamedSpeakers,
 ) -> Vec<RankedMemory> {
     if limit == 0 {
         return Vec::new();
@@ -687,6 +700,9 @@ fn rank_section(
                 // whole segment, answers included.
                 is_question: record.memory_kind() == MemoryKind::Semantic
                     && is_question(&record.text),
+                // An episode holds every speaker's lines.
+                spoken_by_another: record.memory_kind() == MemoryKind::Semantic
+                    && speakers.spoken_by_another(&record.text),
             };
             let relevance = relevance(&evidence, scale, params.sparse_weight);
             let parts = score(f.rrf, relevance, &facts, params, now, window);

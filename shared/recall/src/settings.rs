@@ -24,6 +24,9 @@ pub struct RecallSettings {
     pub sparse_weight: f64,
     /// triscore's relevance of a fact that is itself a question is multiplied by this.
     pub question_weight: f64,
+    /// triscore's relevance of a transcript line is multiplied by this when the query names a
+    /// speaker and not the line's.
+    pub other_speaker_weight: f64,
     pub candidates_per_leg: u32,
     pub token_budget: u32,
     /// A conversation-scoped search with fewer sparse hits than this widens to the space.
@@ -43,7 +46,8 @@ impl RecallSettings {
     /// multi-session dialogs (docs/eval/dialogs.md, "How the ranking defaults were chosen", which
     /// weighs the turns and the conversation's episodes and facts alike): triscore, its relevance
     /// 0.4 × BM25 over the best BM25 + 0.6 × cosine over the best cosine among the candidates,
-    /// discounted to 0.6 for a fact that is itself a question; importance weighted 1 to
+    /// discounted to 0.6 for a fact that is itself a question and to 0.5 for a transcript line of
+    /// a speaker the query does not name when it names one; importance weighted 1 to
     /// relevance's 4; MMR at λ = 1 (order by score: diversity cost recall on the dialogs, and the
     /// write path already merges near-duplicates; requests may still ask for it); a relevance
     /// floor of 0.2 (the cosine an entry no query word matched needs: it lifted the episodes and
@@ -65,6 +69,7 @@ impl RecallSettings {
             ("recall.time_match_boost", 0.5.into()),
             ("recall.sparse_weight", 0.4.into()),
             ("recall.question_weight", 0.6.into()),
+            ("recall.other_speaker_weight", 0.5.into()),
             ("recall.candidates_per_leg", 20i64.into()),
             (
                 "recall.token_budget",
@@ -99,6 +104,7 @@ impl RecallSettings {
                 time_match_boost: self.time_match_boost,
                 sparse_weight: self.sparse_weight,
                 question_weight: self.question_weight,
+                other_speaker_weight: self.other_speaker_weight,
             },
             "recall",
         )
@@ -120,6 +126,7 @@ pub struct RankingOverrides {
     pub time_match_boost: Option<f64>,
     pub sparse_weight: Option<f64>,
     pub question_weight: Option<f64>,
+    pub other_speaker_weight: Option<f64>,
 }
 
 fn bounded(field: String, value: f64, min: f64, max: f64) -> Result<f64, ValidationError> {
@@ -199,6 +206,13 @@ impl RankingOverrides {
             self.question_weight,
             params.question_weight,
             "question_weight",
+            0.0,
+            1.0,
+        )?;
+        params.other_speaker_weight = set(
+            self.other_speaker_weight,
+            params.other_speaker_weight,
+            "other_speaker_weight",
             0.0,
             1.0,
         )?;

@@ -279,7 +279,7 @@ async fn load_tasks<'a>(
                 .import_memories(v1::ImportMemoriesRequest {
                     scope: Some(scope(task)),
                     memories: batch.to_vec(),
-                    context_turns: 0,
+                    context_turns: None,
                 })
                 .await
                 .with_context(|| format!("importing task {}", task.id))?

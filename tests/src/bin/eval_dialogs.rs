@@ -49,9 +49,10 @@ const CONVERSATION_NAMESPACE: Uuid = Uuid::from_u128(0x0e5a_1e00_c0de_4000_8000_
 /// The per-space soft cap set before loading: above any dialog's turns, episodes and facts, so
 /// that nothing is trimmed (the default, 200, would trim the longer dialogs' turns).
 const SOFT_CAP: u32 = 10_000;
-/// Neighbours on each side a turn is searched with in the "turns in context" storage (the
-/// ±2 that was worth about 12 points of recall@5 outside Engram, issue 23).
-const CONTEXT_TURNS: u32 = 2;
+/// The neighbours on each side the turns are also loaded with, besides the service's default,
+/// to show how that default was chosen (0: each turn alone, the protocol before Engram chose a
+/// context for dialogs).
+const CONTEXT_CHOICES: [u32; 4] = [0, 1, 2, 3];
 /// Results asked for per section with large limits (RetrieveMemory's maximum), and a budget
 /// that cuts nothing.
 const DEEP_LIMIT: u32 = 100;
@@ -194,9 +195,9 @@ impl Prepared {
         eval_scope(format!("dialogs/turns/{}", self.dialog.id))
     }
 
-    /// The same turns, each also searched with its neighbours (`context_turns`).
-    fn turns_in_context_scope(&self) -> v1::Scope {
-        eval_scope(format!("dialogs/turns-in-context/{}", self.dialog.id))
+    /// The same turns, imported with `context_turns` set to `turns`.
+    fn turns_with_context_scope(&self, turns: u32) -> v1::Scope {
+        eval_scope(format!("dialogs/turns-context-{turns}/{}", self.dialog.id))
     }
 
     fn conversation_scope(&self) -> v1::Scope {
@@ -278,11 +279,13 @@ impl ConversationStats {
     }
 }
 
-/// A dialog as loaded: what each stored item covers, in both spaces.
+/// A dialog as loaded: what each stored item covers, in each space.
 struct Loaded {
     prepared: Prepared,
+    /// The turns imported with the service's defaults.
     turn_memories: Coverage,
-    turns_in_context: Coverage,
+    /// The turns imported with each other `context_turns`.
+    turns_with_context: BTreeMap<u32, Coverage>,
     episodes: Coverage,
     facts: Coverage,
     stats: ConversationStats,
@@ -304,13 +307,14 @@ async fn set_soft_cap(
 }
 
 /// Every turn one fact through ImportMemories into `scope`, each searched with `context_turns`
-/// neighbours on either side; returns what each memory covers (its turn).
+/// neighbours on either side (`None`: as the service decides); returns what each memory covers
+/// (its turn) and the context the service applied.
 async fn load_turns(
     ingest: &mut IngestServiceClient<Channel>,
     prepared: &Prepared,
     scope: v1::Scope,
-    context_turns: u32,
-) -> anyhow::Result<Coverage> {
+    context_turns: Option<u32>,
+) -> anyhow::Result<(Coverage, u32)> {
     set_soft_cap(ingest, &scope).await?;
     let index_of: HashMap<&str, usize> = prepared
         .turns
@@ -330,6 +334,7 @@ async fn load_turns(
         })
         .collect();
     let mut coverage = Coverage::new();
+    let mut applied = BTreeSet::new();
     for batch in memories.chunks(500) {
         let response = ingest
             .import_memories(v1::ImportMemoriesRequest {
@@ -340,6 +345,7 @@ async fn load_turns(
             .await
             .with_context(|| format!("importing the turns of {}", prepared.dialog.id))?
             .into_inner();
+        applied.insert(response.context_turns);
         for entry in response.entries {
             if entry.suppressed_by_tombstone || entry.skipped_incognito {
                 bail!("turn {} was not stored", entry.client_id);
@@ -351,7 +357,14 @@ async fn load_turns(
             coverage.entry(entry.id).or_default().push(index);
         }
     }
-    Ok(coverage)
+    // A long dialog goes in several requests, each decided alone: they must agree.
+    match applied.into_iter().collect::<Vec<_>>()[..] {
+        [one] => Ok((coverage, one)),
+        ref several => bail!(
+            "the requests of {} were given different contexts: {several:?}",
+            prepared.dialog.id
+        ),
+    }
 }
 
 /// The service's view of the conversation: the rules, and where to watch its progress.
@@ -718,9 +731,10 @@ async fn map_conversation(
 /// How a dialog is stored in the space a configuration asks.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Storage {
+    /// Every turn one fact, imported with the service's defaults (the held-out protocol).
     Turns,
-    /// The turns, each searched with its neighbours too (ImportMemories' context_turns).
-    TurnsInContext,
+    /// The same turns imported with this `context_turns` (0: each turn searched alone).
+    TurnsWithContext(u32),
     Episodes,
     Facts,
     Both,
@@ -730,7 +744,11 @@ impl Storage {
     fn name(self) -> &'static str {
         match self {
             Self::Turns => "turns",
-            Self::TurnsInContext => "turns in context",
+            Self::TurnsWithContext(0) => "turns alone (context_turns 0)",
+            Self::TurnsWithContext(1) => "turns, context_turns 1",
+            Self::TurnsWithContext(2) => "turns, context_turns 2",
+            Self::TurnsWithContext(3) => "turns, context_turns 3",
+            Self::TurnsWithContext(_) => "turns, more context",
             Self::Episodes => "episodes only",
             Self::Facts => "facts only",
             Self::Both => "episodes + facts",
@@ -740,7 +758,7 @@ impl Storage {
     /// (episodes, facts) asked for.
     fn sections(self) -> (bool, bool) {
         match self {
-            Self::Turns | Self::TurnsInContext | Self::Facts => (false, true),
+            Self::Turns | Self::TurnsWithContext(_) | Self::Facts => (false, true),
             Self::Episodes => (true, false),
             Self::Both => (true, true),
         }
@@ -762,9 +780,11 @@ fn profile_name(profile: v1::RankingProfile) -> &'static str {
     }
 }
 
-/// The configurations: both profiles and BM25 alone on the turns; each storage way of the
-/// conversation with both profiles, the service's default first.
-fn configurations(default_profile: &str) -> Vec<Config> {
+/// The configurations, the service's default profile first: both profiles on the turns as
+/// imported by default, and on each turn alone together with BM25 alone; the default profile on
+/// the turns imported with each other context in `other_contexts`; each storage way of the
+/// conversation with both profiles.
+fn configurations(default_profile: &str, other_contexts: &[u32]) -> Vec<Config> {
     let with_profile = |profile: v1::RankingProfile| v1::RankingOptions {
         profile: profile.into(),
         ..Default::default()
@@ -780,28 +800,34 @@ fn configurations(default_profile: &str) -> Vec<Config> {
     let mut profiles = [v1::RankingProfile::Triscore, v1::RankingProfile::Fsrs];
     profiles.sort_by_key(|profile| profile_name(*profile) != default_profile);
     let mut configs = Vec::new();
-    for profile in profiles {
-        configs.push(Config {
-            storage: Storage::Turns,
-            label: format!("turns, {}", label(profile)),
-            ranking: with_profile(profile),
-        });
+    for storage in [Storage::Turns, Storage::TurnsWithContext(0)] {
+        for profile in profiles {
+            configs.push(Config {
+                storage,
+                label: format!("{}, {}", storage.name(), label(profile)),
+                ranking: with_profile(profile),
+            });
+        }
     }
+    // Plain BM25 over the turns, as issue 23 measured it outside Engram.
     configs.push(Config {
-        storage: Storage::Turns,
-        label: "turns, BM25 alone (fsrs, sparse only, MMR off)".into(),
+        storage: Storage::TurnsWithContext(0),
+        label: "turns alone, BM25 alone (fsrs, sparse only, MMR off)".into(),
         ranking: v1::RankingOptions {
             sparse_only: true,
             mmr_lambda: Some(1.0),
             ..with_profile(v1::RankingProfile::Fsrs)
         },
     });
-    for storage in [
-        Storage::TurnsInContext,
-        Storage::Episodes,
-        Storage::Facts,
-        Storage::Both,
-    ] {
+    for &turns in other_contexts.iter().filter(|&&turns| turns != 0) {
+        let storage = Storage::TurnsWithContext(turns);
+        configs.push(Config {
+            storage,
+            label: format!("{}, {}", storage.name(), label(profiles[0])),
+            ranking: with_profile(profiles[0]),
+        });
+    }
+    for storage in [Storage::Episodes, Storage::Facts, Storage::Both] {
         for profile in profiles {
             configs.push(Config {
                 storage,
@@ -1032,12 +1058,16 @@ async fn evaluate(
     for dialog in loaded {
         let scope = match config.storage {
             Storage::Turns => dialog.prepared.turns_scope(),
-            Storage::TurnsInContext => dialog.prepared.turns_in_context_scope(),
+            Storage::TurnsWithContext(turns) => dialog.prepared.turns_with_context_scope(turns),
             _ => dialog.prepared.conversation_scope(),
         };
         let maps: Vec<&Coverage> = match config.storage {
             Storage::Turns => vec![&dialog.turn_memories],
-            Storage::TurnsInContext => vec![&dialog.turns_in_context],
+            Storage::TurnsWithContext(turns) => dialog
+                .turns_with_context
+                .get(&turns)
+                .map(|coverage| vec![coverage])
+                .with_context(|| format!("no turns loaded with context_turns {turns}"))?,
             Storage::Episodes => vec![&dialog.episodes],
             Storage::Facts => vec![&dialog.facts],
             Storage::Both => vec![&dialog.episodes, &dialog.facts],
@@ -1175,7 +1205,7 @@ struct SweepStep {
 /// leg: each leg takes at least as many as the request's limit, 100 for the deep questions. Nor is
 /// the RRF constant: triscore's relevance weighs the legs' scores, so k orders only the fsrs
 /// profile (it stays at 1, where its last search on the dialogs left it).
-const SWEEP: [SweepStep; 6] = [
+const SWEEP: [SweepStep; 7] = [
     SweepStep {
         setting: "SPARSE_WEIGHT",
         what: "the sparse leg's share of triscore's relevance (BM25 over the best BM25; the cosine \
@@ -1191,6 +1221,15 @@ const SWEEP: [SweepStep; 6] = [
         values: &[0.6, 0.7, 0.8, 0.9, 1.0],
         get: |o| o.question_weight.unwrap_or_default(),
         set: |o, v| o.question_weight = Some(v),
+        highest_within_noise: false,
+    },
+    SweepStep {
+        setting: "OTHER_SPEAKER_WEIGHT",
+        what: "the factor on the relevance of a line of a speaker the question does not name, \
+               when it names one (\"What breed is Jonas's dog?\": Clara's lines; 1: none)",
+        values: &[0.3, 0.5, 0.7, 0.85, 1.0],
+        get: |o| o.other_speaker_weight.unwrap_or_default(),
+        set: |o, v| o.other_speaker_weight = Some(v),
         highest_within_noise: false,
     },
     SweepStep {
@@ -1261,6 +1300,7 @@ fn service_ranking() -> anyhow::Result<v1::RankingOptions> {
         time_match_boost: Some(params.time_match_boost),
         sparse_weight: Some(params.sparse_weight),
         question_weight: Some(params.question_weight),
+        other_speaker_weight: Some(params.other_speaker_weight),
         ..Default::default()
     })
 }
@@ -1366,12 +1406,89 @@ async fn sweep(
     Ok(SweepResult { steps, start, best })
 }
 
+/// How the import's default context for dialogs was chosen: the default ranking on the turns
+/// imported with each `context_turns`.
+fn context_report(results: &[ConfigResult], default_context: u32) -> String {
+    let mut out = format!(
+        "\n## How the import's context was chosen\n\n\
+         ImportMemories searches each fact of an import that reads as a dialog with its \
+         neighbours, {default_context} on each side, when the request does not say \
+         (`context_turns`). The turns imported with each value, asked deep with the default \
+         ranking; the default is the value with the highest recall@10, and another value replaces \
+         it only when it adds at least {gain:.1} points (as in the ranking search above).\n\n\
+         | context_turns | recall@5 | recall@10 | recall@25 | recall@50 | nDCG@10 | multi_hop @10 |\n\
+         |---|---|---|---|---|---|---|\n",
+        gain = SWEEP_MIN_GAIN * 100.0
+    );
+    let default_profile_first = results.first().map(|r| r.config.ranking.profile);
+    let mut rows: Vec<(u32, &ConfigResult)> = results
+        .iter()
+        .filter(|r| Some(r.config.ranking.profile) == default_profile_first)
+        .filter(|r| !r.config.ranking.sparse_only)
+        .filter_map(|r| match r.config.storage {
+            Storage::Turns => Some((default_context, r)),
+            Storage::TurnsWithContext(turns) if turns != default_context => Some((turns, r)),
+            _ => None,
+        })
+        .collect();
+    rows.sort_by_key(|(turns, _)| *turns);
+    let recall_10 = |result: &ConfigResult| {
+        result
+            .ranked
+            .get("all")
+            .map_or(0.0, |r| r.recall[1].value())
+    };
+    let of_default = rows
+        .iter()
+        .find(|(turns, _)| *turns == default_context)
+        .map_or(0.0, |(_, result)| recall_10(result));
+    let better: Vec<String> = rows
+        .iter()
+        .filter(|(_, result)| recall_10(result) >= of_default + SWEEP_MIN_GAIN)
+        .map(|(turns, result)| format!("{turns} ({} %)", pct(recall_10(result))))
+        .collect();
+    for (turns, result) in rows {
+        let all = result.ranked.get("all").copied().unwrap_or_default();
+        let multi = result
+            .ranked
+            .get("multi_hop")
+            .map_or(0.0, |r| r.recall[1].value());
+        let value = if turns == default_context {
+            format!("**{turns}** (default)")
+        } else {
+            turns.to_string()
+        };
+        let _ = writeln!(
+            out,
+            "| {value} | {} | {} | {} | {} | {:.3} | {} |",
+            pct(all.recall[0].value()),
+            pct(all.recall[1].value()),
+            pct(all.recall[2].value()),
+            pct(all.recall[3].value()),
+            all.ndcg_10.value(),
+            pct(multi)
+        );
+    }
+    if better.is_empty() {
+        out.push_str("\nThe default context is the best of these.\n");
+    } else {
+        let _ = writeln!(
+            out,
+            "\n**More evidence in the first 10 with**: {}. Set `DIALOG_CONTEXT_TURNS` in \
+             services/ingest/src/import.rs and run `make eval` again.",
+            better.join(", ")
+        );
+    }
+    out
+}
+
 fn sweep_report(sweep: &SweepResult) -> String {
     let mut out = String::from(
         "\n## How the ranking defaults were chosen\n\n\
          Deep questions, one parameter at a time in the order below, starting from the service's \
          defaults; each step tries its values with the values kept so far. The objective is the \
-         mean of recall@10 over all answerable questions on the turns (every turn one memory) and \
+         mean of recall@10 over all answerable questions on the turns (every turn one memory, \
+         imported with the service's defaults) and \
          on the conversation's episodes and facts together (what a client that appends its \
          conversations gets): a default must serve both. The best value of a step replaces the \
          one kept only when it adds at least 0.2 points to it (about one question of the 435). The recall, nDCG and \
@@ -1474,6 +1591,12 @@ struct Timings {
     idle_close_secs: i64,
 }
 
+/// The context the service gave the turns by default, and the others they are loaded with.
+struct TurnContexts {
+    default: u32,
+    others: Vec<u32>,
+}
+
 fn pct(value: f64) -> String {
     format!("{:.1}", value * 100.0)
 }
@@ -1483,9 +1606,11 @@ fn report(
     searched: &SweepResult,
     loaded: &[Loaded],
     default_profile: &str,
+    contexts: &TurnContexts,
     command_line: &str,
     timings: &Timings,
 ) -> String {
+    let default_context = contexts.default;
     let questions: Vec<&Question> = loaded
         .iter()
         .flat_map(|d| d.prepared.dialog.questions.iter())
@@ -1510,15 +1635,17 @@ fn report(
          release retrieval, both otherwise at their defaults (`deploy/eval/run.sh`).\n\n\
          The development set of [`tests/eval/dialogs`](../../tests/eval/dialogs/README.md): {dialogs} \
          conversations between two people, {sessions} dated sessions, {turns} turns, {nq} questions \
-         ({answerable} with evidence turns, {adv} adversarial). Every dialog is loaded three times, each \
+         ({answerable} with evidence turns, {adv} adversarial). Every dialog is loaded {ways} times, each \
          in its own space of one evaluation user (a per-space soft cap of {SOFT_CAP} is set with \
          UpdateSettings first: the default cap, 200, would trim the longer dialogs):\n\n\
          - **turns**: every turn one fact through ImportMemories, text `\"<Speaker>: <text>\"`, \
          created at the session's date plus one minute per turn before it in the session, client id \
-         the turn id (the protocol of the held-out benchmark of issue 23);\n\
-         - **turns in context**: the same, imported with `context_turns` {CONTEXT_TURNS}: each turn \
-         is also searched (BM25 and its embedding) by the text of up to {CONTEXT_TURNS} turns \
-         before and after it within an hour, and shown as said;\n\
+         the turn id, and nothing else set (the protocol of the held-out benchmark of issue 23). \
+         The turns read as a dialog, so the service searches each one with {default_context} turns \
+         before and after it (within an hour) as well, and shows it as said;\n\
+         - **turns alone** and **turns, context_turns n**: the same, imported with `context_turns` \
+         set to each of {choices:?} (0: each turn searched alone; plain BM25 over the turns is \
+         measured there), to show how the default was chosen;\n\
          - **conversation**: the dialog appended through AppendMessages session by session (content \
          `\"<Speaker>: <text>\"`, `at` the same times, client message id the turn id; the first \
          speaker as USER and the second as ASSISTANT, although both are people here), then \
@@ -1562,11 +1689,14 @@ fn report(
         dialogs = loaded.len(),
         nq = questions.len(),
         adv = count(ADVERSARIAL),
+        ways = contexts.others.len() + 2,
+        choices = contexts.others,
     );
 
     out.push_str("\n## What this says\n\n");
     out.push_str(&summary(results, loaded));
     out.push_str(&sweep_report(searched));
+    out.push_str(&context_report(results, default_context));
 
     out.push_str(
         "\n## Ranking quality (deep)\n\n\
@@ -1832,9 +1962,7 @@ fn summary(results: &[ConfigResult], loaded: &[Loaded]) -> String {
     );
     // Issue 23's bar: the default ranking is not worse than plain BM25 in any category.
     let default_turns = results.iter().find(|r| r.config.storage == Storage::Turns);
-    let bm25 = results
-        .iter()
-        .find(|r| r.config.storage == Storage::Turns && r.config.ranking.sparse_only);
+    let bm25 = results.iter().find(|r| r.config.ranking.sparse_only);
     if let (Some(default_turns), Some(bm25)) = (default_turns, bm25) {
         let at_10 = |r: &ConfigResult, category: &str| {
             r.ranked.get(category).map_or(0.0, |s| s.recall[1].value())
@@ -1869,20 +1997,18 @@ fn summary(results: &[ConfigResult], loaded: &[Loaded]) -> String {
         );
     }
     // What searching each turn with its neighbours adds, with the default ranking.
-    let in_context = results
+    let alone = results
         .iter()
-        .find(|r| r.config.storage == Storage::TurnsInContext);
-    if let (Some(alone), Some(in_context)) = (default_turns, in_context) {
+        .find(|r| r.config.storage == Storage::TurnsWithContext(0));
+    if let (Some(in_context), Some(alone)) = (default_turns, alone) {
         let at =
             |r: &ConfigResult, k: usize| r.ranked.get("all").map_or(0.0, |s| s.recall[k].value());
         let _ = writeln!(
             text,
-            "- Turns in context ({}): recall@5 {} %, @10 {} %, @25 {} % (multi_hop @10 {} %) \
-             against {} %, {} %, {} % ({} %) for each turn alone.",
-            in_context
-                .config
-                .label
-                .trim_start_matches("turns in context, "),
+            "- Turns as imported by default, each searched with its neighbours ({}): recall@5 {} %, \
+             @10 {} %, @25 {} % (multi_hop @10 {} %) against {} %, {} %, {} % ({} %) for each turn \
+             alone.",
+            in_context.config.label.trim_start_matches("turns, "),
             pct(at(in_context, 0)),
             pct(at(in_context, 1)),
             pct(at(in_context, 2)),
@@ -1896,7 +2022,7 @@ fn summary(results: &[ConfigResult], loaded: &[Loaded]) -> String {
     for tokens in BUDGETS {
         let ways: Vec<String> = [
             Storage::Turns,
-            Storage::TurnsInContext,
+            Storage::TurnsWithContext(0),
             Storage::Episodes,
             Storage::Facts,
             Storage::Both,
@@ -1976,28 +2102,50 @@ async fn main() -> anyhow::Result<()> {
     eprintln!("dialogs: importing the turns of {} dialogs", dialogs.len());
     let step = Instant::now();
     let mut turn_memories = Vec::new();
-    let mut turns_in_context = Vec::new();
+    let mut default_contexts = BTreeSet::new();
     for prepared in &dialogs {
-        turn_memories.push(load_turns(&mut ingest, prepared, prepared.turns_scope(), 0).await?);
-        turns_in_context.push(
-            load_turns(
-                &mut ingest,
-                prepared,
-                prepared.turns_in_context_scope(),
-                CONTEXT_TURNS,
-            )
-            .await?,
-        );
+        let (coverage, applied) =
+            load_turns(&mut ingest, prepared, prepared.turns_scope(), None).await?;
+        turn_memories.push(coverage);
+        default_contexts.insert(applied);
+    }
+    // What the service chose for the turns; the same for every dialog, or the report cannot say
+    // which context the default is.
+    let default_context = match default_contexts.into_iter().collect::<Vec<_>>()[..] {
+        [one] => one,
+        ref several => bail!("the service chose different contexts for the dialogs: {several:?}"),
+    };
+    // Each turn alone (0) is always loaded: plain BM25 is measured there.
+    let contexts = TurnContexts {
+        default: default_context,
+        others: CONTEXT_CHOICES
+            .into_iter()
+            .filter(|&turns| turns != default_context || turns == 0)
+            .collect(),
+    };
+    let other_contexts = &contexts.others;
+    let mut turns_with_context = Vec::new();
+    for prepared in &dialogs {
+        let mut loaded = BTreeMap::new();
+        for &turns in other_contexts {
+            let scope = prepared.turns_with_context_scope(turns);
+            let (coverage, _) = load_turns(&mut ingest, prepared, scope, Some(turns)).await?;
+            loaded.insert(turns, coverage);
+        }
+        turns_with_context.push(loaded);
     }
     let turns_import = step.elapsed().as_secs_f64();
     let step = Instant::now();
     let turn_spaces: Vec<(v1::Scope, Option<usize>)> = dialogs
         .iter()
         .flat_map(|d| {
-            [
-                (d.turns_scope(), Some(d.turns.len())),
-                (d.turns_in_context_scope(), Some(d.turns.len())),
-            ]
+            std::iter::once(d.turns_scope())
+                .chain(
+                    other_contexts
+                        .iter()
+                        .map(|&turns| d.turns_with_context_scope(turns)),
+                )
+                .map(|scope| (scope, Some(d.turns.len())))
         })
         .collect();
     wait_for_embeddings(&mut retrieval, &turn_spaces, timeout).await?;
@@ -2030,10 +2178,10 @@ async fn main() -> anyhow::Result<()> {
     let conversations_embedded = step.elapsed().as_secs_f64();
 
     let mut loaded = Vec::new();
-    for (((prepared, turn_memories), turns_in_context), commands) in dialogs
+    for (((prepared, turn_memories), turns_with_context), commands) in dialogs
         .into_iter()
         .zip(turn_memories)
-        .zip(turns_in_context)
+        .zip(turns_with_context)
         .zip(appended)
     {
         let mut stats = ConversationStats {
@@ -2054,7 +2202,7 @@ async fn main() -> anyhow::Result<()> {
         loaded.push(Loaded {
             prepared,
             turn_memories,
-            turns_in_context,
+            turns_with_context,
             episodes,
             facts,
             stats,
@@ -2076,7 +2224,7 @@ async fn main() -> anyhow::Result<()> {
 
     let step = Instant::now();
     let mut results = Vec::new();
-    for config in configurations(&default_profile) {
+    for config in configurations(&default_profile, other_contexts) {
         let result = evaluate(&retrieval, &loaded, config, &every_ask()).await?;
         let all = result.ranked.get("all").copied().unwrap_or_default();
         eprintln!(
@@ -2102,6 +2250,7 @@ async fn main() -> anyhow::Result<()> {
         &searched,
         &loaded,
         &default_profile,
+        &contexts,
         &cli.command_line,
         &timings,
     );

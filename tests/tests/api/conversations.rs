@@ -1106,8 +1106,10 @@ async fn conversations_segmented_together_each_get_their_own_episodes() {
     }
     for chat in &chats {
         // The closed session may make more than one episode (the topic rules see embeddings
-        // here); together they hold its seven turns.
-        let deadline = Instant::now() + Duration::from_secs(40);
+        // here); together they hold its seven turns. The deadlines are generous: the real model
+        // (a debug build) shares two cores with three other tests, and this asserts what
+        // happens, not how fast (make bench-conversations measures that).
+        let deadline = Instant::now() + Duration::from_secs(120);
         let episodes = loop {
             let episodes: Vec<v1::Memory> = entries(&mut sandbox, &chat.scope)
                 .await
@@ -1129,7 +1131,7 @@ async fn conversations_segmented_together_each_get_their_own_episodes() {
             assert_eq!(episode.conversation_id, chat.id);
             assert!((0.0..=1.0).contains(&episode.surprise));
             // Embedded by the embedding consumer, which measures its surprise in passing.
-            let deadline = Instant::now() + Duration::from_secs(40);
+            let deadline = Instant::now() + Duration::from_secs(120);
             loop {
                 let settled: bool = sqlx::query_scalar(
                     "SELECT EXISTS (SELECT 1 FROM memory_embeddings WHERE memory_id = $1) \

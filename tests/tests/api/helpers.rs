@@ -213,7 +213,7 @@ pub(crate) async fn import(
         .import_memories(v1::ImportMemoriesRequest {
             scope: Some(scope.clone()),
             memories,
-            context_turns: 0,
+            context_turns: None,
         })
         .await
         .unwrap()

@@ -170,7 +170,7 @@ async fn content_calls_leave_nothing(
                 conversation_id: conversation.to_owned(),
                 ..Default::default()
             }],
-            context_turns: 0,
+            context_turns: None,
         })
         .await;
     match imported {

@@ -158,7 +158,7 @@ async fn an_episode_excerpt_over_its_limit_is_refused() {
                     .collect(),
                 ..Default::default()
             }],
-            context_turns: 0,
+            context_turns: None,
         })
         .await
         .unwrap_err();

@@ -395,7 +395,7 @@ async fn parallel_retrievals_in_one_conversation_all_reach_its_pending_reviews()
         .import_memories(v1::ImportMemoriesRequest {
             scope: Some(scope.clone()),
             memories: episodes,
-            context_turns: 0,
+            context_turns: None,
         })
         .await
         .unwrap();
@@ -680,6 +680,16 @@ async fn requests_out_of_bounds_are_rejected_with_the_field_named() {
         ),
         (
             v1::RetrieveMemoryRequest {
+                ranking: Some(v1::RankingOptions {
+                    other_speaker_weight: Some(1.5),
+                    ..Default::default()
+                }),
+                ..query(&scope, "q")
+            },
+            "ranking.other_speaker_weight",
+        ),
+        (
+            v1::RetrieveMemoryRequest {
                 scope: None,
                 ..query(&scope, "q")
             },
@@ -742,20 +752,25 @@ async fn the_answer_outranks_the_question_that_asked_for_it() {
         )),
         ..Default::default()
     };
-    import(
-        &mut sandbox,
-        &scope,
-        vec![
-            said("q", "Maria: What are the names of your dogs?", 0),
-            said(
-                "a",
-                "Andrew: Our dogs are Toby and Buddy, two rescue pups.",
-                1,
-            ),
-            said("x", "Maria: My sister finally booked her piano lessons.", 2),
-        ],
-    )
-    .await;
+    // Each line searched alone (context_turns 0): with its neighbours' words the piano line
+    // would match the dogs too, and this test is about the question.
+    sandbox
+        .ingest
+        .import_memories(v1::ImportMemoriesRequest {
+            scope: Some(scope.clone()),
+            memories: vec![
+                said("q", "Maria: What are the names of your dogs?", 0),
+                said(
+                    "a",
+                    "Andrew: Our dogs are Toby and Buddy, two rescue pups.",
+                    1,
+                ),
+                said("x", "Maria: My sister finally booked her piano lessons.", 2),
+            ],
+            context_turns: Some(0),
+        })
+        .await
+        .unwrap();
     let ask = |question_weight: Option<f64>| {
         let mut request = query(&scope, "What are the names of Andrew's dogs?");
         request.ranking = Some(v1::RankingOptions {
@@ -794,6 +809,77 @@ async fn the_answer_outranks_the_question_that_asked_for_it() {
     assert_eq!(
         relevance_of(&weighted, answer),
         relevance_of(&unweighted, answer)
+    );
+}
+
+/// A question that names a speaker is mostly answered by that speaker's own lines; the other
+/// speaker echoing the name counts less (`ranking.other_speaker_weight`). A line without a
+/// speaker, and every line when the question names nobody, keep their relevance.
+#[tokio::test]
+async fn a_question_naming_a_speaker_discounts_the_other_speakers_lines() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("speakers");
+    let said = |id: &str, text: &str, minutes: i64| v1::ImportedMemory {
+        client_id: id.into(),
+        kind: v1::MemoryKind::Semantic.into(),
+        text: text.into(),
+        created_at: Some(to_proto(
+            Utc::now() - Duration::days(20) + Duration::minutes(minutes * 120),
+        )),
+        ..Default::default()
+    };
+    let echo = "Clara: Jonas, your dog Biscuit is such a good whippet.";
+    let own = "Jonas: Biscuit is a whippet cross from the rescue.";
+    let unlabelled = "Whippet crosses like Biscuit need two walks a day.";
+    import(
+        &mut sandbox,
+        &scope,
+        // Four lines of five carry a speaker: the space reads as a dialog.
+        vec![
+            said("c", echo, 0),
+            said("j", own, 1),
+            said("c2", "Clara: Biscuit chased a squirrel across the park.", 2),
+            said("j2", "Jonas: Biscuit sleeps on my bed every night.", 3),
+            said("n", unlabelled, 4),
+        ],
+    )
+    .await;
+    let relevance = async |sandbox: &mut Sandbox, question: &str, weight: f64| {
+        let mut request = query(&scope, question);
+        request.ranking = Some(v1::RankingOptions {
+            profile: v1::RankingProfile::Triscore.into(),
+            other_speaker_weight: Some(weight),
+            ..Default::default()
+        });
+        let response = retrieve(sandbox, request).await;
+        [echo, own, unlabelled].map(|text| {
+            response
+                .semantic
+                .iter()
+                .find(|m| m.memory.as_ref().unwrap().text == text)
+                .unwrap_or_else(|| panic!("{text} not returned for {question}"))
+                .score
+                .unwrap()
+                .relevance
+        })
+    };
+    let naming = "What breed is Jonas's dog Biscuit?";
+    let plain = relevance(&mut sandbox, naming, 1.0).await;
+    let weighted = relevance(&mut sandbox, naming, 0.5).await;
+    assert!(
+        (weighted[0] - 0.5 * plain[0]).abs() < 1e-9,
+        "{weighted:?} {plain:?}"
+    );
+    assert_eq!(
+        weighted[1..],
+        plain[1..],
+        "Jonas's line and the unlabelled one"
+    );
+    // Named by nobody: who said it changes nothing.
+    let nobody = "What breed is the dog Biscuit?";
+    assert_eq!(
+        relevance(&mut sandbox, nobody, 0.5).await,
+        relevance(&mut sandbox, nobody, 1.0).await
     );
 }
 
@@ -995,8 +1081,9 @@ async fn relative_dates_are_resolved_against_when_they_were_said() {
     );
 }
 
-/// A chat history imported turn by turn with context_turns: a short turn is found by what its
-/// neighbours say, and shown as it was said; without the option it is not found.
+/// A chat history imported turn by turn: a short turn is found by what its neighbours say, and
+/// shown as it was said. A history that reads as a dialog gets that context by default; with
+/// context_turns 0 the short turn is not found.
 #[tokio::test]
 async fn imported_turns_are_found_by_their_neighbours_words() {
     let mut sandbox = Sandbox::start().await;
@@ -1017,17 +1104,18 @@ async fn imported_turns_are_found_by_their_neighbours_words() {
             600,
         ),
     ];
-    let import_history = async |sandbox: &mut Sandbox, scope: &v1::Scope, context_turns: u32| {
-        sandbox
-            .ingest
-            .import_memories(v1::ImportMemoriesRequest {
-                scope: Some(scope.clone()),
-                memories: history.clone(),
-                context_turns,
-            })
-            .await
-            .map(tonic::Response::into_inner)
-    };
+    let import_history =
+        async |sandbox: &mut Sandbox, scope: &v1::Scope, context_turns: Option<u32>| {
+            sandbox
+                .ingest
+                .import_memories(v1::ImportMemoriesRequest {
+                    scope: Some(scope.clone()),
+                    memories: history.clone(),
+                    context_turns,
+                })
+                .await
+                .map(tonic::Response::into_inner)
+        };
     let forget = async |sandbox: &mut Sandbox, scope: &v1::Scope, memory_id: String| {
         sandbox
             .ingest
@@ -1054,31 +1142,46 @@ async fn imported_turns_are_found_by_their_neighbours_words() {
             .collect();
         (texts, response.served_by.unwrap().sparse_hits)
     };
-    for (context_turns, expected) in [
-        (
-            2,
-            vec![
-                "Maria: Did you ever make it to Lisbon?",
-                "Ana: Yes, last week!",
-            ],
-        ),
-        (0, vec!["Maria: Did you ever make it to Lisbon?"]),
+    let both = vec![
+        "Maria: Did you ever make it to Lisbon?",
+        "Ana: Yes, last week!",
+    ];
+    for (context_turns, applied, expected) in [
+        (Some(2), 2, both.clone()),
+        (None, engram_ingest::import::DIALOG_CONTEXT_TURNS, both),
+        (Some(0), 0, vec!["Maria: Did you ever make it to Lisbon?"]),
     ] {
         let scope = new_scope("history");
-        import_history(&mut sandbox, &scope, context_turns)
+        let imported = import_history(&mut sandbox, &scope, context_turns)
             .await
             .unwrap();
+        assert_eq!(imported.context_turns, applied, "{context_turns:?}");
         let (mut found, _) = lisbon(&mut sandbox, &scope).await;
         found.sort();
         let mut expected: Vec<String> = expected.into_iter().map(str::to_owned).collect();
         expected.sort();
-        assert_eq!(found, expected, "context_turns {context_turns}");
+        assert_eq!(found, expected, "context_turns {context_turns:?}");
     }
+    // Facts that are not a dialog are each searched alone unless the request asks otherwise.
+    let facts = sandbox
+        .ingest
+        .import_memories(v1::ImportMemoriesRequest {
+            scope: Some(new_scope("history")),
+            memories: vec![
+                turn("f1", "I prefer dark mode", 0),
+                turn("f2", "My manager is Alice Chen", 1),
+            ],
+            context_turns: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(facts.context_turns, 0);
     // What the user forgets is not found through its neighbours either: forgetting the Lisbon
     // turn takes its words out of the other turn's context, and a turn a tombstone suppresses at
     // import is nobody's context.
     let scope = new_scope("history");
-    let imported = import_history(&mut sandbox, &scope, 2).await.unwrap();
+    let imported = import_history(&mut sandbox, &scope, Some(2)).await.unwrap();
     let lisbon_turn = imported
         .entries
         .iter()
@@ -1088,7 +1191,7 @@ async fn imported_turns_are_found_by_their_neighbours_words() {
         .clone();
     forget(&mut sandbox, &scope, lisbon_turn).await;
     assert_eq!(lisbon(&mut sandbox, &scope).await.1, 0);
-    let again = import_history(&mut sandbox, &scope, 2).await.unwrap();
+    let again = import_history(&mut sandbox, &scope, Some(2)).await.unwrap();
     assert_eq!(again.suppressed, 1, "the forgotten turn stays forgotten");
     let fresh = new_scope("history");
     sandbox
@@ -1098,10 +1201,10 @@ async fn imported_turns_are_found_by_their_neighbours_words() {
         .unwrap();
     let remembered = crate::helpers::entries(&mut sandbox, &fresh).await;
     forget(&mut sandbox, &fresh, remembered[0].id.clone()).await;
-    import_history(&mut sandbox, &fresh, 2).await.unwrap();
+    import_history(&mut sandbox, &fresh, Some(2)).await.unwrap();
     assert_eq!(lisbon(&mut sandbox, &fresh).await.1, 0);
 
-    let status = import_history(&mut sandbox, &new_scope("history"), 6)
+    let status = import_history(&mut sandbox, &new_scope("history"), Some(6))
         .await
         .unwrap_err();
     assert_status(

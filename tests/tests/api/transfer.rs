@@ -177,7 +177,7 @@ async fn bad_imports_are_rejected_whole_with_the_entry_and_field_named() {
             .import_memories(v1::ImportMemoriesRequest {
                 scope: Some(scope.clone()),
                 memories,
-                context_turns: 0,
+                context_turns: None,
             })
             .await
             .unwrap_err();
@@ -189,7 +189,7 @@ async fn bad_imports_are_rejected_whole_with_the_entry_and_field_named() {
         .import_memories(v1::ImportMemoriesRequest {
             scope: Some(scope.clone()),
             memories: too_many,
-            context_turns: 0,
+            context_turns: None,
         })
         .await
         .unwrap_err();
@@ -206,7 +206,7 @@ async fn bad_imports_are_rejected_whole_with_the_entry_and_field_named() {
         .import_memories(v1::ImportMemoriesRequest {
             scope: Some(scope.clone()),
             memories: vec![good],
-            context_turns: 0,
+            context_turns: None,
         })
         .await
         .unwrap_err();

@@ -7,7 +7,8 @@
 //!   reviews) and, for what FSRS does not model, recency exp(−Δt/τ); the stored importance; and
 //!   relevance a convex combination of both legs' own scores (`relevance`): w·BM25/best BM25 +
 //!   (1 − w)·cosine/best cosine among the candidates, times `question_weight` for a fact that is
-//!   itself a question.
+//!   itself a question and `other_speaker_weight` for a line of a transcript said by someone the
+//!   query does not name when it names a speaker (`crate::speaker`).
 //!
 //! Relevance used to be the cosine alone: on multi-session dialogs that threw the BM25 evidence
 //! away once candidates were found and ranked 11 points of recall@10 below plain BM25 (issue 23).
@@ -74,6 +75,9 @@ pub struct RankingParams {
     /// triscore's relevance of a fact that is a question ("Did you get a dog?") is multiplied by
     /// this (1: questions count like any fact).
     pub question_weight: f64,
+    /// triscore's relevance of a transcript line ("Clara: Wow, Jonas!") is multiplied by this when
+    /// the query names a speaker and not this line's (1: who said it changes nothing).
+    pub other_speaker_weight: f64,
 }
 
 impl Default for RankingParams {
@@ -91,6 +95,7 @@ impl Default for RankingParams {
             time_match_boost: 0.0,
             sparse_weight: 0.5,
             question_weight: 1.0,
+            other_speaker_weight: 1.0,
         }
     }
 }
@@ -192,6 +197,9 @@ pub struct CandidateFacts {
     pub fsrs: Option<(f64, f64, DateTime<Utc>)>,
     /// The entry is a fact whose text is a question (`is_question`); episodes never are.
     pub is_question: bool,
+    /// The entry is a fact, a line of a speaker other than those the query names
+    /// (`NamedSpeakers::spoken_by_another`); episodes never are.
+    pub spoken_by_another: bool,
 }
 
 /// Why a candidate scored what it did.
@@ -269,7 +277,12 @@ pub fn score(
     } else {
         1.0
     };
-    let relevance = unit_interval(relevance) * question_weight;
+    let speaker_weight = if facts.spoken_by_another {
+        unit_interval(params.other_speaker_weight)
+    } else {
+        1.0
+    };
+    let relevance = unit_interval(relevance) * question_weight * speaker_weight;
     let recency = recency(facts.created_at, now, params.recency_tau_days);
     // How fresh an entry is for triscore: an episode's FSRS retrievability, which fades with time
     // and comes back with the reviews that found it useful; recency for what FSRS does not model
@@ -322,6 +335,7 @@ mod tests {
             importance: 0.5,
             fsrs: None,
             is_question: false,
+            spoken_by_another: false,
         }
     }
 
@@ -447,16 +461,23 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_question_is_discounted_by_the_question_weight() {
-        let now = Utc::now();
-        let params = RankingParams {
+    /// triscore with relevance alone: what a relevance weight does shows in the total.
+    fn triscore_by_relevance() -> RankingParams {
+        RankingParams {
             profile: RankingProfile::Triscore,
             alpha: 4.0,
             beta: 0.0,
             gamma: 0.0,
-            question_weight: 0.8,
             ..RankingParams::default()
+        }
+    }
+
+    #[test]
+    fn a_question_is_discounted_by_the_question_weight() {
+        let now = Utc::now();
+        let params = RankingParams {
+            question_weight: 0.8,
+            ..triscore_by_relevance()
         };
         let answer = fact_said_at(now);
         let asked = CandidateFacts {
@@ -474,6 +495,36 @@ mod tests {
             ..params
         };
         assert_eq!(score(0.5, 1.0, &asked, &fsrs, now, None).total, 0.5);
+    }
+
+    #[test]
+    fn a_line_of_a_speaker_the_query_does_not_name_is_discounted() {
+        let now = Utc::now();
+        let params = RankingParams {
+            other_speaker_weight: 0.7,
+            ..triscore_by_relevance()
+        };
+        let own = fact_said_at(now);
+        let echo = CandidateFacts {
+            spoken_by_another: true,
+            ..own
+        };
+        // "Clara: Wow, Jonas! What breed?" echoes the name the query asks about; Jonas's own
+        // line tells the breed with fewer of its words.
+        let echoed = score(0.5, 1.0, &echo, &params, now, None);
+        let told = score(0.5, 0.8, &own, &params, now, None);
+        assert!((echoed.relevance - 0.7).abs() < 1e-12);
+        assert!(told.total > echoed.total, "{told:?} {echoed:?}");
+        // Both discounts apply to a question of the other speaker's.
+        let asked = CandidateFacts {
+            is_question: true,
+            ..echo
+        };
+        let both = RankingParams {
+            question_weight: 0.5,
+            ..params
+        };
+        assert!((score(0.5, 1.0, &asked, &both, now, None).relevance - 0.35).abs() < 1e-12);
     }
 
     #[test]
