@@ -110,17 +110,39 @@ pub fn speaker_label(text: &str) -> Option<&str> {
 /// Whether a batch of entries reads as a dialog: most of them (80 %) begin with a speaker label,
 /// and at least two speakers take part. A list of facts, or one person's notes, does not.
 pub fn reads_as_dialog<'a>(texts: impl IntoIterator<Item = &'a str>) -> bool {
-    let mut entries = 0usize;
-    let mut labelled = 0usize;
-    let mut speakers = HashSet::new();
-    for text in texts {
-        entries += 1;
-        if let Some(label) = speaker_label(text) {
-            labelled += 1;
-            speakers.insert(label.to_lowercase());
+    Transcript::of(texts).is_dialog()
+}
+
+/// The speakers of a batch of entries, each line's label parsed once.
+struct Transcript {
+    entries: usize,
+    labelled: usize,
+    /// Lowercased labels.
+    speakers: HashSet<String>,
+}
+
+impl Transcript {
+    fn of<'a>(texts: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut transcript = Self {
+            entries: 0,
+            labelled: 0,
+            speakers: HashSet::new(),
+        };
+        for text in texts {
+            transcript.entries += 1;
+            if let Some(label) = speaker_label(text) {
+                transcript.labelled += 1;
+                transcript.speakers.insert(label.to_lowercase());
+            }
         }
+        transcript
     }
-    entries >= 2 && speakers.len() >= 2 && labelled as f64 >= DIALOG_LABELLED_SHARE * entries as f64
+
+    fn is_dialog(&self) -> bool {
+        self.entries >= 2
+            && self.speakers.len() >= 2
+            && self.labelled as f64 >= DIALOG_LABELLED_SHARE * self.entries as f64
+    }
 }
 
 /// The speakers a query names, among the labels of the entries ranked for it: "What breed is
@@ -135,17 +157,15 @@ pub struct NamedSpeakers {
 }
 
 impl NamedSpeakers {
-    pub fn in_query<'a>(query: &str, texts: impl IntoIterator<Item = &'a str> + Clone) -> Self {
-        if !reads_as_dialog(texts.clone()) {
+    pub fn in_query<'a>(query: &str, texts: impl IntoIterator<Item = &'a str>) -> Self {
+        let transcript = Transcript::of(texts);
+        if !transcript.is_dialog() {
             return Self::default();
         }
         let query_lower = query.to_lowercase();
         let query_words = words(&query_lower);
-        let named = texts
-            .into_iter()
-            .filter_map(speaker_label)
-            .map(str::to_lowercase)
-            .collect::<HashSet<_>>()
+        let named = transcript
+            .speakers
             .into_iter()
             .filter(|label| {
                 let label_words = words(label);

@@ -741,17 +741,14 @@ enum Storage {
 }
 
 impl Storage {
-    fn name(self) -> &'static str {
+    fn name(self) -> String {
         match self {
-            Self::Turns => "turns",
-            Self::TurnsWithContext(0) => "turns alone (context_turns 0)",
-            Self::TurnsWithContext(1) => "turns, context_turns 1",
-            Self::TurnsWithContext(2) => "turns, context_turns 2",
-            Self::TurnsWithContext(3) => "turns, context_turns 3",
-            Self::TurnsWithContext(_) => "turns, more context",
-            Self::Episodes => "episodes only",
-            Self::Facts => "facts only",
-            Self::Both => "episodes + facts",
+            Self::Turns => "turns".into(),
+            Self::TurnsWithContext(0) => "turns alone (context_turns 0)".into(),
+            Self::TurnsWithContext(turns) => format!("turns, context_turns {turns}"),
+            Self::Episodes => "episodes only".into(),
+            Self::Facts => "facts only".into(),
+            Self::Both => "episodes + facts".into(),
         }
     }
 

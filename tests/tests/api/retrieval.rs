@@ -15,7 +15,8 @@ use tonic::Code;
 use uuid::Uuid;
 
 use crate::helpers::{
-    Setting, assert_status, import, new_scope, remember, start_incognito, update_setting,
+    Setting, assert_status, import, imported_fact, new_scope, remember, start_incognito,
+    update_setting,
 };
 
 pub(crate) fn fact(client_id: &str, text: &str, days_ago: f64) -> v1::ImportedMemory {
@@ -743,14 +744,9 @@ async fn the_triscore_profile_ranks_by_relevance_recency_and_importance() {
 async fn the_answer_outranks_the_question_that_asked_for_it() {
     let mut sandbox = Sandbox::start().await;
     let scope = new_scope("dogs");
-    let said = |id: &str, text: &str, minutes: i64| v1::ImportedMemory {
-        client_id: id.into(),
-        kind: v1::MemoryKind::Semantic.into(),
-        text: text.into(),
-        created_at: Some(to_proto(
-            Utc::now() - Duration::days(20) + Duration::minutes(minutes),
-        )),
-        ..Default::default()
+    let start = Utc::now() - Duration::days(20);
+    let said = |id: &str, text: &str, minutes: i64| {
+        imported_fact(id, text, (start + Duration::minutes(minutes)).timestamp())
     };
     // Each line searched alone (context_turns 0): with its neighbours' words the piano line
     // would match the dogs too, and this test is about the question.
@@ -819,14 +815,10 @@ async fn the_answer_outranks_the_question_that_asked_for_it() {
 async fn a_question_naming_a_speaker_discounts_the_other_speakers_lines() {
     let mut sandbox = Sandbox::start().await;
     let scope = new_scope("speakers");
-    let said = |id: &str, text: &str, minutes: i64| v1::ImportedMemory {
-        client_id: id.into(),
-        kind: v1::MemoryKind::Semantic.into(),
-        text: text.into(),
-        created_at: Some(to_proto(
-            Utc::now() - Duration::days(20) + Duration::minutes(minutes * 120),
-        )),
-        ..Default::default()
+    // Two hours apart: no line is another's neighbour.
+    let start = Utc::now() - Duration::days(20);
+    let said = |id: &str, text: &str, step: i64| {
+        imported_fact(id, text, (start + Duration::hours(2 * step)).timestamp())
     };
     let echo = "Clara: Jonas, your dog Biscuit is such a good whippet.";
     let own = "Jonas: Biscuit is a whippet cross from the rescue.";

@@ -272,17 +272,11 @@ pub fn score(
         )),
         None => 1.0,
     };
-    let question_weight = if facts.is_question {
-        unit_interval(params.question_weight)
-    } else {
-        1.0
-    };
-    let speaker_weight = if facts.spoken_by_another {
-        unit_interval(params.other_speaker_weight)
-    } else {
-        1.0
-    };
-    let relevance = unit_interval(relevance) * question_weight * speaker_weight;
+    // Each discount applies only where its condition holds.
+    let weight = |applies: bool, weight: f64| if applies { unit_interval(weight) } else { 1.0 };
+    let relevance = unit_interval(relevance)
+        * weight(facts.is_question, params.question_weight)
+        * weight(facts.spoken_by_another, params.other_speaker_weight);
     let recency = recency(facts.created_at, now, params.recency_tau_days);
     // How fresh an entry is for triscore: an episode's FSRS retrievability, which fades with time
     // and comes back with the reviews that found it useful; recency for what FSRS does not model
