@@ -59,7 +59,10 @@ impl App {
         let pool = engram_server::database::connect(&settings.database).await?;
         let metrics = Arc::new(IngestMetrics::new());
 
-        let embedders = engram_recall::load_embedders(&settings.embed.embedder_choice()).await?;
+        // The requests the server serves, which the model's backfill passes wait to be over.
+        let requests = Arc::new(engram_core::activity::RequestActivity::new());
+        let embedders =
+            engram_recall::load_embedders(&settings.embed.embedder_choice(&requests)).await?;
         let embedder = embedders.text;
         if let Some(embedder) = &embedder {
             engram_recall::check_dimension(&pool, embedder.as_ref()).await?;
@@ -105,6 +108,7 @@ impl App {
                         poll_interval: Duration::from_millis(settings.embed.poll_interval_ms),
                         max_failures: settings.embed.max_failures,
                         min_age,
+                        max_deferral: settings.embed.backfill_max_deferral(),
                     },
                     sweep_wake.clone(),
                     metrics.clone(),
@@ -167,7 +171,8 @@ impl App {
         )?;
         let server = GrpcServer::bind(&settings.grpc)
             .await?
-            .watching_database(pool.clone(), "ingest");
+            .watching_database(pool.clone(), "ingest")
+            .counting_requests_in(requests);
         Ok(Self {
             server,
             pool,

@@ -7,7 +7,7 @@
 //! segmentation leaves to it, is measured in the transaction that stores the episode's embedding.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use backon::BackoffBuilder as _;
 use chrono::Utc;
@@ -42,6 +42,9 @@ pub struct BackfillSettings {
     /// Only entries at least this old: with the bus on, new entries are the consumer's, and the
     /// sweep only catches what a lost message or a stopped broker left behind.
     pub min_age: Duration,
+    /// The longest an entry's embedding waits for a gap between requests (the embedder may
+    /// run the backfill only in such gaps: `engram_embed::YieldToRequests`).
+    pub max_deferral: Duration,
 }
 
 #[derive(Clone)]
@@ -137,7 +140,11 @@ impl EmbeddingBackfill {
             .iter()
             .map(PendingEmbedding::embedding_input)
             .collect();
-        match self.embedder.embed(&inputs).await {
+        match self
+            .embedder
+            .embed_between_requests(&inputs, self.latest_start(batch))
+            .await
+        {
             Ok(vectors) => self.store(batch, vectors).await,
             Err(error) if error.is_retryable() => {
                 // Give the entries back so that the next attempt (ours or another worker's) can
@@ -149,6 +156,18 @@ impl EmbeddingBackfill {
             // The embedder rejects something in the batch: find which one, embed the rest.
             Err(_) => self.embed_one_by_one(batch).await,
         }
+    }
+
+    /// When the batch must start at the latest: once its oldest entry has waited
+    /// `max_deferral`.
+    fn latest_start(&self, batch: &[PendingEmbedding]) -> Instant {
+        let now = Utc::now();
+        let waited = batch
+            .iter()
+            .map(|entry| (now - entry.created_at).to_std().unwrap_or_default())
+            .max()
+            .unwrap_or_default();
+        Instant::now() + self.settings.max_deferral.saturating_sub(waited)
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -181,7 +200,8 @@ impl EmbeddingBackfill {
         if !episodes.is_empty() {
             segments::settle_pending_surprise(&mut transaction, &episodes).await?;
         }
-        transaction.commit().await.map_err(StoreError::from)?;
+        // A crash that undoes the commit leaves the entries flagged, and they are embedded again.
+        engram_store::commit_derived(transaction).await?;
         let now = Utc::now();
         for entry in batch {
             self.metrics

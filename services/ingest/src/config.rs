@@ -1,7 +1,10 @@
 //! Settings of the ingest service (see the README's configuration table).
 
+use std::sync::Arc;
+
 use chrono::Duration;
 use engram_core::RetentionPolicy;
+use engram_core::activity::RequestActivity;
 use engram_server::settings::common_defaults;
 use engram_server::{AuthSettings, DatabaseSettings, GrpcSettings};
 use serde::Deserialize;
@@ -138,6 +141,13 @@ pub struct EmbedSettings {
     /// (backfill, segmentation, consolidation) beside appends that answer in milliseconds, so
     /// the default is 10: a busy model then delays requests little (shared/embed/src/inference.rs).
     pub inference_nice: i32,
+    /// The local model runs the backfill's forward passes only once no request of this service
+    /// has been in flight for this long (0: at once, beside the requests). See
+    /// `engram_embed::YieldToRequests`.
+    pub backfill_quiet_ms: u64,
+    /// The longest an entry waits for a quiet moment: once the oldest entry of a backfill batch
+    /// is this old, the batch runs beside the requests.
+    pub backfill_max_deferral_secs: u64,
     pub openai: OpenAiEmbedSettings,
 }
 
@@ -174,15 +184,27 @@ impl EmbedSettings {
         }
     }
 
-    pub fn embedder_choice(&self) -> engram_embed::EmbedderChoice {
+    /// The embedder, its background passes running between the requests `activity` counts.
+    pub fn embedder_choice(&self, activity: &Arc<RequestActivity>) -> engram_embed::EmbedderChoice {
         engram_embed::EmbedderChoice {
             provider: self.provider,
             model_dir: self.model_dir.clone(),
             max_tokens: self.max_tokens,
             max_batch: self.batch_size.max(1),
             inference_nice: self.inference_nice,
+            yield_to_requests: (self.backfill_quiet_ms > 0).then(|| {
+                engram_embed::YieldToRequests {
+                    activity: activity.clone(),
+                    quiet: std::time::Duration::from_millis(self.backfill_quiet_ms),
+                }
+            }),
             openai: self.openai.clone(),
         }
+    }
+
+    /// See `backfill_max_deferral_secs`.
+    pub fn backfill_max_deferral(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.backfill_max_deferral_secs)
     }
 }
 
@@ -306,6 +328,12 @@ impl IngestSettings {
         defaults.extend(engram_recall::embed_defaults());
         // Ingest's inference is all background work (see EmbedSettings::inference_nice).
         defaults.push(("embed.inference_nice", 10i64.into()));
+        // At 200 requests a second a 50 ms gap between them hardly ever comes, so the model
+        // waits; at a few a second most gaps are longer, and it runs in them. Five minutes
+        // bounds what a sustained load defers (docs/benchmarks/README.md, "the model between
+        // requests").
+        defaults.push(("embed.backfill_quiet_ms", 50i64.into()));
+        defaults.push(("embed.backfill_max_deferral_secs", 300i64.into()));
         defaults.extend(engram_recall::RecallSettings::defaults());
         defaults.extend(engram_llm::LlmSettings::defaults());
         defaults

@@ -48,7 +48,12 @@ impl MemoryWriter {
         memory: MemoryId,
         conversation: Option<ConversationId>,
     ) -> Result<Forgotten, IngestError> {
-        let mut transaction = engram_store::begin_with_spaces_locked(&self.pool, [scope]).await?;
+        let mut transaction = engram_store::begin_with_spaces_locked(
+            &self.pool,
+            engram_store::SpaceAccess::WriteEntries,
+            [scope],
+        )
+        .await?;
         let mut deleted = memories::delete(&mut transaction, scope, &[memory.as_uuid()]).await?;
         let deleted = deleted.pop().ok_or_else(|| not_found(memory, scope))?;
 
@@ -95,7 +100,12 @@ impl MemoryWriter {
         // Under the space's lock, like every write of the space: a Remember that merges into the
         // entry reads its pinned flag under the same lock, so a pin or unpin in between is
         // neither undone by the merge nor audited twice.
-        let mut transaction = engram_store::begin_with_spaces_locked(&self.pool, [scope]).await?;
+        let mut transaction = engram_store::begin_with_spaces_locked(
+            &self.pool,
+            engram_store::SpaceAccess::WriteEntries,
+            [scope],
+        )
+        .await?;
         let change = memories::set_pinned(&mut transaction, scope, memory.as_uuid(), pinned)
             .await?
             .ok_or_else(|| not_found(memory, scope))?;
@@ -147,7 +157,12 @@ impl MemoryWriter {
         patch: SettingsPatch,
         conversation: Option<ConversationId>,
     ) -> Result<EffectiveSettings, IngestError> {
-        let mut transaction = engram_store::begin_with_spaces_locked(&self.pool, [scope]).await?;
+        let mut transaction = engram_store::begin_with_spaces_locked(
+            &self.pool,
+            engram_store::SpaceAccess::Exclusive,
+            [scope],
+        )
+        .await?;
         let before = spaces::get(&mut transaction, scope).await?;
         let after = spaces::update(&mut transaction, scope, &patch).await?;
         let settings = |space: &SpaceRecord| {
@@ -188,7 +203,14 @@ impl MemoryWriter {
         conversation: ConversationId,
         incognito: bool,
     ) -> Result<(), IngestError> {
-        let mut transaction = self.pool.begin().await?;
+        // Exclusively under the space's privacy lock, which every append takes shared: an append
+        // either commits before the switch or sees it.
+        let mut transaction = engram_store::begin_with_spaces_locked(
+            &self.pool,
+            engram_store::SpaceAccess::Exclusive,
+            [scope],
+        )
+        .await?;
         let was_incognito =
             !conversations::incognito_among(&mut transaction, scope, &[conversation.as_uuid()])
                 .await?

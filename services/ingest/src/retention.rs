@@ -698,7 +698,12 @@ impl RetentionJob {
         &self,
         scopes: impl IntoIterator<Item = &'a Scope>,
     ) -> Result<sqlx::Transaction<'static, Postgres>, IngestError> {
-        let mut transaction = engram_store::begin_with_spaces_locked(&self.pool, scopes).await?;
+        let mut transaction = engram_store::begin_with_spaces_locked(
+            &self.pool,
+            engram_store::SpaceAccess::Exclusive,
+            scopes,
+        )
+        .await?;
         sqlx::query("SET LOCAL synchronous_commit = off")
             .execute(&mut *transaction)
             .await?;

@@ -455,6 +455,7 @@ mod tests {
             max_batch: 32,
             max_tokens: 256,
             inference_nice: 0,
+            yield_to_requests: None,
         })
         .expect("the local model (make models)");
         Grader {

@@ -5,6 +5,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod activity;
 pub mod backoff;
 pub mod capacity;
 pub mod category;

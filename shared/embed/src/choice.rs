@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use crate::{
     EmbedError, Embedder, LocalEmbedder, LocalModelSettings, OpenAiEmbedder, OpenAiSettings,
-    TokenVectorEmbedder,
+    TokenVectorEmbedder, YieldToRequests,
 };
 
 /// Which embedder runs.
@@ -49,6 +49,8 @@ pub struct EmbedderChoice {
     pub max_batch: usize,
     /// Nice value of the local model's threads (`embed.inference_nice`).
     pub inference_nice: i32,
+    /// Whether the local model runs the backfill's passes only between requests (ingest).
+    pub yield_to_requests: Option<YieldToRequests>,
     pub openai: OpenAiEmbedSettings,
 }
 
@@ -80,6 +82,7 @@ pub async fn load_embedders(choice: &EmbedderChoice) -> Result<Embedders, EmbedE
                 max_batch: choice.max_batch.max(1),
                 max_tokens: choice.max_tokens,
                 inference_nice: choice.inference_nice,
+                yield_to_requests: choice.yield_to_requests.clone(),
             };
             let embedder = tokio::task::spawn_blocking(move || LocalEmbedder::load(&local))
                 .await

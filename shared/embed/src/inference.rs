@@ -18,8 +18,53 @@
 use std::collections::VecDeque;
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use engram_core::activity::RequestActivity;
 
 use crate::{EmbedError, EmbedFuture};
+
+/// Work that no request waits for runs the model only in the gaps between the service's
+/// requests: each forward pass of it starts once no request has been in flight for `quiet`
+/// (or at its caller's latest start, whichever comes first).
+///
+/// Why a nice value is not enough: on a small host the model competes with the request path for
+/// more than CPU time. With the model's threads at the kernel's lowest priority (SCHED_IDLE,
+/// tried by hand) an append's p99 still rose from 10 to 37 ms at 200 appends a second beside
+/// a busy model (docs/benchmarks/README.md): a pass, once on a core, keeps it and the caches
+/// until the scheduler's next look, and its memory traffic slows whatever shares the machine.
+/// A pass that only starts in a quiet moment meets few requests. The cost: under a load with
+/// no quiet moment the backfill waits (new entries are found by their words meanwhile, and
+/// the backfill's latest start bounds how long an entry waits for its vector).
+#[derive(Debug, Clone)]
+pub struct YieldToRequests {
+    /// The service's requests in flight (its gRPC server counts them).
+    pub activity: Arc<RequestActivity>,
+    /// How long no request must have been in flight before a pass starts.
+    pub quiet: Duration,
+}
+
+impl YieldToRequests {
+    /// Blocks the calling (model) thread until a quiet moment or `not_after`.
+    fn wait(&self, not_after: Instant) {
+        // Checked often enough to catch a gap, rarely enough to cost nothing.
+        let poll = (self.quiet / 4).clamp(Duration::from_millis(1), Duration::from_millis(10));
+        loop {
+            if self
+                .activity
+                .quiet_for()
+                .is_some_and(|quiet| quiet >= self.quiet)
+            {
+                return;
+            }
+            let now = Instant::now();
+            if now >= not_after {
+                return;
+            }
+            std::thread::sleep(poll.min(not_after - now));
+        }
+    }
+}
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
@@ -70,6 +115,7 @@ impl Shared {
 pub(crate) struct InferenceThreads {
     shared: Arc<Shared>,
     nice: i32,
+    yielding: Option<YieldToRequests>,
 }
 
 impl Drop for InferenceThreads {
@@ -94,7 +140,11 @@ impl InferenceThreads {
     /// Starts `threads` general threads (at least one) and one for urgent jobs only, at `nice`
     /// (0: the process's own priority). A nice value the process may not take (a negative one
     /// without CAP_SYS_NICE) is logged and the threads run at the process's priority.
-    pub(crate) fn start(threads: usize, nice: i32) -> Result<Arc<Self>, EmbedError> {
+    pub(crate) fn start(
+        threads: usize,
+        nice: i32,
+        yielding: Option<YieldToRequests>,
+    ) -> Result<Arc<Self>, EmbedError> {
         let shared = Arc::new(Shared {
             queues: Mutex::new(Queues::default()),
             ready: Condvar::new(),
@@ -122,7 +172,11 @@ impl InferenceThreads {
                     EmbedError::Inference(format!("cannot start a model thread: {error}"))
                 })?;
         }
-        Ok(Arc::new(Self { shared, nice }))
+        Ok(Arc::new(Self {
+            shared,
+            nice,
+            yielding,
+        }))
     }
 
     /// Queues a job in its lane for the next free model thread.
@@ -189,6 +243,18 @@ impl InferenceThreads {
     pub(crate) fn nice(&self) -> i32 {
         self.nice
     }
+
+    /// Called on a model thread before a forward pass of work no request waits for: waits for
+    /// a gap between requests when the threads yield to them, up to `not_after`.
+    pub(crate) fn wait_for_quiet(&self, not_after: Instant) {
+        if let Some(yielding) = &self.yielding {
+            yielding.wait(not_after);
+        }
+    }
+
+    pub(crate) fn yields_to_requests(&self) -> bool {
+        self.yielding.is_some()
+    }
 }
 
 /// Sets the calling thread's nice value (on Linux a per-thread value: `setpriority` on the
@@ -214,7 +280,7 @@ mod tests {
 
     #[tokio::test]
     async fn jobs_run_on_threads_at_the_asked_nice_value() {
-        let threads = InferenceThreads::start(2, 7).unwrap();
+        let threads = InferenceThreads::start(2, 7, None).unwrap();
         let before = current_thread_nice().unwrap();
         let nice = threads
             .run(Lane::Background, || Ok(current_thread_nice()))
@@ -234,7 +300,7 @@ mod tests {
 
     #[tokio::test]
     async fn threads_spawned_by_a_job_inherit_its_nice_value() {
-        let threads = InferenceThreads::start(1, 5).unwrap();
+        let threads = InferenceThreads::start(1, 5, None).unwrap();
         let before = current_thread_nice().unwrap();
         let inherited = threads
             .run(Lane::Background, || {
@@ -251,7 +317,7 @@ mod tests {
     /// once, on the urgent thread, and goes before background jobs already waiting.
     #[tokio::test]
     async fn urgent_jobs_do_not_wait_for_background_batches() {
-        let threads = InferenceThreads::start(1, 0).unwrap();
+        let threads = InferenceThreads::start(1, 0, None).unwrap();
         let (release, held) = mpsc::channel::<()>();
         let (started, running) = tokio::sync::oneshot::channel::<()>();
         let order = Arc::new(Mutex::new(Vec::new()));
@@ -290,7 +356,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_failing_job_is_an_error_and_the_threads_go_on() {
-        let threads = InferenceThreads::start(1, 0).unwrap();
+        let threads = InferenceThreads::start(1, 0, None).unwrap();
         let failed = threads
             .run(Lane::Background, || -> Result<(), EmbedError> {
                 Err(EmbedError::Inference("bad".into()))
@@ -299,5 +365,60 @@ mod tests {
         assert!(failed.is_err());
         assert_eq!(threads.run(Lane::Background, || Ok(1)).await.unwrap(), 1);
         assert_eq!(threads.run_blocking(|| Ok(2)).unwrap(), 2);
+    }
+
+    /// Work run between requests starts once no request has been in flight for the quiet
+    /// period; under requests that never pause, at its latest start.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn work_between_requests_waits_for_a_quiet_moment_or_its_latest_start() {
+        let activity = Arc::new(RequestActivity::new());
+        let quiet = Duration::from_millis(30);
+        let threads = InferenceThreads::start(
+            1,
+            0,
+            Some(YieldToRequests {
+                activity: activity.clone(),
+                quiet,
+            }),
+        )
+        .unwrap();
+        let pass_at = |latest: Instant| {
+            let threads = threads.clone();
+            let job_threads = threads.clone();
+            tokio::spawn(async move {
+                threads
+                    .run(Lane::Background, move || {
+                        job_threads.wait_for_quiet(latest);
+                        Ok(Instant::now())
+                    })
+                    .await
+                    .unwrap()
+            })
+        };
+
+        let request = activity.begin();
+        let pass = pass_at(Instant::now() + Duration::from_secs(60));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert!(!pass.is_finished(), "the pass started during a request");
+        let request_ended = Instant::now();
+        drop(request);
+        assert!(pass.await.unwrap() >= request_ended + quiet);
+
+        let _never_ending = activity.begin();
+        let latest = Instant::now() + Duration::from_millis(80);
+        assert!(pass_at(latest).await.unwrap() >= latest);
+
+        // Without a policy nothing waits, requests or not.
+        let plain = InferenceThreads::start(1, 0, None).unwrap();
+        let job_threads = plain.clone();
+        let far = Instant::now() + Duration::from_secs(60);
+        let ran_at = plain
+            .run(Lane::Background, move || {
+                job_threads.wait_for_quiet(far);
+                Ok(Instant::now())
+            })
+            .await
+            .unwrap();
+        assert!(ran_at < far);
     }
 }

@@ -28,6 +28,7 @@ pub use choice::{
     EmbedProvider, EmbedderChoice, Embedders, OpenAiEmbedSettings, load_embedder, load_embedders,
 };
 pub use error::EmbedError;
+pub use inference::YieldToRequests;
 pub use local::{LocalEmbedder, LocalModelSettings};
 pub use openai::{OpenAiEmbedder, OpenAiSettings};
 pub use token_vectors::{TOKEN_VECTORS_MODEL_ID, TokenVectorEmbedder};
@@ -44,6 +45,17 @@ pub trait Embedder: Send + Sync {
     fn dimension(&self) -> usize;
     /// One unit-length vector per text, in order.
     fn embed<'a>(&'a self, texts: &'a [String]) -> EmbedFuture<'a>;
+    /// Like [`Self::embed`], for work no request waits for (the embedding backfill): an
+    /// embedder that shares the cores with the service's requests runs it in the gaps between
+    /// them ([`YieldToRequests`]), but starts no later than `not_after`. Others embed at once.
+    fn embed_between_requests<'a>(
+        &'a self,
+        texts: &'a [String],
+        not_after: std::time::Instant,
+    ) -> EmbedFuture<'a> {
+        let _ = not_after;
+        self.embed(texts)
+    }
 }
 
 /// Cosine similarity of two vectors (of unit length, it is their dot product; this does not

@@ -2,13 +2,14 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config};
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
-use crate::inference::{InferenceThreads, Lane};
+use crate::inference::{InferenceThreads, Lane, YieldToRequests};
 use crate::{EmbedError, EmbedFuture, Embedder, normalize};
 
 /// Where the model lives and how it is run.
@@ -23,6 +24,9 @@ pub struct LocalModelSettings {
     /// Nice value of the threads inference runs on (0: the process's; 10 for services whose
     /// inference is background work beside latency-bound requests; see `inference.rs`).
     pub inference_nice: i32,
+    /// Whether work nobody waits for ([`Embedder::embed_between_requests`]) runs only in the
+    /// gaps between the service's requests.
+    pub yield_to_requests: Option<YieldToRequests>,
 }
 
 struct Model {
@@ -104,7 +108,11 @@ impl LocalEmbedder {
             }),
             model_id: "sentence-transformers/all-MiniLM-L6-v2".to_owned(),
             max_batch: settings.max_batch.max(1),
-            threads: InferenceThreads::start(cores, settings.inference_nice)?,
+            threads: InferenceThreads::start(
+                cores,
+                settings.inference_nice,
+                settings.yield_to_requests.clone(),
+            )?,
         };
         // One pass now, on a model thread: candle starts its worker threads at its first
         // operation, and they take the nice value of the thread that starts them.
@@ -115,6 +123,7 @@ impl LocalEmbedder {
         tracing::info!(
             threads = cores,
             nice = embedder.threads.nice(),
+            background_between_requests = ?settings.yield_to_requests.as_ref().map(|y| y.quiet),
             "local embedding model loaded"
         );
         Ok(embedder)
@@ -133,9 +142,22 @@ impl LocalEmbedder {
     /// turns, docs/benchmarks/conversations.md). Padding is masked out, so batching does not change an
     /// embedding.
     pub fn embed_blocking(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.embed_passes_blocking(texts, None)
+    }
+
+    /// [`Self::embed_blocking`]; with `between_requests`, each forward pass first waits for a
+    /// gap between the service's requests, starting no later than the given instant.
+    fn embed_passes_blocking(
+        &self,
+        texts: &[String],
+        between_requests: Option<Instant>,
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
         let order = by_length(texts);
         let mut vectors = vec![Vec::new(); texts.len()];
         for batch in order.chunks(self.max_batch) {
+            if let Some(not_after) = between_requests {
+                self.threads.wait_for_quiet(not_after);
+            }
             let batch_texts: Vec<&str> = batch.iter().map(|&i| texts[i].as_str()).collect();
             let embedded = self.model.forward(batch_texts)?;
             if embedded.len() != batch.len() {
@@ -257,6 +279,20 @@ impl Embedder for LocalEmbedder {
         let embedder = self.clone();
         self.threads.embed(Lane::Background, texts, move |texts| {
             embedder.embed_blocking(texts)
+        })
+    }
+
+    fn embed_between_requests<'a>(
+        &'a self,
+        texts: &'a [String],
+        not_after: Instant,
+    ) -> EmbedFuture<'a> {
+        if !self.threads.yields_to_requests() {
+            return self.embed(texts);
+        }
+        let embedder = self.clone();
+        self.threads.embed(Lane::Background, texts, move |texts| {
+            embedder.embed_passes_blocking(texts, Some(not_after))
         })
     }
 }

@@ -13,6 +13,7 @@ fn embedder_with_batch(max_batch: usize) -> LocalEmbedder {
         max_batch,
         max_tokens: 256,
         inference_nice: 0,
+        yield_to_requests: None,
     })
     .expect("the model is installed (make test runs deploy/local/models.sh)")
 }

@@ -10,6 +10,7 @@ fn model() -> LocalEmbedder {
         max_batch: 32,
         max_tokens: 256,
         inference_nice: 0,
+        yield_to_requests: None,
     })
     .expect("the model is installed (make test runs deploy/local/models.sh)")
 }

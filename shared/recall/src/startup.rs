@@ -44,6 +44,9 @@ impl EmbedConfig {
             max_tokens: self.max_tokens,
             max_batch: self.batch_size.max(1),
             inference_nice: self.inference_nice,
+            // Retrieval embeds what its requests wait for; review grades with no request
+            // beside it that answers in milliseconds.
+            yield_to_requests: None,
             openai: self.openai.clone(),
         }
     }

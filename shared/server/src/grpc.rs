@@ -15,9 +15,11 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use engram_core::activity::RequestActivity;
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tonic::service::Routes;
@@ -26,6 +28,7 @@ use tonic_health::ServingStatus;
 use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::{HealthReporter, HealthService};
 
+use crate::activity::RequestActivityLayer;
 use crate::auth::{AuthLayer, TokenRegistry};
 use crate::deadline::DeadlineLayer;
 use crate::settings::GrpcSettings;
@@ -58,6 +61,8 @@ pub struct GrpcServer {
     readiness_interval: Duration,
     /// TLS, when configured.
     tls: Option<TlsConfigWatch>,
+    /// Counts the requests being served (see `crate::activity`).
+    request_activity: Arc<RequestActivity>,
 }
 
 impl GrpcServer {
@@ -100,7 +105,15 @@ impl GrpcServer {
             readiness_database: None,
             readiness_interval: Duration::from_millis(settings.readiness_interval_ms.max(10)),
             tls,
+            request_activity: Arc::new(RequestActivity::new()),
         })
+    }
+
+    /// Counts the requests this server serves in `activity`, which background work of the
+    /// service watches to run between requests (the ingest service's embedding backfill).
+    pub fn counting_requests_in(mut self, activity: Arc<RequestActivity>) -> Self {
+        self.request_activity = activity;
+        self
     }
 
     /// Readiness follows this database (NOT_SERVING while it does not answer), and its pool's
@@ -189,6 +202,7 @@ impl GrpcServer {
             .trace_fn(engram_telemetry::grpc_request_span)
             // Deadlines are Engram's own (DEADLINE_EXCEEDED, or UNKNOWN for a write that may
             // have landed), not tonic's `timeout`, which answers CANCELLED.
+            .layer(RequestActivityLayer::new(self.request_activity.clone()))
             .layer(crate::metrics::RpcMetricsLayer)
             .layer(DeadlineLayer::new(self.request_timeout))
             .layer(AuthLayer::new(tokens))

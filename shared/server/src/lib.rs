@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod activity;
 pub mod auth;
 pub mod convert;
 pub mod database;

@@ -110,15 +110,61 @@ pub async fn schema_is_current(pool: &PgPool) -> Result<bool, StoreError> {
         .all(|migration| applied.contains(&migration.version)))
 }
 
-/// Begins a transaction that holds the write locks of some (user, space) pairs until it ends, in
-/// one round trip. Near-duplicate detection and the capacity policy read a space and then write
-/// it; without the lock, two concurrent writes of the same text could both miss each other and
-/// create two rows.
+/// Commits a transaction that only writes what Engram derives from data already stored durably
+/// (an entry's embedding, a conversation's episodes), without waiting for the WAL flush.
 ///
-/// Keys are taken in ascending order, so two transactions locking overlapping sets wait for each
-/// other instead of deadlocking (a transaction holding one space's lock never asks for another).
-/// The `BEGIN` goes out as one simple query with the lock statement (the keys are integers written
-/// by us, so the statement text needs no parameters).
+/// Safe because the derivation and the mark that it is done commit together: an embedding with
+/// its entry's `needs_embedding` cleared, an episode with its conversation's `segmented_through`.
+/// A Postgres crash within a few milliseconds of the commit undoes both, and the work is done
+/// again (the backfill and segmentation sweeps find it), to the same result. What it buys: the
+/// flushes are left to the requests whose answers promise durability (a Remember, an append),
+/// which otherwise wait behind the background's (the conversations benchmark, where segmentation
+/// and the embedding backfill commit about 70 times a second beside 200 appends).
+pub async fn commit_derived(
+    mut transaction: sqlx::Transaction<'static, sqlx::Postgres>,
+) -> Result<(), StoreError> {
+    sqlx::query("SET LOCAL synchronous_commit = off")
+        .execute(&mut *transaction)
+        .await?;
+    transaction.commit().await?;
+    Ok(())
+}
+
+/// What a transaction does to the spaces it locks, which decides the locks it takes.
+///
+/// Every (user, space) has two transaction-scoped advisory locks:
+/// - the **privacy** lock guards what may be stored at all: memory on or off, incognito, and a
+///   conversation being forgotten. Whatever stores something takes it shared, so it sees the
+///   switches as they are; whatever changes them takes it exclusively.
+/// - the **content** lock guards the entries: near-duplicate detection and the capacity policy
+///   read a space and then write it, so without it two concurrent writes of the same text could
+///   both miss each other and create two rows.
+///
+/// Appending turns needs only the first: a conversation's own row lock orders its turns, and
+/// turns are never compared with entries. So an append does not wait for a segmentation or a
+/// Remember that is writing entries of the same space (it used to: one exclusive lock per space
+/// put a user's appends behind every episode written for them, the longest waits in the
+/// conversations benchmark).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpaceAccess {
+    /// Storing turns: the privacy lock, shared.
+    AppendTurns,
+    /// Writing or deleting entries (Remember, import, pin, forget an entry, segmentation): the
+    /// privacy lock shared and the content lock exclusive.
+    WriteEntries,
+    /// Changing what may be stored, or deleting turns (settings, incognito, forgetting a
+    /// conversation, retention): both locks exclusive.
+    Exclusive,
+}
+
+/// Begins a transaction that holds the locks `access` needs on some (user, space) pairs until it
+/// ends, in one round trip (see [`SpaceAccess`]).
+///
+/// Locks are taken in one global order, every privacy lock (ascending keys) before every content
+/// lock (ascending keys), so two transactions locking overlapping sets wait for each other
+/// instead of deadlocking (a transaction holding a space's locks never asks for more).
+/// The `BEGIN` goes out as one simple query with the lock statements (the keys are integers
+/// written by us, so the statement text needs no parameters).
 ///
 /// The same round trip also switches the transaction to generic plans. Every statement of a write
 /// is keyed by its spaces, so a plan made for the parameters would be the same plan, yet Postgres
@@ -126,33 +172,131 @@ pub async fn schema_is_current(pool: &PgPool) -> Result<bool, StoreError> {
 /// CPU in the ingest benchmark.
 pub async fn begin_with_spaces_locked<'a>(
     pool: &PgPool,
+    access: SpaceAccess,
     scopes: impl IntoIterator<Item = &'a engram_core::Scope>,
 ) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
-    use std::fmt::Write as _;
-    let keys = space_lock_keys(scopes);
-    let mut statement = String::from(
-        "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; \
-         SELECT pg_advisory_xact_lock(key) FROM unnest('{",
-    );
-    for (at, key) in keys.iter().enumerate() {
-        let separator = if at == 0 { "" } else { "," };
-        let _ = write!(statement, "{separator}{key}");
-    }
-    statement.push_str("}'::int8[]) AS key");
+    let statement = space_lock_statement(access, scopes);
     Ok(pool.begin_with(sqlx::AssertSqlSafe(statement)).await?)
 }
 
-/// The lock keys of some spaces, each once, in ascending order.
-fn space_lock_keys<'a>(scopes: impl IntoIterator<Item = &'a engram_core::Scope>) -> Vec<i64> {
-    let mut keys: Vec<i64> = scopes.into_iter().map(space_lock_key).collect();
+/// The `BEGIN` and lock statements of [`begin_with_spaces_locked`].
+fn space_lock_statement<'a>(
+    access: SpaceAccess,
+    scopes: impl IntoIterator<Item = &'a engram_core::Scope>,
+) -> String {
+    use std::fmt::Write as _;
+    let scopes: Vec<&engram_core::Scope> = scopes.into_iter().collect();
+    let (privacy, content) = match access {
+        SpaceAccess::AppendTurns => ("pg_advisory_xact_lock_shared", None),
+        SpaceAccess::WriteEntries => (
+            "pg_advisory_xact_lock_shared",
+            Some("pg_advisory_xact_lock"),
+        ),
+        SpaceAccess::Exclusive => ("pg_advisory_xact_lock", Some("pg_advisory_xact_lock")),
+    };
+    let mut statement = String::from("BEGIN; SET LOCAL plan_cache_mode = force_generic_plan");
+    let mut lock = |function: &str, keys: Vec<i64>| {
+        let keys: Vec<String> = keys.iter().map(i64::to_string).collect();
+        let _ = write!(
+            statement,
+            "; SELECT {function}(key) FROM unnest('{{{}}}'::int8[]) AS key",
+            keys.join(",")
+        );
+    };
+    lock(privacy, space_lock_keys(&scopes, LockKind::Privacy));
+    if let Some(content_lock) = content {
+        lock(content_lock, space_lock_keys(&scopes, LockKind::Content));
+    }
+    statement
+}
+
+/// Which of a space's two locks a key names.
+#[derive(Debug, Clone, Copy)]
+enum LockKind {
+    Privacy,
+    Content,
+}
+
+/// The keys of one kind of lock of some spaces, each once, in ascending order.
+fn space_lock_keys(scopes: &[&engram_core::Scope], kind: LockKind) -> Vec<i64> {
+    let mut keys: Vec<i64> = scopes
+        .iter()
+        .map(|scope| space_lock_key(scope, kind))
+        .collect();
     keys.sort_unstable();
     keys.dedup();
     keys
 }
 
-/// A stable 64-bit key for the advisory lock of one (user, space).
-fn space_lock_key(scope: &engram_core::Scope) -> i64 {
+/// A stable 64-bit key for one lock of one (user, space).
+fn space_lock_key(scope: &engram_core::Scope, kind: LockKind) -> i64 {
     let mut key = scope.user_id.as_uuid().as_bytes().to_vec();
     key.extend_from_slice(scope.space.as_str().as_bytes());
+    if let LockKind::Privacy = kind {
+        // The content key keeps the hash it always had; the privacy key is the same space's
+        // hash with a marker no space name can end with (names are printable text).
+        key.push(0);
+    }
     xxhash_rust::xxh3::xxh3_64(&key) as i64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use engram_core::Scope;
+
+    fn scope(space: &str) -> Scope {
+        Scope::parse("scope", "3f1c2a9e-6a55-4d0e-9d7a-0c2f1b7e5a10", space).unwrap()
+    }
+
+    /// The lock statements of a transaction, without the `BEGIN` and the plan setting.
+    fn locks(access: SpaceAccess, scopes: &[Scope]) -> Vec<String> {
+        space_lock_statement(access, scopes)
+            .split("; ")
+            .skip(2)
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn an_append_takes_only_the_privacy_lock_and_shares_it() {
+        let work = scope("work");
+        let key = space_lock_key(&work, LockKind::Privacy);
+        assert_eq!(
+            locks(SpaceAccess::AppendTurns, std::slice::from_ref(&work)),
+            vec![format!(
+                "SELECT pg_advisory_xact_lock_shared(key) FROM unnest('{{{key}}}'::int8[]) AS key"
+            )]
+        );
+    }
+
+    #[test]
+    fn entry_writers_share_the_privacy_lock_and_hold_the_content_lock() {
+        let spaces = [scope("work"), scope("home"), scope("work")];
+        let statements = locks(SpaceAccess::WriteEntries, &spaces);
+        assert_eq!(statements.len(), 2);
+        assert!(statements[0].starts_with("SELECT pg_advisory_xact_lock_shared(key)"));
+        assert!(statements[1].starts_with("SELECT pg_advisory_xact_lock(key)"));
+        // Each space once, keys ascending, and a space's two locks are different locks.
+        let refs: Vec<&Scope> = spaces.iter().collect();
+        let privacy = space_lock_keys(&refs, LockKind::Privacy);
+        let content = space_lock_keys(&refs, LockKind::Content);
+        assert_eq!(privacy.len(), 2);
+        assert!(privacy.is_sorted() && content.is_sorted());
+        assert!(privacy.iter().all(|key| !content.contains(key)));
+    }
+
+    #[test]
+    fn switches_hold_both_locks_privacy_first() {
+        let statements = locks(SpaceAccess::Exclusive, &[scope("work")]);
+        assert_eq!(statements.len(), 2);
+        let work = scope("work");
+        assert!(statements[0].contains(&space_lock_key(&work, LockKind::Privacy).to_string()));
+        assert!(statements[1].contains(&space_lock_key(&work, LockKind::Content).to_string()));
+        assert!(
+            statements
+                .iter()
+                .all(|s| s.starts_with("SELECT pg_advisory_xact_lock(key)"))
+        );
+    }
 }

@@ -122,16 +122,18 @@ pub async fn store_turn_embeddings(
     Ok(())
 }
 
-/// Locks the conversation's segmentation progress for the transaction: `(segmented_through,
-/// close_requested_through)`, or `None` when the conversation is gone.
-pub async fn lock_progress(
+/// The conversation's segmentation progress (`segmented_through`), or `None` when the
+/// conversation is gone. Read without locking the row: only transactions holding the space's
+/// content lock change it (segmentation, forgetting the conversation), so it stays as read for
+/// a caller that holds that lock ([`crate::SpaceAccess::WriteEntries`]).
+pub async fn progress(
     connection: &mut PgConnection,
     scope: &Scope,
     conversation: ConversationId,
-) -> Result<Option<(i32, Option<i32>)>, StoreError> {
-    let progress = sqlx::query_as(
-        "SELECT segmented_through, close_requested_through FROM conversations \
-         WHERE user_id = $1 AND space = $2 AND conversation_id = $3 FOR UPDATE",
+) -> Result<Option<i32>, StoreError> {
+    let progress = sqlx::query_scalar(
+        "SELECT segmented_through FROM conversations \
+         WHERE user_id = $1 AND space = $2 AND conversation_id = $3",
     )
     .bind(scope.user_id.as_uuid())
     .bind(scope.space.as_str())

@@ -67,6 +67,7 @@ async fn main() -> anyhow::Result<()> {
         max_batch: 32,
         max_tokens: 256,
         inference_nice: 0,
+        yield_to_requests: None,
     })?;
     let singles: Vec<String> = (0..64).map(|_| sentence(&mut rng)).collect();
     let started = Instant::now();

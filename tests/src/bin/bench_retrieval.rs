@@ -300,6 +300,7 @@ async fn seed_pool(
             max_batch: 32,
             max_tokens: 256,
             inference_nice: 0,
+            yield_to_requests: None,
         })?;
         let mut vectors = Vec::with_capacity(texts.len());
         for chunk in texts.chunks(32) {
@@ -733,6 +734,7 @@ async fn run(
             max_batch: 32,
             max_tokens: 256,
             inference_nice: 0,
+            yield_to_requests: None,
         })
     })
     .await??;

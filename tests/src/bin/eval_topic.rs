@@ -207,7 +207,9 @@ async fn main() -> anyhow::Result<()> {
     let mut embed = defaults.embed.clone();
     embed.provider = engram_embed::EmbedProvider::Local;
     embed.model_dir = engram_e2e::local_model_dir();
-    let embedders = engram_recall::load_embedders(&embed.embedder_choice()).await?;
+    // No service here: no requests for the model to wait for.
+    let embedders =
+        engram_recall::load_embedders(&embed.embedder_choice(&Default::default())).await?;
     let (Some(sentence), Some(tokens)) = (embedders.text, embedders.topic) else {
         anyhow::bail!("the local model is needed (make models)");
     };

@@ -52,9 +52,13 @@ async fn requests_beyond_the_connection_limit_get_resource_exhausted() {
     // Hold the space's write lock so that writes to it wait (on a pool of our own, apart from
     // the service's).
     let own_pool = sqlx::PgPool::connect(sandbox.database.url()).await.unwrap();
-    let blocker = engram_store::begin_with_spaces_locked(&own_pool, [&core_scope])
-        .await
-        .unwrap();
+    let blocker = engram_store::begin_with_spaces_locked(
+        &own_pool,
+        engram_store::SpaceAccess::Exclusive,
+        [&core_scope],
+    )
+    .await
+    .unwrap();
 
     let waiting: Vec<_> = (0..8)
         .map(|index| {

@@ -517,6 +517,101 @@ async fn concurrent_appenders_never_lose_duplicate_or_reorder_turns() {
     }
 }
 
+/// An append takes its space's privacy lock shared: it goes on while entries of the space are
+/// being written (an episode, a Remember), and it waits for a privacy switch, whose outcome it
+/// then honours.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_passes_entry_writes_of_its_space_but_waits_for_a_privacy_switch() {
+    let mut sandbox = Sandbox::start().await;
+    let chat = Chat::new("locks");
+    let core_scope =
+        engram_core::Scope::parse("scope", &chat.scope.user_id, &chat.scope.space).unwrap();
+    let own_pool = sqlx::PgPool::connect(sandbox.database.url()).await.unwrap();
+
+    // Entries of the space being written on another connection: the append is not held up.
+    let entry_writer = engram_store::begin_with_spaces_locked(
+        &own_pool,
+        engram_store::SpaceAccess::WriteEntries,
+        [&core_scope],
+    )
+    .await
+    .unwrap();
+    let mut said = user("I booked the dentist for Friday", Utc::now());
+    said.at = None;
+    let appended = tokio::time::timeout(
+        Duration::from_secs(30),
+        chat.append(&mut sandbox, vec![said]),
+    )
+    .await
+    .expect("the append waited for the space's entry writer");
+    assert_eq!(appended.turns[0].outcome(), v1::TurnOutcome::Stored);
+    entry_writer.rollback().await.unwrap();
+
+    // Memory being switched off on another connection: the append waits, then stores nothing.
+    let mut switch = engram_store::begin_with_spaces_locked(
+        &own_pool,
+        engram_store::SpaceAccess::Exclusive,
+        [&core_scope],
+    )
+    .await
+    .unwrap();
+    let mut ingest = sandbox.ingest.clone();
+    let request = v1::AppendMessagesRequest {
+        scope: Some(chat.scope.clone()),
+        conversation_id: chat.id.clone(),
+        messages: vec![{
+            let mut said = user("My PIN is 4321", Utc::now());
+            said.at = None;
+            said
+        }],
+        close_segment: false,
+    };
+    let waiting = tokio::spawn(async move { ingest.append_messages(request).await });
+    let started = Instant::now();
+    loop {
+        let blocked: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        )
+        .fetch_one(&sandbox.pool)
+        .await
+        .unwrap();
+        if blocked >= 1 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the append never waited for the privacy switch"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!waiting.is_finished());
+    engram_store::spaces::update(
+        &mut switch,
+        &core_scope,
+        &engram_store::spaces::SettingsPatch {
+            memory_enabled: Some(false),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    switch.commit().await.unwrap();
+    let appended = waiting.await.unwrap().unwrap().into_inner();
+    assert_eq!(
+        appended.turns[0].outcome(),
+        v1::TurnOutcome::SkippedMemoryDisabled
+    );
+    let contents: Vec<String> = sqlx::query_scalar(
+        "SELECT content FROM conversation_turns WHERE user_id = $1::uuid ORDER BY turn_index",
+    )
+    .bind(&chat.scope.user_id)
+    .fetch_all(&sandbox.pool)
+    .await
+    .unwrap();
+    assert_eq!(contents, vec!["I booked the dentist for Friday".to_owned()]);
+}
+
 #[tokio::test]
 async fn incognito_conversations_and_memory_off_store_no_turn() {
     let mut sandbox = Sandbox::start().await;

@@ -43,6 +43,7 @@ async fn new_memories_get_embeddings_from_the_local_model() {
         max_batch: 8,
         max_tokens: 256,
         inference_nice: 0,
+        yield_to_requests: None,
     })
     .unwrap()
     .embed(&[text.to_owned()])

@@ -25,9 +25,13 @@ async fn hold_space_lock(
     scope: &v1::Scope,
 ) -> sqlx::Transaction<'static, sqlx::Postgres> {
     let core_scope = engram_core::Scope::parse("scope", &scope.user_id, &scope.space).unwrap();
-    engram_store::begin_with_spaces_locked(pool, [&core_scope])
-        .await
-        .unwrap()
+    engram_store::begin_with_spaces_locked(
+        pool,
+        engram_store::SpaceAccess::Exclusive,
+        [&core_scope],
+    )
+    .await
+    .unwrap()
 }
 
 /// Waits until a write is blocked on a space's lock in Postgres (so it holds its commit slot).

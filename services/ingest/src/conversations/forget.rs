@@ -49,7 +49,12 @@ impl MemoryWriter {
         scope: &Scope,
         conversation: ConversationId,
     ) -> Result<ConversationReceipt, IngestError> {
-        let mut transaction = engram_store::begin_with_spaces_locked(&self.pool, [scope]).await?;
+        let mut transaction = engram_store::begin_with_spaces_locked(
+            &self.pool,
+            engram_store::SpaceAccess::Exclusive,
+            [scope],
+        )
+        .await?;
         let forgotten = segments::forget_conversation(&mut transaction, scope, conversation)
             .await?
             .ok_or_else(|| {

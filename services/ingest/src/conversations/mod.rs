@@ -130,7 +130,12 @@ impl MemoryWriter {
             .iter()
             .filter_map(|m| m.client_message_id.as_deref())
             .collect();
-        let mut transaction = engram_store::begin_with_spaces_locked(&self.pool, [scope]).await?;
+        let mut transaction = engram_store::begin_with_spaces_locked(
+            &self.pool,
+            engram_store::SpaceAccess::AppendTurns,
+            [scope],
+        )
+        .await?;
         let state = match conversations::open_for_append(
             &mut transaction,
             scope,

@@ -8,10 +8,11 @@
 //! 3. describe each closed segment — by the LLM when one is configured, by the extractive rules
 //!    of `engram_core::episode` otherwise or when the LLM fails — outside any transaction, since
 //!    an LLM may take seconds;
-//! 4. in one transaction holding the conversation's row: check that nobody segmented it
-//!    meanwhile, write the episodes (tombstones, near-duplicates, soft cap, audit, embedding
-//!    event — as every entry), take the pending reviews each closed segment answers, announce
-//!    `SegmentClosed` for the review service, and record the progress;
+//! 4. in one transaction holding the space's content lock (as every entry write does): check
+//!    that nobody segmented it meanwhile, write the episodes (tombstones, near-duplicates, soft
+//!    cap, audit, embedding event — as every entry), then, with the conversation's row locked
+//!    only from here to the commit, take the pending reviews each closed segment answers,
+//!    announce `SegmentClosed` for the review service, and record the progress;
 //! 5. consolidate the new episodes into facts ([`super::consolidation`]).
 //!
 //! An episode without the LLM's judgement of its surprise is written neutral and marked
@@ -20,7 +21,8 @@
 //! state from it (`engram_store::segments::settle_pending_surprise`). Segmentation itself never
 //! waits for the model's episode embeddings: the episode is searchable by its words as soon as
 //! its transaction commits, and the model — the scarce resource on a small host — works through
-//! the episodes and facts behind it, at a lower CPU priority than the requests.
+//! the episodes and facts behind it, at a lower CPU priority than the requests and in the gaps
+//! between them (`engram_embed::YieldToRequests`).
 //!
 //! It runs on a bus message (`SegmentationRequested`), and on a sweep that closes idle segments,
 //! catches what a lost message missed, and (without the bus) takes every conversation that got
@@ -42,10 +44,10 @@ use engram_core::{
 use engram_embed::Embedder;
 use engram_llm::ChatClient;
 use engram_proto::v1;
+use engram_store::audit;
 use engram_store::conversations::TurnRecord;
 use engram_store::segments::{self, EpisodeWrite, NewEpisode, OpenTail};
 use engram_store::write_path::{CapacityTarget, enforce_soft_caps};
-use engram_store::{StoreError, audit};
 use futures::StreamExt as _;
 use serde_json::json;
 use sqlx::PgPool;
@@ -524,6 +526,11 @@ impl Segmenter {
     }
 
     /// Writes the prepared segments in one transaction (see the module documentation).
+    ///
+    /// The conversation's row is touched only at the end (taking its pending reviews, recording
+    /// the progress), so it is locked for the last few statements and the commit, not for the
+    /// episodes' writes: the row is also what every append to the conversation locks, and its
+    /// next turns usually come while its last segment is being written.
     async fn write(
         &self,
         scope: &Scope,
@@ -531,14 +538,18 @@ impl Segmenter {
         segmented_through: i32,
         prepared: Vec<Prepared>,
     ) -> Result<SegmentationOutcome, IngestError> {
-        let mut transaction = engram_store::begin_with_spaces_locked(&self.pool, [scope]).await?;
-        match segments::lock_progress(&mut transaction, scope, conversation).await? {
-            Some((through, _)) if through == segmented_through => {}
+        let mut transaction = engram_store::begin_with_spaces_locked(
+            &self.pool,
+            engram_store::SpaceAccess::WriteEntries,
+            [scope],
+        )
+        .await?;
+        if segments::progress(&mut transaction, scope, conversation).await?
+            != Some(segmented_through)
+        {
             // Segmented meanwhile (another pass, another replica), or forgotten: nothing to do.
-            _ => {
-                transaction.rollback().await?;
-                return Ok(SegmentationOutcome::default());
-            }
+            transaction.rollback().await?;
+            return Ok(SegmentationOutcome::default());
         }
         let (incognito, memory_enabled) =
             engram_store::conversations::privacy_state(&mut transaction, scope, conversation)
@@ -548,72 +559,24 @@ impl Segmenter {
             transaction.rollback().await?;
             return Ok(SegmentationOutcome::default());
         }
+
+        let retention = self.writer.settings.retention();
+        let mut written_segments = Vec::with_capacity(prepared.len());
+        for prepared in prepared {
+            let (episode_id, created) = self
+                .write_segment(&mut transaction, scope, conversation, &prepared, &retention)
+                .await?;
+            written_segments.push((prepared, episode_id, created));
+        }
+
         let taken = segments::take_pending_reviews(&mut transaction, scope, conversation).await?;
         let mut reviews = taken.as_ref().map(pending_reviews).unwrap_or_default();
         reviews.sort_by_key(|(at, _)| *at);
         let mut reviews = reviews.into_iter().peekable();
-
         let publish = self.writer.hooks.publish_events;
-        let retention = self.writer.settings.retention();
         let mut outcome = SegmentationOutcome::default();
         let mut last_closed = segmented_through;
-        for prepared in prepared {
-            let episode = &prepared.episode;
-            let event = self
-                .writer
-                .hooks
-                .announce_embeddings()
-                .then(|| embedding_requested(episode.id, scope, Default::default()));
-            // Derived: "forget that" in the conversation means what the user said, not this.
-            let detail = json!({
-                "segment": [prepared.segment.first, prepared.segment.last],
-                "reason": prepared.segment.reason.as_str(),
-                "described_by": prepared.described_by,
-                "derived": true,
-            });
-            let written = if prepared.trivial {
-                None
-            } else {
-                Some(
-                    segments::write_episode(
-                        &mut transaction,
-                        scope,
-                        episode,
-                        detail,
-                        event.as_ref(),
-                    )
-                    .await?,
-                )
-            };
-            let (episode_id, created) = match &written {
-                Some(EpisodeWrite::Created(record)) => (Some(record.id), true),
-                Some(EpisodeWrite::Merged(record)) => (Some(record.id), false),
-                Some(EpisodeWrite::AlreadyWritten(id)) => (Some(id.to_owned()), false),
-                Some(EpisodeWrite::Suppressed) | None => (None, false),
-            };
-            if created {
-                self.enforce_soft_cap(&mut transaction, scope, &retention)
-                    .await?;
-            }
-            audit::append(
-                &mut transaction,
-                scope,
-                audit::AuditAction::Segment,
-                episode_id,
-                Some(conversation),
-                json!({
-                    "segment": [prepared.segment.first, prepared.segment.last],
-                    "reason": prepared.segment.reason.as_str(),
-                    "episode": match &written {
-                        Some(EpisodeWrite::Created(_)) => "created",
-                        Some(EpisodeWrite::Merged(_)) => "repeated",
-                        Some(EpisodeWrite::AlreadyWritten(_)) => "already written",
-                        Some(EpisodeWrite::Suppressed) => "suppressed by a tombstone",
-                        None => "none: greetings and thanks only",
-                    },
-                }),
-            )
-            .await?;
+        for (prepared, episode_id, created) in written_segments {
             // The reviews recorded before this segment's last turn arrived are this segment's.
             let mut answered = Vec::new();
             while let Some((_, review)) =
@@ -626,7 +589,7 @@ impl Segmenter {
                 let event = segment_closed(ClosedSegmentEvent {
                     scope,
                     conversation,
-                    segment_id: episode.id,
+                    segment_id: prepared.episode.id,
                     episode_id,
                     first_turn_index: prepared.segment.first,
                     last_turn_index: prepared.segment.last,
@@ -667,7 +630,9 @@ impl Segmenter {
             .await?;
         }
         segments::mark_segmented(&mut transaction, scope, conversation, last_closed).await?;
-        transaction.commit().await.map_err(StoreError::from)?;
+        // A crash that undoes the commit undoes the progress with the episodes: the turns are
+        // segmented again, into the same episodes (their ids come from the segments).
+        engram_store::commit_derived(transaction).await?;
         if publish && let Some(wake) = &self.writer.hooks.new_entry_wake {
             wake.notify_one();
         }
@@ -677,6 +642,68 @@ impl Segmenter {
             "segments closed"
         );
         Ok(outcome)
+    }
+
+    /// Writes one closed segment's episode (unless it is greetings only) and audits the
+    /// segment; returns the episode's id and whether it is new.
+    async fn write_segment(
+        &self,
+        transaction: &mut sqlx::PgConnection,
+        scope: &Scope,
+        conversation: ConversationId,
+        prepared: &Prepared,
+        retention: &RetentionPolicy,
+    ) -> Result<(Option<Uuid>, bool), IngestError> {
+        let episode = &prepared.episode;
+        let event = self
+            .writer
+            .hooks
+            .announce_embeddings()
+            .then(|| embedding_requested(episode.id, scope, Default::default()));
+        // Derived: "forget that" in the conversation means what the user said, not this.
+        let detail = json!({
+            "segment": [prepared.segment.first, prepared.segment.last],
+            "reason": prepared.segment.reason.as_str(),
+            "described_by": prepared.described_by,
+            "derived": true,
+        });
+        let written = if prepared.trivial {
+            None
+        } else {
+            Some(
+                segments::write_episode(transaction, scope, episode, detail, event.as_ref())
+                    .await?,
+            )
+        };
+        let (episode_id, created) = match &written {
+            Some(EpisodeWrite::Created(record)) => (Some(record.id), true),
+            Some(EpisodeWrite::Merged(record)) => (Some(record.id), false),
+            Some(EpisodeWrite::AlreadyWritten(id)) => (Some(id.to_owned()), false),
+            Some(EpisodeWrite::Suppressed) | None => (None, false),
+        };
+        if created {
+            self.enforce_soft_cap(transaction, scope, retention).await?;
+        }
+        audit::append(
+            transaction,
+            scope,
+            audit::AuditAction::Segment,
+            episode_id,
+            Some(conversation),
+            json!({
+                "segment": [prepared.segment.first, prepared.segment.last],
+                "reason": prepared.segment.reason.as_str(),
+                "episode": match &written {
+                    Some(EpisodeWrite::Created(_)) => "created",
+                    Some(EpisodeWrite::Merged(_)) => "repeated",
+                    Some(EpisodeWrite::AlreadyWritten(_)) => "already written",
+                    Some(EpisodeWrite::Suppressed) => "suppressed by a tombstone",
+                    None => "none: greetings and thanks only",
+                },
+            }),
+        )
+        .await?;
+        Ok((episode_id, created))
     }
 
     /// The soft cap after a new episode, as after any new entry.

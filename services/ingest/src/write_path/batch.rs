@@ -200,6 +200,7 @@ impl RememberBatches {
     > {
         let mut transaction = engram_store::begin_with_spaces_locked(
             &self.pool,
+            engram_store::SpaceAccess::WriteEntries,
             writes.iter().map(|w| &w.command.scope),
         )
         .await?;
