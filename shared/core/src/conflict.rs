@@ -110,10 +110,11 @@ const NOT_A_VALUE: &[&str] = &[
     "unknown", "unclear", "tbd",
 ];
 
-/// Time phrases after a value ("I joined Globex last month"): when, not what.
+/// Time phrases after a value ("I joined Globex last month", "I live in Lisbon now"): when, not
+/// what.
 static TRAILING_TIME: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
-        r"(?i)\s+(?:(?:last|this|next)\s+(?:week|month|year)|yesterday|today|recently|in\s+\d{4}|\d+\s+(?:days|weeks|months|years)\s+ago)$",
+        r"(?i)\s+(?:(?:last|this|next)\s+(?:week|month|year)|yesterday|today|recently|now|these\s+days|at\s+the\s+moment|in\s+\d{4}|\d+\s+(?:days|weeks|months|years)\s+ago)$",
     )
     .expect("valid time rule")
 });
@@ -314,10 +315,28 @@ fn known_subject(raw: &str) -> Option<String> {
         .then_some(subject)
 }
 
+/// Words that open a sentence without adding to what it states: "And my manager is Alice",
+/// "Actually, I live in Lisbon now", "对了，我住在上海". The rules are anchored at the start of
+/// what is stated, so these go first.
+static LEADING_CONNECTIVES: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?ix)^(?:
+            (?:and|also|plus|but|so|actually|anyway|oh|well|btw|by\s+the\s+way)\b[\s,]*
+          | (?:而且|另外|还有|其实|对了|顺便说一下|顺便说|不过)[\s,，、]*
+        )+",
+    )
+    .expect("valid connective rule")
+});
+
 /// The subject and value a fact states, when one of the rules recognises it. A sentence of a
 /// longer text is looked at alone: pass facts, not paragraphs.
 pub fn subject_value(fact: &str) -> Option<SubjectValue> {
-    let sentence = fact.trim().trim_end_matches(['.', '!', '。', '！']).trim();
+    let sentence = fact.trim();
+    let sentence = match LEADING_CONNECTIVES.find(sentence) {
+        Some(connectives) => &sentence[connectives.end()..],
+        None => sentence,
+    };
+    let sentence = sentence.trim_end_matches(['.', '!', '。', '！']).trim();
     if sentence.is_empty() || sentence.ends_with('?') || sentence.ends_with('？') {
         return None;
     }
@@ -386,6 +405,25 @@ mod tests {
             None,
             "word order the rules do not cover"
         );
+    }
+
+    #[test]
+    fn a_connective_before_the_statement_does_not_hide_it() {
+        assert_eq!(
+            states("and my manager is Alice Chen, she approves travel."),
+            pair("manager", "alice chen")
+        );
+        assert_eq!(
+            states("Actually, I live in Lisbon now"),
+            pair("residence", "lisbon")
+        );
+        assert_eq!(
+            states("Oh and by the way my manager is Bob"),
+            pair("manager", "bob")
+        );
+        assert_eq!(states("对了，我住在上海"), pair("residence", "上海"));
+        // Only whole words: "Sonia" is no "so".
+        assert_eq!(states("Sonia is my manager"), None);
     }
 
     #[test]

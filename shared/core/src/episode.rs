@@ -791,10 +791,27 @@ static COURTESY_PREFIX: LazyLock<Regex> = LazyLock::new(|| {
     .expect("valid courtesy regex")
 });
 
+/// A conjunction left at the start once the courtesy before it is gone ("Yes, and my manager
+/// is Alice" → "my manager is Alice"), or that opens the sentence on its own.
+static LEADING_CONJUNCTION: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)^(?:and|also|plus|but|so)\b[\s,]*").expect("valid conjunction regex")
+});
+
 fn without_courtesy_prefix(sentence: &str) -> &str {
-    match COURTESY_PREFIX.find(sentence) {
+    let sentence = match COURTESY_PREFIX.find(sentence) {
         Some(prefix) => sentence[prefix.end()..].trim(),
         None => sentence,
+    };
+    match LEADING_CONJUNCTION.find(sentence) {
+        // Not when nothing would be left ("And?").
+        Some(conjunction)
+            if sentence[conjunction.end()..]
+                .chars()
+                .any(char::is_alphanumeric) =>
+        {
+            sentence[conjunction.end()..].trim()
+        }
+        _ => sentence,
     }
 }
 
@@ -2120,6 +2137,21 @@ mod tests {
         assert!(facts.iter().all(|fact| fact.category == Category::Fact));
         let work = &facts[1];
         assert!(work.keywords.contains(&"google".to_owned()), "{work:?}");
+    }
+
+    #[test]
+    fn a_fact_begins_with_what_it_states_not_with_the_reply_around_it() {
+        let facts = extract_facts(&[
+            user("Yes, and my manager is Alice Chen, she approves travel."),
+            user("Also I live in Lisbon now."),
+        ]);
+        assert_eq!(
+            fact_texts(&facts),
+            [
+                "my manager is Alice Chen, she approves travel.",
+                "I live in Lisbon now.",
+            ]
+        );
     }
 
     #[test]

@@ -154,9 +154,10 @@ fn first_session() -> Vec<v1::ConversationMessage> {
             "I started a new job at Acme Robotics this week.",
             days_ago(3, 0),
         ),
-        assistant("Congratulations! How is it going so far?", days_ago(3, 1)),
+        assistant("Congratulations! Is it going well so far?", days_ago(3, 1)),
+        // The fact follows a reply ("Yes, and …"): the conflict rules still see "my manager is".
         user(
-            "Good. My manager is Alice Chen and she runs the perception team.",
+            "Yes, and my manager is Alice Chen and she runs the perception team.",
             days_ago(3, 2),
         ),
         assistant("Sounds like a great team to learn from.", days_ago(3, 3)),
@@ -907,7 +908,7 @@ async fn an_llm_describes_segments_and_a_bad_answer_falls_back_to_the_local_rule
     );
     let segment = request["messages"][1]["content"].as_str().unwrap();
     assert!(segment.starts_with("## Conversation segment"), "{segment}");
-    assert!(segment.contains("- user (") && segment.contains("My manager is Alice Chen"));
+    assert!(segment.contains("- user (") && segment.contains("Yes, and my manager is Alice Chen"));
 
     // A malformed answer (twice: the client retries once): the episode is still written, by the
     // extractive rules, and the fallback is counted and audited.
