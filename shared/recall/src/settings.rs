@@ -67,7 +67,7 @@ impl RecallSettings {
             ("recall.recency_tau_days", 30.0.into()),
             ("recall.min_similarity", 0.2.into()),
             ("recall.time_match_boost", 0.5.into()),
-            ("recall.sparse_weight", 0.4.into()),
+            ("recall.sparse_weight", 0.3.into()),
             ("recall.question_weight", 0.6.into()),
             ("recall.other_speaker_weight", 0.5.into()),
             ("recall.candidates_per_leg", 20i64.into()),
