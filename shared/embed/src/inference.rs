@@ -251,10 +251,6 @@ impl InferenceThreads {
             yielding.wait(not_after);
         }
     }
-
-    pub(crate) fn yields_to_requests(&self) -> bool {
-        self.yielding.is_some()
-    }
 }
 
 /// Sets the calling thread's nice value (on Linux a per-thread value: `setpriority` on the

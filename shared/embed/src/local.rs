@@ -287,9 +287,7 @@ impl Embedder for LocalEmbedder {
         texts: &'a [String],
         not_after: Instant,
     ) -> EmbedFuture<'a> {
-        if !self.threads.yields_to_requests() {
-            return self.embed(texts);
-        }
+        // Without a yield policy the wait before each pass returns at once.
         let embedder = self.clone();
         self.threads.embed(Lane::Background, texts, move |texts| {
             embedder.embed_passes_blocking(texts, Some(not_after))
