@@ -57,6 +57,8 @@ impl App {
             None => TokenRegistry::open(),
         };
         let pool = engram_server::database::connect(&settings.database).await?;
+        // Turns and responses are counted in tokens: load the vocabulary before serving.
+        tokio::task::spawn_blocking(engram_core::retrieval::budget::load_tokenizer).await?;
         let metrics = Arc::new(IngestMetrics::new());
 
         // The requests the server serves, which the model's backfill passes wait to be over.

@@ -31,6 +31,8 @@ impl App {
             None => TokenRegistry::open(),
         };
         let pool = engram_server::database::connect(&settings.database).await?;
+        // Turns and responses are counted in tokens: load the vocabulary before serving.
+        tokio::task::spawn_blocking(engram_core::retrieval::budget::load_tokenizer).await?;
         let embedder = engram_recall::load_embedder(&settings.embed.embedder_choice()).await?;
         match &embedder {
             Some(embedder) => {

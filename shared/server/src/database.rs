@@ -16,6 +16,7 @@ const SCHEMA_POLL_INTERVAL: Duration = Duration::from_secs(1);
 pub async fn connect(settings: &DatabaseSettings) -> anyhow::Result<PgPool> {
     let pool = engram_store::connect(
         settings.url.expose_secret(),
+        settings.min_connections,
         settings.max_connections,
         Duration::from_secs(settings.connect_timeout_secs),
         settings.synchronous_commit.as_str(),

@@ -49,6 +49,10 @@ impl GrpcSettings {
 #[derive(Debug, Clone, Deserialize)]
 pub struct DatabaseSettings {
     pub url: SecretString,
+    /// Connections opened at start, before the service reports ready, and kept open (at most
+    /// `max_connections`): requests right after a start or a quiet spell do not wait for a new
+    /// connection and a new server process.
+    pub min_connections: u32,
     pub max_connections: u32,
     pub connect_timeout_secs: u64,
     /// Whether this process applies migrations at start (one owner: ingest). Others wait until
@@ -117,6 +121,7 @@ pub fn common_defaults(default_port: u16) -> Vec<(&'static str, config::Value)> 
             "database.url",
             "postgres://postgres@127.0.0.1:55432/engram".into(),
         ),
+        ("database.min_connections", 4i64.into()),
         ("database.max_connections", 16i64.into()),
         ("database.connect_timeout_secs", 10i64.into()),
         ("database.run_migrations", false.into()),

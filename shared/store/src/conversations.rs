@@ -83,83 +83,6 @@ pub async fn set_incognito(
     Ok(written.is_some())
 }
 
-/// A conversation as the append path finds it, under its row lock.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AppendState {
-    pub next_turn_index: i32,
-    pub last_turn_at: Option<DateTime<Utc>>,
-    /// Turns already holding some of the append's client message ids: (client id, turn index).
-    pub known_client_ids: Vec<(String, i32)>,
-}
-
-/// What an append finds when it opens a conversation.
-#[derive(Debug, Clone, PartialEq)]
-pub enum AppendOpening {
-    /// Memory is off for the space, or the conversation is incognito (explicitly or by the
-    /// space's default): nothing was created or locked.
-    Refused { memory_enabled: bool },
-    /// The conversation exists (created if it was new) and its row is locked until the
-    /// transaction ends, so that appends to it run one after another.
-    Open(AppendState),
-}
-
-#[derive(sqlx::FromRow)]
-struct OpeningRow {
-    memory_enabled: bool,
-    next_turn_index: Option<i32>,
-    last_turn_at: Option<DateTime<Utc>>,
-    known_ids: Vec<String>,
-    known_indexes: Vec<i32>,
-}
-
-/// Opens the conversation for an append, in one round trip: its privacy state (without creating
-/// anything when memory is off or it is incognito); otherwise creates it if needed, locks its row
-/// and finds which of `client_ids` its turns already hold. The caller holds the space's lock
-/// ([`crate::begin_with_spaces_locked`]), which every appender and every incognito or memory
-/// switch takes first, so the statement's snapshot sees the switches and turns as they are.
-pub async fn open_for_append(
-    connection: &mut PgConnection,
-    scope: &Scope,
-    conversation: ConversationId,
-    client_ids: &[&str],
-) -> Result<AppendOpening, StoreError> {
-    let row = sqlx::query_as::<_, OpeningRow>(concat!(
-        "WITH privacy AS (",
-        privacy_row!(),
-        "), \
-         locked AS ( \
-             INSERT INTO conversations (user_id, space, conversation_id) \
-             SELECT $1, $2, $3 FROM privacy WHERE memory_enabled AND NOT incognito \
-             ON CONFLICT (user_id, space, conversation_id) DO UPDATE SET updated_at = now() \
-             RETURNING next_turn_index, last_turn_at), \
-         known AS ( \
-             SELECT COALESCE(array_agg(client_message_id), '{}') AS ids, \
-                    COALESCE(array_agg(turn_index), '{}') AS indexes \
-             FROM conversation_turns \
-             WHERE user_id = $1 AND space = $2 AND conversation_id = $3 \
-               AND client_message_id = ANY($4::text[])) \
-         SELECT p.memory_enabled, l.next_turn_index, l.last_turn_at, \
-                k.ids AS known_ids, k.indexes AS known_indexes \
-         FROM privacy p LEFT JOIN locked l ON true CROSS JOIN known k"
-    ))
-    .bind(scope.user_id.as_uuid())
-    .bind(scope.space.as_str())
-    .bind(conversation.as_uuid())
-    .bind(client_ids)
-    .fetch_one(connection)
-    .await?;
-    let Some(next_turn_index) = row.next_turn_index else {
-        return Ok(AppendOpening::Refused {
-            memory_enabled: row.memory_enabled,
-        });
-    };
-    Ok(AppendOpening::Open(AppendState {
-        next_turn_index,
-        last_turn_at: row.last_turn_at,
-        known_client_ids: row.known_ids.into_iter().zip(row.known_indexes).collect(),
-    }))
-}
-
 /// The conversation's incognito and memory state without creating or locking anything.
 pub async fn privacy_state(
     connection: &mut PgConnection,
@@ -175,14 +98,14 @@ pub async fn privacy_state(
     Ok(state)
 }
 
-/// A turn to insert, with its index already allocated.
+/// A turn to append, as the client sent it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct NewTurn {
-    pub turn_index: i32,
+pub struct TurnToAppend<'a> {
     pub role: &'static str,
-    pub content: String,
-    pub spoken_at: DateTime<Utc>,
-    pub client_message_id: Option<String>,
+    pub content: &'a str,
+    /// When it was said; `None` is now (or the last turn's time, when that is ahead of now).
+    pub spoken_at: Option<DateTime<Utc>>,
+    pub client_message_id: Option<&'a str>,
     pub tokens: i32,
 }
 
@@ -195,88 +118,145 @@ pub struct SegmentationRequest<'a> {
     pub renew_after: std::time::Duration,
 }
 
-/// Inserts the turns and moves the conversation past them (next index, last time, and an
-/// explicit close when asked for); with a `segmentation_request`, also claims it as
-/// [`claim_segmentation_request`] does and, when claimed, queues its event in the outbox. One
-/// statement, so that an append costs few round trips while it holds the space's lock. The row
-/// must be locked ([`open_for_append`]). Returns whether the event was queued.
-pub async fn record_turns(
-    connection: &mut PgConnection,
+/// One AppendMessages run: turns in the order they were said.
+#[derive(Debug, Clone)]
+pub struct AppendTurns<'a> {
+    pub turns: &'a [TurnToAppend<'a>],
+    /// The time a turn without one is given (unless the last turn's is later).
+    pub now: DateTime<Utc>,
+    /// Close the open segment after these turns (AppendMessages' `close_segment`).
+    pub close: bool,
+    /// With the bus on: the request to put in the outbox.
+    pub segmentation_request: Option<SegmentationRequest<'a>>,
+}
+
+/// What became of one turn of an append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendedTurn {
+    pub turn_index: i32,
+    /// The conversation already held a turn with this client message id (a resend).
+    pub duplicate: bool,
+}
+
+/// What an append did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AppendOutcome {
+    /// Memory is off for the space, or the conversation is incognito (explicitly or by the
+    /// space's default): nothing was written.
+    Refused { memory_enabled: bool },
+    /// A turn was said before the turn before it (the conversation's last, or the previous one
+    /// of the run): nothing was written.
+    OutOfOrder {
+        /// Its position in the run.
+        position: usize,
+        at: DateTime<Utc>,
+        after: DateTime<Utc>,
+    },
+    Appended {
+        /// One per turn of the run, in order.
+        turns: Vec<AppendedTurn>,
+        /// How many were new.
+        stored: usize,
+        /// Whether the segmentation request went into the outbox (a pending one needs none).
+        queued: bool,
+    },
+}
+
+#[derive(sqlx::FromRow)]
+struct AppendRow {
+    memory_enabled: bool,
+    refused: bool,
+    turn_indexes: Option<Vec<i32>>,
+    duplicates: Option<Vec<bool>>,
+    out_of_order_position: Option<i32>,
+    out_of_order_at: Option<DateTime<Utc>>,
+    out_of_order_after: Option<DateTime<Utc>>,
+    stored: i32,
+    queued: bool,
+}
+
+/// Appends turns to a conversation in one round trip and one transaction (the
+/// `engram_append_turns` function of the migrations): under the space's privacy lock (shared, so
+/// memory and incognito switches are seen as they are) and the conversation's row lock (so
+/// concurrent appends to it run one after another, never losing, duplicating or reordering
+/// turns), creating the conversation if it is new. Turns whose client message id the
+/// conversation already holds are reported, not stored again. With new turns, or a close asked
+/// for, the conversation's progress moves and the segmentation request is claimed and queued.
+pub async fn append_turns(
+    pool: &PgPool,
     scope: &Scope,
     conversation: ConversationId,
-    turns: &[NewTurn],
-    close_requested: bool,
-    segmentation_request: Option<SegmentationRequest<'_>>,
-) -> Result<bool, StoreError> {
-    let Some(last) = turns.last() else {
-        return Ok(false);
-    };
-    let mut indexes = Vec::with_capacity(turns.len());
-    let mut roles = Vec::with_capacity(turns.len());
-    let mut contents = Vec::with_capacity(turns.len());
-    let mut times = Vec::with_capacity(turns.len());
-    let mut client_ids = Vec::with_capacity(turns.len());
-    let mut tokens = Vec::with_capacity(turns.len());
-    for turn in turns {
-        indexes.push(turn.turn_index);
+    append: &AppendTurns<'_>,
+) -> Result<AppendOutcome, StoreError> {
+    let count = append.turns.len();
+    let mut roles = Vec::with_capacity(count);
+    let mut contents = Vec::with_capacity(count);
+    let mut times = Vec::with_capacity(count);
+    let mut client_ids = Vec::with_capacity(count);
+    let mut tokens = Vec::with_capacity(count);
+    for turn in append.turns {
         roles.push(turn.role);
-        contents.push(turn.content.as_str());
+        contents.push(turn.content);
         times.push(turn.spoken_at);
-        client_ids.push(turn.client_message_id.as_deref());
+        client_ids.push(turn.client_message_id);
         tokens.push(turn.tokens);
     }
-    let event = segmentation_request.map(|request| request.event);
-    // The claim reads the row as this transaction left it (it holds the row's lock); data-modifying
-    // CTEs all run, whether or not the final statement reads them.
-    let queued = sqlx::query_scalar::<_, bool>(concat!(
-        "WITH inserted AS ( \
-             INSERT INTO conversation_turns (user_id, space, conversation_id, turn_index, role, content, \
-                 spoken_at, client_message_id, tokens) \
-             SELECT $1, $2, $3, t.turn_index, t.role, t.content, t.spoken_at, t.client_message_id, t.tokens \
-             FROM unnest($4::int4[], $5::text[], $6::text[], $7::timestamptz[], $8::text[], $9::int4[]) \
-                 AS t(turn_index, role, content, spoken_at, client_message_id, tokens) \
-             RETURNING 1), \
-         claim AS ( \
-             SELECT $13::bool AND ",
-        segmentation_claimable!("$14"),
-        " AS claimed \
-             FROM conversations WHERE user_id = $1 AND space = $2 AND conversation_id = $3), \
-         moved AS ( \
-             UPDATE conversations SET next_turn_index = $10 + 1, last_turn_at = $11, \
-                 last_appended_at = now(), updated_at = now(), \
-                 close_requested_through = CASE WHEN $12 THEN $10 ELSE close_requested_through END, \
-                 segmentation_requested_at = CASE WHEN (SELECT claimed FROM claim) THEN now() \
-                                                  ELSE segmentation_requested_at END \
-             WHERE user_id = $1 AND space = $2 AND conversation_id = $3 \
-             RETURNING 1), \
-         queued AS ( \
-             INSERT INTO outbox_events (message_id, routing_key, type_name, payload, trace_headers) \
-             SELECT $15, $16, $17, $18, $19 FROM claim WHERE claimed \
-             RETURNING 1) \
-         SELECT EXISTS (SELECT 1 FROM queued)"
-    ))
+    let request = append.segmentation_request;
+    let event = request.map(|request| request.event);
+    let row: AppendRow = sqlx::query_as(
+        "SELECT * FROM engram_append_turns($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
+                                           $13, $14, $15, $16, $17)",
+    )
+    .bind(crate::space_lock_key(scope, crate::LockKind::Privacy))
     .bind(scope.user_id.as_uuid())
     .bind(scope.space.as_str())
     .bind(conversation.as_uuid())
-    .bind(&indexes)
     .bind(&roles)
     .bind(&contents)
     .bind(&times)
     .bind(&client_ids)
     .bind(&tokens)
-    .bind(last.turn_index)
-    .bind(last.spoken_at)
-    .bind(close_requested)
-    .bind(segmentation_request.is_some())
-    .bind(segmentation_request.map_or(0.0, |request| request.renew_after.as_secs_f64()))
+    .bind(append.now)
+    .bind(append.close)
+    .bind(request.map(|request| request.renew_after.as_secs_f64()))
     .bind(event.map(|event| event.message_id))
     .bind(event.map(|event| event.routing_key.as_str()))
     .bind(event.map(|event| event.type_name.as_str()))
     .bind(event.map(|event| event.payload.as_slice()))
     .bind(event.map(NewOutboxEvent::trace_headers_json))
-    .fetch_one(connection)
+    .fetch_one(pool)
     .await?;
-    Ok(queued)
+    if row.refused {
+        return Ok(AppendOutcome::Refused {
+            memory_enabled: row.memory_enabled,
+        });
+    }
+    if let (Some(position), Some(at), Some(after)) = (
+        row.out_of_order_position,
+        row.out_of_order_at,
+        row.out_of_order_after,
+    ) {
+        return Ok(AppendOutcome::OutOfOrder {
+            position: usize::try_from(position).unwrap_or_default(),
+            at,
+            after,
+        });
+    }
+    let turns = row
+        .turn_indexes
+        .unwrap_or_default()
+        .into_iter()
+        .zip(row.duplicates.unwrap_or_default())
+        .map(|(turn_index, duplicate)| AppendedTurn {
+            turn_index,
+            duplicate,
+        })
+        .collect();
+    Ok(AppendOutcome::Appended {
+        turns,
+        stored: usize::try_from(row.stored).unwrap_or_default(),
+        queued: row.queued,
+    })
 }
 
 /// Marks the conversation as having a segmentation request pending; false when one already is

@@ -39,9 +39,11 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations"
 /// A pooled connection idle for longer than this is pinged before it is handed out.
 const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 
-/// Opens a connection pool.
+/// Opens a connection pool, with `min_connections` of its connections open before it returns
+/// and kept open from then on (see `DatabaseSettings::min_connections`).
 pub async fn connect(
     url: &str,
+    min_connections: u32,
     max_connections: u32,
     connect_timeout: Duration,
     synchronous_commit: &str,
@@ -51,6 +53,7 @@ pub async fn connect(
         .application_name("engram")
         .options([("synchronous_commit", synchronous_commit)]);
     pool_options(max_connections, connect_timeout)
+        .min_connections(min_connections.min(max_connections))
         .connect_with(options)
         .await
         .map_err(StoreError::Database)
@@ -140,15 +143,14 @@ pub async fn commit_derived(
 ///   read a space and then write it, so without it two concurrent writes of the same text could
 ///   both miss each other and create two rows.
 ///
-/// Appending turns needs only the first: a conversation's own row lock orders its turns, and
-/// turns are never compared with entries. So an append does not wait for a segmentation or a
-/// Remember that is writing entries of the same space (it used to: one exclusive lock per space
-/// put a user's appends behind every episode written for them, the longest waits in the
-/// conversations benchmark).
+/// Appending turns needs only the first, shared, and takes it inside its one statement
+/// (`conversations::append_turns`): a conversation's own row lock orders its turns, and turns are
+/// never compared with entries. So an append does not wait for a segmentation or a Remember that
+/// is writing entries of the same space (it used to: one exclusive lock per space put a user's
+/// appends behind every episode written for them, the longest waits in the conversations
+/// benchmark).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SpaceAccess {
-    /// Storing turns: the privacy lock, shared.
-    AppendTurns,
     /// Writing or deleting entries (Remember, import, pin, forget an entry, segmentation): the
     /// privacy lock shared and the content lock exclusive.
     WriteEntries,
@@ -187,7 +189,6 @@ fn space_lock_statement<'a>(
     use std::fmt::Write as _;
     let scopes: Vec<&engram_core::Scope> = scopes.into_iter().collect();
     let (privacy, content) = match access {
-        SpaceAccess::AppendTurns => ("pg_advisory_xact_lock_shared", None),
         SpaceAccess::WriteEntries => (
             "pg_advisory_xact_lock_shared",
             Some("pg_advisory_xact_lock"),
@@ -212,7 +213,7 @@ fn space_lock_statement<'a>(
 
 /// Which of a space's two locks a key names.
 #[derive(Debug, Clone, Copy)]
-enum LockKind {
+pub(crate) enum LockKind {
     Privacy,
     Content,
 }
@@ -229,7 +230,7 @@ fn space_lock_keys(scopes: &[&engram_core::Scope], kind: LockKind) -> Vec<i64> {
 }
 
 /// A stable 64-bit key for one lock of one (user, space).
-fn space_lock_key(scope: &engram_core::Scope, kind: LockKind) -> i64 {
+pub(crate) fn space_lock_key(scope: &engram_core::Scope, kind: LockKind) -> i64 {
     let mut key = scope.user_id.as_uuid().as_bytes().to_vec();
     key.extend_from_slice(scope.space.as_str().as_bytes());
     if let LockKind::Privacy = kind {
@@ -256,18 +257,6 @@ mod tests {
             .skip(2)
             .map(str::to_owned)
             .collect()
-    }
-
-    #[test]
-    fn an_append_takes_only_the_privacy_lock_and_shares_it() {
-        let work = scope("work");
-        let key = space_lock_key(&work, LockKind::Privacy);
-        assert_eq!(
-            locks(SpaceAccess::AppendTurns, std::slice::from_ref(&work)),
-            vec![format!(
-                "SELECT pg_advisory_xact_lock_shared(key) FROM unnest('{{{key}}}'::int8[]) AS key"
-            )]
-        );
     }
 
     #[test]

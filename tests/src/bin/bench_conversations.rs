@@ -883,7 +883,12 @@ struct LoadResult {
     answered: u64,
     errors: u64,
     elapsed: Duration,
+    /// When the appends slower than [`SLOW_APPEND`] were due, from the phase's start, in order.
+    slow: Vec<Duration>,
 }
+
+/// The target's bound: appends slower than this are counted by when they came.
+const SLOW_APPEND: Duration = Duration::from_millis(10);
 
 fn new_histogram() -> Histogram<u64> {
     Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds")
@@ -908,6 +913,7 @@ async fn drive(
         tasks.push(tokio::spawn(async move {
             let mut histogram = new_histogram();
             let mut errors = 0_u64;
+            let mut slow: Vec<Duration> = Vec::new();
             let interval = match pace {
                 Pace::Open(rate) => Some(Duration::from_secs_f64(count as f64 / f64::from(rate))),
                 Pace::Closed => None,
@@ -930,6 +936,9 @@ async fn drive(
                 let turn = client.state.next_turn();
                 let response = client.grpc.append_messages(turn.request.clone()).await;
                 let returned = Instant::now();
+                if returned - due > SLOW_APPEND {
+                    slow.push(due - started);
+                }
                 histogram
                     .record((returned - due).as_micros() as u64)
                     .expect("latency within the histogram's range");
@@ -952,18 +961,21 @@ async fn drive(
                     .state
                     .answered(turn, stored_at, returned, &shared, closings.as_ref());
             }
-            (client, histogram, errors)
+            (client, histogram, errors, slow)
         }));
     }
     let mut clients = Vec::with_capacity(count);
     let mut histogram = new_histogram();
     let mut errors = 0;
+    let mut slow = Vec::new();
     for task in tasks {
-        let (client, client_histogram, client_errors) = task.await?;
+        let (client, client_histogram, client_errors, client_slow) = task.await?;
         histogram.add(&client_histogram)?;
         errors += client_errors;
+        slow.extend(client_slow);
         clients.push(client);
     }
+    slow.sort();
     let elapsed = started.elapsed();
     Ok((
         clients,
@@ -972,6 +984,7 @@ async fn drive(
             histogram,
             errors,
             elapsed,
+            slow,
         },
     ))
 }
@@ -2274,6 +2287,25 @@ async fn write_report(inputs: ReportInputs<'_>) -> anyhow::Result<()> {
     let after_closed = snapshots
         .iter()
         .rfind(|s| s.phase == AFTER || s.phase == CLOSED);
+    // When the target phase's slow appends came: right after the services started, or all along.
+    let slow_note = {
+        let first_second = target
+            .slow
+            .iter()
+            .filter(|due| **due < Duration::from_secs(1))
+            .count();
+        let mut by_second: Vec<u64> = target.slow.iter().map(|due| due.as_secs()).collect();
+        by_second.dedup();
+        format!(
+            "At the target rate, {slow} appends took longer than {bound} ms ({share:.2} %): {first_second} \
+             of them were due in the phase's first second (the services had just started), the others \
+             in {seconds} of its other seconds.",
+            slow = target.slow.len(),
+            bound = SLOW_APPEND.as_millis(),
+            share = 100.0 * target.slow.len() as f64 / target.answered.max(1) as f64,
+            seconds = by_second.iter().filter(|second| **second >= 1).count(),
+        )
+    };
     let closed_note = match (&closed_loop, after_closed) {
         (Some(load), Some(after)) => format!(
             "The closed loop appended {answered} turns in {secs:.0} s ({rate:.0}/s); right after it, \
@@ -2353,6 +2385,7 @@ async fn write_report(inputs: ReportInputs<'_>) -> anyhow::Result<()> {
          again as soon as it has its answer (the saturation rate).\n\n\
          | phase | offered | appends | achieved | p50 | p95 | p99 | max | errors |\n|---|---|---|---|---|---|---|---|---|\n\
          {load_rows}\n\n\
+         {slow_note}\n\n\
          {closed_note}\n\n\
          ## 2. Segmentation at {rate} turns/s\n\n\
          Every second the benchmark reads the **open backlog**: for each conversation, the turns up to the last segment \

@@ -402,6 +402,32 @@ async fn turns_are_idempotent_ordered_and_checked() {
         .await
         .unwrap_err();
     assert_status(status, Code::FailedPrecondition, "messages[0].at");
+    // Out of order within one request, in a new conversation: refused, and nothing is created.
+    let fresh = Uuid::new_v4().to_string();
+    let status = sandbox
+        .ingest
+        .append_messages(v1::AppendMessagesRequest {
+            scope: Some(chat.scope.clone()),
+            conversation_id: fresh.clone(),
+            messages: vec![
+                user("Second thought first", now - chrono::Duration::hours(1)),
+                user("First thought second", now - chrono::Duration::hours(2)),
+            ],
+            close_segment: false,
+        })
+        .await
+        .unwrap_err();
+    assert_status(status, Code::FailedPrecondition, "messages[1].at");
+    let never_created = sandbox
+        .ingest
+        .get_conversation(v1::GetConversationRequest {
+            scope: Some(chat.scope.clone()),
+            conversation_id: fresh,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(never_created.code(), Code::NotFound);
     for (request, needle) in [
         (
             v1::AppendMessagesRequest {

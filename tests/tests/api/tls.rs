@@ -196,6 +196,7 @@ async fn tls_serves_trusted_clients_refuses_others_and_rotates_without_a_restart
 async fn connect(url: &str) -> anyhow::Result<sqlx::PgPool> {
     engram_server::database::connect(&engram_server::DatabaseSettings {
         url: secrecy::SecretString::from(url.to_owned()),
+        min_connections: 1,
         max_connections: 2,
         connect_timeout_secs: 5,
         run_migrations: true,

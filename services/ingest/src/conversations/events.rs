@@ -25,14 +25,12 @@ fn proto_scope(scope: &Scope) -> v1::Scope {
 pub fn segmentation_requested(
     scope: &Scope,
     conversation: ConversationId,
-    through_turn_index: i32,
     close: bool,
     trace_headers: HashMap<String, String>,
 ) -> NewOutboxEvent {
     let event = v1::SegmentationRequested {
         scope: Some(proto_scope(scope)),
         conversation_id: conversation.to_string(),
-        through_turn_index: u32::try_from(through_turn_index).unwrap_or_default(),
         close,
         requested_at: Some(engram_server::time::to_proto(Utc::now())),
     };

@@ -24,7 +24,9 @@ use engram_core::commands::parse_command;
 use engram_core::retrieval::budget::count_tokens;
 use engram_core::{ConversationId, MemoryText, Scope, SpeakerRole};
 use engram_server::deadline::mark_write_started;
-use engram_store::conversations::{self, AppendOpening, NewTurn, SegmentationRequest};
+use engram_store::conversations::{
+    self, AppendOutcome, AppendTurns, SegmentationRequest, TurnToAppend,
+};
 
 use crate::commands::CommandOutcome;
 use crate::error::IngestError;
@@ -91,9 +93,16 @@ impl MemoryWriter {
                 continue;
             }
             let close = close_segment && last;
+            let first_position = position + 1 - run.len();
             appended.extend(
-                self.append_run(scope, conversation, std::mem::take(&mut run), close)
-                    .await?,
+                self.append_run(
+                    scope,
+                    conversation,
+                    std::mem::take(&mut run),
+                    first_position,
+                    close,
+                )
+                .await?,
             );
             if command.is_some() {
                 let outcome = self.apply_command(scope, conversation, &text).await?;
@@ -105,167 +114,111 @@ impl MemoryWriter {
         Ok(appended)
     }
 
-    /// Appends turns in one transaction of four round trips: the space's lock (so memory off and
-    /// incognito switches are seen as they are), the conversation opened (its privacy state, its
-    /// row lock and the turns already holding the run's client ids), the turns recorded with the
-    /// segmentation request, the commit. The space's lock is held throughout, so every round trip
-    /// saved is time other writers of the space do not wait.
+    /// Appends turns in one round trip and one transaction (see
+    /// `engram_store::conversations::append_turns`): every round trip on the way is two
+    /// wake-ups on a busy host, and appends are what a client waits for. `first_position` is
+    /// the run's first message's position in the request, for error messages.
     async fn append_run(
         &self,
         scope: &Scope,
         conversation: ConversationId,
         run: Vec<NewMessage>,
+        first_position: usize,
         close_segment: bool,
     ) -> Result<Vec<AppendedMessage>, IngestError> {
-        let skipped = |result: TurnResult, run: Vec<NewMessage>| {
-            run.into_iter()
-                .map(|message| AppendedMessage {
-                    client_message_id: message.client_message_id,
-                    result: result.clone(),
-                    command: None,
-                })
-                .collect()
-        };
-        let client_ids: Vec<&str> = run
+        let now = Utc::now();
+        for (offset, message) in run.iter().enumerate() {
+            if message.at.is_some_and(|at| at > now + FUTURE_TOLERANCE) {
+                return Err(IngestError::Invalid(engram_core::ValidationError::new(
+                    format!("messages[{}].at", first_position + offset),
+                    "must not be in the future",
+                )));
+            }
+        }
+        let turns: Vec<TurnToAppend<'_>> = run
             .iter()
-            .filter_map(|m| m.client_message_id.as_deref())
+            .map(|message| TurnToAppend {
+                role: message.role.as_str(),
+                content: message.content.as_str(),
+                spoken_at: message.at,
+                client_message_id: message.client_message_id.as_deref(),
+                tokens: i32::try_from(count_tokens(message.content.as_str())).unwrap_or(i32::MAX),
+            })
             .collect();
-        let mut transaction = engram_store::begin_with_spaces_locked(
-            &self.pool,
-            engram_store::SpaceAccess::AppendTurns,
-            [scope],
-        )
-        .await?;
-        let state = match conversations::open_for_append(
-            &mut transaction,
-            scope,
-            conversation,
-            &client_ids,
-        )
-        .await?
-        {
-            AppendOpening::Open(state) => state,
-            AppendOpening::Refused { memory_enabled } => {
-                // Nothing at all is written, the conversation's row included.
-                transaction.rollback().await?;
+        let event = self.hooks.publish_events.then(|| {
+            events::segmentation_requested(
+                scope,
+                conversation,
+                close_segment,
+                engram_bus::current_trace_headers(),
+            )
+        });
+        let append = AppendTurns {
+            turns: &turns,
+            now,
+            close: close_segment,
+            segmentation_request: event.as_ref().map(|event| SegmentationRequest {
+                event,
+                renew_after: RENEW_SEGMENTATION_REQUEST_AFTER,
+            }),
+        };
+        mark_write_started();
+        let outcome = conversations::append_turns(&self.pool, scope, conversation, &append).await?;
+        let results: Vec<TurnResult> = match outcome {
+            AppendOutcome::Refused { memory_enabled } => {
                 self.metrics.record_turns_skipped(run.len() as u64);
                 let result = if memory_enabled {
                     TurnResult::SkippedIncognito
                 } else {
                     TurnResult::SkippedMemoryDisabled
                 };
-                return Ok(skipped(result, run));
+                vec![result; run.len()]
             }
-        };
-        let mut known: std::collections::HashMap<String, i32> =
-            state.known_client_ids.into_iter().collect();
-
-        let now = Utc::now();
-        let mut next_index = state.next_turn_index;
-        let mut last_at = state.last_turn_at;
-        let mut turns = Vec::with_capacity(run.len());
-        let mut results = Vec::with_capacity(run.len());
-        for (position, message) in run.into_iter().enumerate() {
-            if let Some(index) = message
-                .client_message_id
-                .as_ref()
-                .and_then(|id| known.get(id))
-            {
-                results.push(AppendedMessage {
-                    client_message_id: message.client_message_id,
-                    result: TurnResult::Duplicate { turn_index: *index },
-                    command: None,
-                });
-                continue;
+            AppendOutcome::OutOfOrder {
+                position,
+                at,
+                after,
+            } => {
+                return Err(IngestError::FailedPrecondition(format!(
+                    "messages[{}].at: {at} is before the conversation's last turn ({after}); \
+                     turns are appended in the order they were said",
+                    first_position + position
+                )));
             }
-            let spoken_at = match message.at {
-                Some(at) => {
-                    if at > now + FUTURE_TOLERANCE {
-                        return Err(IngestError::Invalid(engram_core::ValidationError::new(
-                            format!("messages[{position}].at"),
-                            "must not be in the future",
-                        )));
-                    }
-                    if let Some(last) = last_at
-                        && at < last
-                    {
-                        return Err(IngestError::FailedPrecondition(format!(
-                            "messages[{position}].at: {at} is before the conversation's last turn \
-                             ({last}); turns are appended in the order they were said"
-                        )));
-                    }
-                    at
+            AppendOutcome::Appended {
+                turns,
+                stored,
+                queued,
+            } => {
+                self.metrics.record_turns_stored(stored as u64);
+                if stored > 0 || close_segment {
+                    self.segmentation_requested(queued);
                 }
-                // Now, or the last turn's time if a client's clock put that ahead of ours.
-                None => last_at.map_or(now, |last| last.max(now)),
-            };
-            last_at = Some(spoken_at);
-            if let Some(id) = &message.client_message_id {
-                known.insert(id.clone(), next_index);
+                turns
+                    .into_iter()
+                    .map(|turn| {
+                        if turn.duplicate {
+                            TurnResult::Duplicate {
+                                turn_index: turn.turn_index,
+                            }
+                        } else {
+                            TurnResult::Stored {
+                                turn_index: turn.turn_index,
+                            }
+                        }
+                    })
+                    .collect()
             }
-            turns.push(NewTurn {
-                turn_index: next_index,
-                role: message.role.as_str(),
-                tokens: i32::try_from(count_tokens(message.content.as_str())).unwrap_or(i32::MAX),
-                content: message.content.into_string(),
-                spoken_at,
-                client_message_id: message.client_message_id.clone(),
-            });
-            results.push(AppendedMessage {
-                client_message_id: message.client_message_id,
-                result: TurnResult::Stored {
-                    turn_index: next_index,
-                },
-                command: None,
-            });
-            next_index += 1;
-        }
-        if turns.is_empty() && !close_segment {
-            transaction.rollback().await?;
-            return Ok(results);
-        }
-        let through = next_index - 1;
-        let queued = if turns.is_empty() {
-            // Only a close asked for, with no new turn: the rare path, statement by statement.
-            conversations::request_close(&mut transaction, scope, conversation).await?;
-            through >= 0
-                && self
-                    .request_segmentation(
-                        &mut transaction,
-                        scope,
-                        conversation,
-                        through,
-                        close_segment,
-                    )
-                    .await?
-        } else {
-            let event = self.hooks.publish_events.then(|| {
-                events::segmentation_requested(
-                    scope,
-                    conversation,
-                    through,
-                    close_segment,
-                    engram_bus::current_trace_headers(),
-                )
-            });
-            conversations::record_turns(
-                &mut transaction,
-                scope,
-                conversation,
-                &turns,
-                close_segment,
-                event.as_ref().map(|event| SegmentationRequest {
-                    event,
-                    renew_after: RENEW_SEGMENTATION_REQUEST_AFTER,
-                }),
-            )
-            .await?
         };
-        mark_write_started();
-        transaction.commit().await?;
-        self.metrics.record_turns_stored(turns.len() as u64);
-        self.segmentation_requested(queued);
-        Ok(results)
+        Ok(run
+            .into_iter()
+            .zip(results)
+            .map(|(message, result)| AppendedMessage {
+                client_message_id: message.client_message_id,
+                result,
+                command: None,
+            })
+            .collect())
     }
 
     /// A conversation's state and up to `limit` turns after `after`; NotFound when the space
@@ -306,8 +259,8 @@ impl MemoryWriter {
         let mut transaction = self.pool.begin().await?;
         let open = conversations::request_close(&mut transaction, scope, conversation).await?;
         let queued = match open {
-            Some((_, last)) => {
-                self.request_segmentation(&mut transaction, scope, conversation, last, true)
+            Some(_) => {
+                self.request_segmentation(&mut transaction, scope, conversation, true)
                     .await?
             }
             None => false,
@@ -328,7 +281,6 @@ impl MemoryWriter {
         transaction: &mut sqlx::PgConnection,
         scope: &Scope,
         conversation: ConversationId,
-        through: i32,
         close: bool,
     ) -> Result<bool, IngestError> {
         let queued = self.hooks.publish_events
@@ -343,7 +295,6 @@ impl MemoryWriter {
             let event = events::segmentation_requested(
                 scope,
                 conversation,
-                through,
                 close,
                 engram_bus::current_trace_headers(),
             );

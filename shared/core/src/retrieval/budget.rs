@@ -20,6 +20,14 @@ static TOKENIZER: LazyLock<CoreBPE> = LazyLock::new(|| {
 /// Default budget of a retrieval's Markdown.
 pub const DEFAULT_TOKEN_BUDGET: u32 = 2_000;
 
+/// Loads the token counter's vocabulary now (a few hundred milliseconds of one core). Services
+/// call it at start, on a blocking thread, before they report ready: otherwise the first request
+/// that counts tokens loads it on the async runtime while every other request waits (the first
+/// appends of the conversations benchmark waited up to 250 ms).
+pub fn load_tokenizer() {
+    LazyLock::force(&TOKENIZER);
+}
+
 /// Tokens of a text.
 pub fn count_tokens(text: &str) -> usize {
     TOKENIZER.encode_ordinary(text).len()
