@@ -13,7 +13,9 @@
 --
 -- Nothing is written when the append is refused (memory off, incognito), when every message is a
 -- duplicate (and no close is asked for), or when a turn's time is before the turn said before it
--- (`out_of_order_position`). engram_store::conversations::append_turns is its only caller.
+-- (`out_of_order_position`), or when a lock is not had within `p_lock_timeout_ms` (SQLSTATE
+-- 55P03: the caller's request ran out of time first). engram_store::conversations::append_turns
+-- is its only caller.
 CREATE FUNCTION engram_append_turns(
     p_privacy_lock       bigint,
     p_user_id            uuid,
@@ -35,6 +37,8 @@ CREATE FUNCTION engram_append_turns(
     p_event_type_name    text,
     p_event_payload      bytea,
     p_event_trace_headers jsonb,
+    -- The longest wait for each lock (NULL: the session's lock_timeout).
+    p_lock_timeout_ms    int8,
     OUT memory_enabled   boolean,
     OUT refused          boolean,
     -- Per message, in order: its turn index, and whether it was there already (a resend).
@@ -64,8 +68,17 @@ DECLARE
     new_spoken_at timestamptz[];
     claimed boolean;
 BEGIN
+    -- The fresh snapshot of each statement below is what makes the lock work.
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'engram_append_turns needs READ COMMITTED, not %',
+            current_setting('transaction_isolation');
+    END IF;
     stored := 0;
     queued := false;
+    IF p_lock_timeout_ms IS NOT NULL THEN
+        -- 0 would mean no limit.
+        PERFORM set_config('lock_timeout', greatest(p_lock_timeout_ms, 1) || 'ms', true);
+    END IF;
     PERFORM pg_advisory_xact_lock_shared(p_privacy_lock);
 
     SELECT coalesce(c.incognito, s.incognito_default, false), coalesce(s.memory_enabled, true)

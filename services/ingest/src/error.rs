@@ -16,6 +16,9 @@ pub enum IngestError {
     /// The service cannot take the request now (shutting down).
     #[error("{0}")]
     Unavailable(String),
+    /// The request ran out of time before it wrote anything.
+    #[error("{0}")]
+    DeadlineExceeded(String),
     /// A write's commit was sent but not confirmed: it may or may not be stored.
     #[error("the write's commit could not be confirmed")]
     CommitUnconfirmed,
@@ -56,6 +59,7 @@ impl From<&IngestError> for Status {
                 Status::failed_precondition(message.clone())
             }
             IngestError::Unavailable(message) => Status::unavailable(message.clone()),
+            IngestError::DeadlineExceeded(message) => Status::deadline_exceeded(message.clone()),
             IngestError::CommitUnconfirmed => Status::unknown(
                 "the write's commit could not be confirmed: it may have been stored; \
                  list the space's entries before writing it again",

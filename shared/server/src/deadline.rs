@@ -38,28 +38,49 @@ tokio::task_local! {
 }
 
 /// Set once the request's write has reached its commit (it may land from then on, whatever
-/// happens to the request).
+/// happens to the request); it also knows when the request's time is up.
 #[derive(Debug, Clone, Default)]
-pub struct WriteMark(Arc<AtomicBool>);
+pub struct WriteMark {
+    reached_commit: Arc<AtomicBool>,
+    deadline: Option<tokio::time::Instant>,
+}
 
 impl WriteMark {
+    fn until(deadline: tokio::time::Instant) -> Self {
+        Self {
+            reached_commit: Arc::default(),
+            deadline: Some(deadline),
+        }
+    }
+
     /// The mark of the request being served, to carry to a task that writes on its behalf.
     pub fn current() -> Option<Self> {
         CURRENT_WRITE.try_with(Clone::clone).ok()
     }
 
     pub fn set(&self) {
-        self.0.store(true, Ordering::SeqCst);
+        self.reached_commit.store(true, Ordering::SeqCst);
     }
 
     pub fn is_set(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.reached_commit.load(Ordering::SeqCst)
     }
 }
 
 /// Marks the current request's write as reaching its commit; nothing outside a request.
 pub fn mark_write_started() {
     let _ = CURRENT_WRITE.try_with(WriteMark::set);
+}
+
+/// How long the current request has until this layer answers it; `None` outside a request. A
+/// write whose statement also commits (one round trip) bounds its lock waits by this, so that a
+/// write stuck behind a lock fails with nothing written, rather than outliving its request.
+pub fn time_left() -> Option<Duration> {
+    CURRENT_WRITE
+        .try_with(|mark| mark.deadline)
+        .ok()
+        .flatten()
+        .map(|deadline| deadline.saturating_duration_since(tokio::time::Instant::now()))
 }
 
 /// Parses a `grpc-timeout` value: up to 8 digits and a unit (H, M, S, m, u, n).
@@ -154,7 +175,7 @@ where
 
     fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
         let allowed = time_allowed(request.headers(), self.server_limit);
-        let write = WriteMark::default();
+        let write = WriteMark::until(tokio::time::Instant::now() + allowed);
         let served = CURRENT_WRITE.scope(write.clone(), self.inner.call(request));
         Box::pin(async move {
             match tokio::time::timeout(allowed, served).await {

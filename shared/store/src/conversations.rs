@@ -114,7 +114,8 @@ pub struct TurnToAppend<'a> {
 pub struct SegmentationRequest<'a> {
     /// Published through the outbox when this append claims the request.
     pub event: &'a NewOutboxEvent,
-    /// A pending request older than this is claimed again (see [`claim_segmentation_request`]).
+    /// A pending request older than this is claimed again (as [`claim_segmentation_request`]
+    /// does for CloseSegment).
     pub renew_after: std::time::Duration,
 }
 
@@ -128,6 +129,9 @@ pub struct AppendTurns<'a> {
     pub close: bool,
     /// With the bus on: the request to put in the outbox.
     pub segmentation_request: Option<SegmentationRequest<'a>>,
+    /// The longest wait for each lock (the space's, the conversation's row); past it the append
+    /// fails with nothing written ([`AppendOutcome::LockTimedOut`]).
+    pub lock_timeout: Option<std::time::Duration>,
 }
 
 /// What became of one turn of an append.
@@ -152,6 +156,8 @@ pub enum AppendOutcome {
         at: DateTime<Utc>,
         after: DateTime<Utc>,
     },
+    /// A lock was not had within `lock_timeout`: nothing was written.
+    LockTimedOut,
     Appended {
         /// One per turn of the run, in order.
         turns: Vec<AppendedTurn>,
@@ -161,6 +167,9 @@ pub enum AppendOutcome {
         queued: bool,
     },
 }
+
+/// Postgres's SQLSTATE for a lock not had within `lock_timeout`.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
 
 #[derive(sqlx::FromRow)]
 struct AppendRow {
@@ -203,9 +212,9 @@ pub async fn append_turns(
     }
     let request = append.segmentation_request;
     let event = request.map(|request| request.event);
-    let row: AppendRow = sqlx::query_as(
+    let row: Result<AppendRow, sqlx::Error> = sqlx::query_as(
         "SELECT * FROM engram_append_turns($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
-                                           $13, $14, $15, $16, $17)",
+                                           $13, $14, $15, $16, $17, $18)",
     )
     .bind(crate::space_lock_key(scope, crate::LockKind::Privacy))
     .bind(scope.user_id.as_uuid())
@@ -224,8 +233,21 @@ pub async fn append_turns(
     .bind(event.map(|event| event.type_name.as_str()))
     .bind(event.map(|event| event.payload.as_slice()))
     .bind(event.map(NewOutboxEvent::trace_headers_json))
+    .bind(
+        append
+            .lock_timeout
+            .map(|timeout| i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX)),
+    )
     .fetch_one(pool)
-    .await?;
+    .await;
+    let row = match row {
+        Err(sqlx::Error::Database(error))
+            if error.code().as_deref() == Some(LOCK_NOT_AVAILABLE) =>
+        {
+            return Ok(AppendOutcome::LockTimedOut);
+        }
+        row => row?,
+    };
     if row.refused {
         return Ok(AppendOutcome::Refused {
             memory_enabled: row.memory_enabled,
@@ -260,8 +282,9 @@ pub async fn append_turns(
 }
 
 /// Marks the conversation as having a segmentation request pending; false when one already is
-/// (and is younger than `renew_after`), so the caller need not publish another. Runs in the
-/// append's transaction, which holds the conversation's row.
+/// (and is younger than `renew_after`), so the caller need not publish another. CloseSegment
+/// calls it in the transaction that marked the close; an append claims the same way inside
+/// `engram_append_turns`.
 pub async fn claim_segmentation_request(
     connection: &mut PgConnection,
     scope: &Scope,

@@ -2393,7 +2393,8 @@ async fn write_report(inputs: ReportInputs<'_>) -> anyhow::Result<()> {
          The turns of the sessions still going on (the open tails) are not in it. \"Open\" counts turns after \
          those: the open tails, less what the topic rules closed early. Latency: from the closing append's return \
          to the episode being searchable, median / max of the closings in the window (\"never\": not by the end of \
-         the run). Each append asks for segmentation once (a `SegmentationRequested` message); \
+         the run). An append asks for segmentation (a `SegmentationRequested` message) unless a request for its \
+         conversation is already pending, whose pass reads its turns too; \
          \"requests handled\" is those that arrived less the growth of the queue's ready messages (the consumer also \
          holds up to 64 unacknowledged, its prefetch).\n\n\
          | window | phase | turns appended /s | segmentation requests handled /s | turns segmented /s | segments closed /s | episodes /s | facts /s | backlog (turns) | open (turns) | closing → searchable | segmentation queue | outbox | embedding queue | awaiting embedding |\n\

@@ -639,6 +639,51 @@ async fn an_append_passes_entry_writes_of_its_space_but_waits_for_a_privacy_swit
     assert_eq!(contents, vec!["I booked the dentist for Friday".to_owned()]);
 }
 
+/// An append whose space stays locked (a privacy switch that takes long) until the request's
+/// deadline gives up waiting in time to say so: DEADLINE_EXCEEDED, and nothing stored, even once
+/// the lock is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_locked_out_until_its_deadline_stores_nothing() {
+    let sandbox = Sandbox::start().await;
+    let chat = Chat::new("deadline");
+    let core_scope =
+        engram_core::Scope::parse("scope", &chat.scope.user_id, &chat.scope.space).unwrap();
+    let own_pool = sqlx::PgPool::connect(sandbox.database.url()).await.unwrap();
+    let switch = engram_store::begin_with_spaces_locked(
+        &own_pool,
+        engram_store::SpaceAccess::Exclusive,
+        [&core_scope],
+    )
+    .await
+    .unwrap();
+    let mut said = user("Remember my new address", Utc::now());
+    said.at = None;
+    let mut request = tonic::Request::new(v1::AppendMessagesRequest {
+        scope: Some(chat.scope.clone()),
+        conversation_id: chat.id.clone(),
+        messages: vec![said],
+        close_segment: false,
+    });
+    request.set_timeout(Duration::from_millis(800));
+    let status = sandbox
+        .ingest
+        .clone()
+        .append_messages(request)
+        .await
+        .unwrap_err();
+    assert_status(status, Code::DeadlineExceeded, "nothing was stored");
+    switch.rollback().await.unwrap();
+    // Nothing is left waiting to write it once the lock is free.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stored: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM conversation_turns WHERE user_id = $1::uuid")
+            .bind(&chat.scope.user_id)
+            .fetch_one(&sandbox.pool)
+            .await
+            .unwrap();
+    assert_eq!(stored, 0);
+}
+
 #[tokio::test]
 async fn incognito_conversations_and_memory_off_store_no_turn() {
     let mut sandbox = Sandbox::start().await;

@@ -23,7 +23,7 @@ use chrono::{DateTime, Duration, Utc};
 use engram_core::commands::parse_command;
 use engram_core::retrieval::budget::count_tokens;
 use engram_core::{ConversationId, MemoryText, Scope, SpeakerRole};
-use engram_server::deadline::mark_write_started;
+use engram_server::deadline::{mark_write_started, time_left};
 use engram_store::conversations::{
     self, AppendOutcome, AppendTurns, SegmentationRequest, TurnToAppend,
 };
@@ -39,6 +39,9 @@ const FUTURE_TOLERANCE: Duration = Duration::minutes(5);
 /// A pending segmentation request older than this is asked for again: the message may have been
 /// lost or dead-lettered, and a conversation must not wait for the sweep's idle close.
 const RENEW_SEGMENTATION_REQUEST_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+/// How long before the request's deadline an append stops waiting for a lock: time to answer
+/// DEADLINE_EXCEEDED (nothing stored) before the deadline layer would answer UNKNOWN.
+const LOCK_WAIT_MARGIN: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A validated turn to append.
 #[derive(Debug, Clone)]
@@ -161,6 +164,9 @@ impl MemoryWriter {
                 event,
                 renew_after: RENEW_SEGMENTATION_REQUEST_AFTER,
             }),
+            // The statement commits as it ends, so the request's deadline cannot abandon it
+            // before its commit: it gives up waiting for a lock while it can still answer.
+            lock_timeout: time_left().map(|left| left.saturating_sub(LOCK_WAIT_MARGIN)),
         };
         mark_write_started();
         let outcome = conversations::append_turns(&self.pool, scope, conversation, &append).await?;
@@ -173,6 +179,13 @@ impl MemoryWriter {
                     TurnResult::SkippedMemoryDisabled
                 };
                 vec![result; run.len()]
+            }
+            AppendOutcome::LockTimedOut => {
+                return Err(IngestError::DeadlineExceeded(
+                    "the conversation or its space stayed locked (a privacy switch, ForgetConversation \
+                     or retention) until the request's deadline; nothing was stored"
+                        .to_owned(),
+                ));
             }
             AppendOutcome::OutOfOrder {
                 position,
