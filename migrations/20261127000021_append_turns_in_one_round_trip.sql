@@ -48,7 +48,6 @@ CREATE FUNCTION engram_append_turns(
     OUT out_of_order_position int4,
     OUT out_of_order_at  timestamptz,
     OUT out_of_order_after timestamptz,
-    OUT stored           int4,
     OUT queued           boolean)
 LANGUAGE plpgsql
 -- Every statement is keyed by the conversation: a generic plan is the plan, without re-planning.
@@ -67,13 +66,14 @@ DECLARE
     new_positions int4[];
     new_spoken_at timestamptz[];
     claimed boolean;
+    -- How many turns are new (not duplicates).
+    stored int4 := 0;
 BEGIN
     -- The fresh snapshot of each statement below is what makes the lock work.
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'engram_append_turns needs READ COMMITTED, not %',
             current_setting('transaction_isolation');
     END IF;
-    stored := 0;
     queued := false;
     IF p_lock_timeout_ms IS NOT NULL THEN
         -- 0 would mean no limit.

@@ -61,8 +61,8 @@ pub struct GrpcServer {
     readiness_interval: Duration,
     /// TLS, when configured.
     tls: Option<TlsConfigWatch>,
-    /// Counts the requests being served (see `crate::activity`).
-    request_activity: Arc<RequestActivity>,
+    /// Counts the requests being served, when something watches them (see `crate::activity`).
+    request_activity: Option<Arc<RequestActivity>>,
 }
 
 impl GrpcServer {
@@ -105,14 +105,14 @@ impl GrpcServer {
             readiness_database: None,
             readiness_interval: Duration::from_millis(settings.readiness_interval_ms.max(10)),
             tls,
-            request_activity: Arc::new(RequestActivity::new()),
+            request_activity: None,
         })
     }
 
     /// Counts the requests this server serves in `activity`, which background work of the
     /// service watches to run between requests (the ingest service's embedding backfill).
     pub fn counting_requests_in(mut self, activity: Arc<RequestActivity>) -> Self {
-        self.request_activity = activity;
+        self.request_activity = Some(activity);
         self
     }
 
@@ -200,10 +200,13 @@ impl GrpcServer {
             .concurrency_limit_per_connection(self.max_concurrent_requests_per_connection)
             .load_shed(true)
             .trace_fn(engram_telemetry::grpc_request_span)
+            // Only where background work watches the requests (ingest's backfill).
+            .layer(tower::util::option_layer(
+                self.request_activity.clone().map(RequestActivityLayer::new),
+            ))
+            .layer(crate::metrics::RpcMetricsLayer)
             // Deadlines are Engram's own (DEADLINE_EXCEEDED, or UNKNOWN for a write that may
             // have landed), not tonic's `timeout`, which answers CANCELLED.
-            .layer(RequestActivityLayer::new(self.request_activity.clone()))
-            .layer(crate::metrics::RpcMetricsLayer)
             .layer(DeadlineLayer::new(self.request_timeout))
             .layer(AuthLayer::new(tokens))
             .layer(tower::util::MapResponseLayer::new(

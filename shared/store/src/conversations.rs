@@ -161,8 +161,6 @@ pub enum AppendOutcome {
     Appended {
         /// One per turn of the run, in order.
         turns: Vec<AppendedTurn>,
-        /// How many were new.
-        stored: usize,
         /// Whether the segmentation request went into the outbox (a pending one needs none).
         queued: bool,
     },
@@ -180,7 +178,6 @@ struct AppendRow {
     out_of_order_position: Option<i32>,
     out_of_order_at: Option<DateTime<Utc>>,
     out_of_order_after: Option<DateTime<Utc>>,
-    stored: i32,
     queued: bool,
 }
 
@@ -276,7 +273,6 @@ pub async fn append_turns(
         .collect();
     Ok(AppendOutcome::Appended {
         turns,
-        stored: usize::try_from(row.stored).unwrap_or_default(),
         queued: row.queued,
     })
 }

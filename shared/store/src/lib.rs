@@ -188,12 +188,12 @@ fn space_lock_statement<'a>(
 ) -> String {
     use std::fmt::Write as _;
     let scopes: Vec<&engram_core::Scope> = scopes.into_iter().collect();
-    let (privacy, content) = match access {
-        SpaceAccess::WriteEntries => (
-            "pg_advisory_xact_lock_shared",
-            Some("pg_advisory_xact_lock"),
-        ),
-        SpaceAccess::Exclusive => ("pg_advisory_xact_lock", Some("pg_advisory_xact_lock")),
+    // Every transaction that locks spaces here holds their content locks exclusively; what
+    // differs is whether it changes what may be stored (the privacy lock, exclusively) or only
+    // stores (shared).
+    let privacy = match access {
+        SpaceAccess::WriteEntries => "pg_advisory_xact_lock_shared",
+        SpaceAccess::Exclusive => "pg_advisory_xact_lock",
     };
     let mut statement = String::from("BEGIN; SET LOCAL plan_cache_mode = force_generic_plan");
     let mut lock = |function: &str, keys: Vec<i64>| {
@@ -205,9 +205,10 @@ fn space_lock_statement<'a>(
         );
     };
     lock(privacy, space_lock_keys(&scopes, LockKind::Privacy));
-    if let Some(content_lock) = content {
-        lock(content_lock, space_lock_keys(&scopes, LockKind::Content));
-    }
+    lock(
+        "pg_advisory_xact_lock",
+        space_lock_keys(&scopes, LockKind::Content),
+    );
     statement
 }
 

@@ -3,7 +3,7 @@
 use engram_e2e::{Sandbox, SandboxOptions};
 use engram_proto::v1;
 
-use crate::helpers::{new_scope, outcome, remember};
+use crate::helpers::{hold_space_lock, new_scope, outcome, remember};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn parallel_writes_of_the_same_text_leave_one_row() {
@@ -48,17 +48,10 @@ async fn requests_beyond_the_connection_limit_get_resource_exhausted() {
     })
     .await;
     let scope = new_scope("work");
-    let core_scope = engram_core::Scope::parse("scope", &scope.user_id, &scope.space).unwrap();
     // Hold the space's write lock so that writes to it wait (on a pool of our own, apart from
     // the service's).
     let own_pool = sqlx::PgPool::connect(sandbox.database.url()).await.unwrap();
-    let blocker = engram_store::begin_with_spaces_locked(
-        &own_pool,
-        engram_store::SpaceAccess::Exclusive,
-        [&core_scope],
-    )
-    .await
-    .unwrap();
+    let blocker = hold_space_lock(&own_pool, engram_store::SpaceAccess::Exclusive, &scope).await;
 
     let waiting: Vec<_> = (0..8)
         .map(|index| {

@@ -9,7 +9,7 @@ use engram_proto::v1;
 use tonic::Code;
 use uuid::Uuid;
 
-use crate::helpers::{assert_status, entries, new_scope, start_incognito};
+use crate::helpers::{assert_status, entries, hold_space_lock, new_scope, start_incognito};
 
 /// One conversation of a test, with turns said at given times.
 pub(crate) struct Chat {
@@ -556,13 +556,12 @@ async fn an_append_passes_entry_writes_of_its_space_but_waits_for_a_privacy_swit
     let own_pool = sqlx::PgPool::connect(sandbox.database.url()).await.unwrap();
 
     // Entries of the space being written on another connection: the append is not held up.
-    let entry_writer = engram_store::begin_with_spaces_locked(
+    let entry_writer = hold_space_lock(
         &own_pool,
         engram_store::SpaceAccess::WriteEntries,
-        [&core_scope],
+        &chat.scope,
     )
-    .await
-    .unwrap();
+    .await;
     let mut said = user("I booked the dentist for Friday", Utc::now());
     said.at = None;
     let appended = tokio::time::timeout(
@@ -575,13 +574,8 @@ async fn an_append_passes_entry_writes_of_its_space_but_waits_for_a_privacy_swit
     entry_writer.rollback().await.unwrap();
 
     // Memory being switched off on another connection: the append waits, then stores nothing.
-    let mut switch = engram_store::begin_with_spaces_locked(
-        &own_pool,
-        engram_store::SpaceAccess::Exclusive,
-        [&core_scope],
-    )
-    .await
-    .unwrap();
+    let mut switch =
+        hold_space_lock(&own_pool, engram_store::SpaceAccess::Exclusive, &chat.scope).await;
     let mut ingest = sandbox.ingest.clone();
     let request = v1::AppendMessagesRequest {
         scope: Some(chat.scope.clone()),
@@ -646,16 +640,9 @@ async fn an_append_passes_entry_writes_of_its_space_but_waits_for_a_privacy_swit
 async fn an_append_locked_out_until_its_deadline_stores_nothing() {
     let sandbox = Sandbox::start().await;
     let chat = Chat::new("deadline");
-    let core_scope =
-        engram_core::Scope::parse("scope", &chat.scope.user_id, &chat.scope.space).unwrap();
     let own_pool = sqlx::PgPool::connect(sandbox.database.url()).await.unwrap();
-    let switch = engram_store::begin_with_spaces_locked(
-        &own_pool,
-        engram_store::SpaceAccess::Exclusive,
-        [&core_scope],
-    )
-    .await
-    .unwrap();
+    let switch =
+        hold_space_lock(&own_pool, engram_store::SpaceAccess::Exclusive, &chat.scope).await;
     let mut said = user("Remember my new address", Utc::now());
     said.at = None;
     let mut request = tonic::Request::new(v1::AppendMessagesRequest {

@@ -5,9 +5,12 @@ use std::time::{Duration, Instant};
 
 use engram_e2e::{Sandbox, SandboxOptions};
 use engram_proto::v1;
+use engram_store::SpaceAccess;
 use sqlx::PgPool;
 
-use crate::helpers::{Setting, new_scope, outcome, remember, remember_memory, update_setting};
+use crate::helpers::{
+    Setting, hold_space_lock, new_scope, outcome, remember, remember_memory, update_setting,
+};
 
 /// One commit slot, so that writes queue behind a write blocked on its space's lock and then
 /// leave together as one batch.
@@ -17,21 +20,6 @@ async fn single_slot_sandbox() -> Sandbox {
         ..Default::default()
     })
     .await
-}
-
-/// Holds a space's write lock on a connection of the test's own until the transaction ends.
-async fn hold_space_lock(
-    pool: &PgPool,
-    scope: &v1::Scope,
-) -> sqlx::Transaction<'static, sqlx::Postgres> {
-    let core_scope = engram_core::Scope::parse("scope", &scope.user_id, &scope.space).unwrap();
-    engram_store::begin_with_spaces_locked(
-        pool,
-        engram_store::SpaceAccess::Exclusive,
-        [&core_scope],
-    )
-    .await
-    .unwrap()
 }
 
 /// Waits until a write is blocked on a space's lock in Postgres (so it holds its commit slot).
@@ -118,7 +106,7 @@ async fn a_batch_of_mixed_writes_has_the_outcomes_of_writes_made_one_by_one() {
 
     // A write blocked on its space's lock holds the only slot; everything after it queues.
     let blocked_scope = new_scope("work");
-    let blocker = hold_space_lock(&own_pool, &blocked_scope).await;
+    let blocker = hold_space_lock(&own_pool, SpaceAccess::Exclusive, &blocked_scope).await;
     let blocked = spawn_remember(
         &sandbox,
         remember(&blocked_scope, "I water the plants on Sundays"),
@@ -292,7 +280,7 @@ async fn a_write_the_database_refuses_fails_alone() {
 
     let (batches_before, writes_before) = sandbox.ingest_metrics.write_batches();
     let blocked_scope = new_scope("work");
-    let blocker = hold_space_lock(&own_pool, &blocked_scope).await;
+    let blocker = hold_space_lock(&own_pool, SpaceAccess::Exclusive, &blocked_scope).await;
     let blocked = spawn_remember(&sandbox, remember(&blocked_scope, "Standup moved to 9:30"));
     wait_for_a_write_blocked_in_postgres(&own_pool).await;
     let scopes: Vec<v1::Scope> = (0..5).map(|_| new_scope("work")).collect();

@@ -34,6 +34,19 @@ pub(crate) fn audit_actions(events: &[v1::AuditEvent]) -> Vec<v1::AuditAction> {
         .collect()
 }
 
+/// Holds a space's locks (`access`) on a connection of the test's own until the transaction
+/// ends.
+pub(crate) async fn hold_space_lock(
+    pool: &sqlx::PgPool,
+    access: engram_store::SpaceAccess,
+    scope: &v1::Scope,
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let core_scope = engram_core::Scope::parse("scope", &scope.user_id, &scope.space).unwrap();
+    engram_store::begin_with_spaces_locked(pool, access, [&core_scope])
+        .await
+        .unwrap()
+}
+
 /// Asserts a status code and that the message mentions `needle`.
 #[track_caller]
 pub(crate) fn assert_status(status: Status, code: Code, needle: &str) {

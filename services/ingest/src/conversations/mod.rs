@@ -198,11 +198,8 @@ impl MemoryWriter {
                     first_position + position
                 )));
             }
-            AppendOutcome::Appended {
-                turns,
-                stored,
-                queued,
-            } => {
+            AppendOutcome::Appended { turns, queued } => {
+                let stored = turns.iter().filter(|turn| !turn.duplicate).count();
                 self.metrics.record_turns_stored(stored as u64);
                 if stored > 0 || close_segment {
                     self.segmentation_requested(queued);
