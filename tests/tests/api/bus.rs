@@ -35,6 +35,21 @@ async fn count_in(pool: &sqlx::PgPool, sql: &'static str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
 }
 
+/// Why a dead-lettered message was given up (the header the consumers set).
+fn failure_reason(delivery: &lapin::message::Delivery) -> String {
+    let headers = delivery.properties.headers().clone().unwrap();
+    match headers
+        .inner()
+        .get(engram_bus::FAILURE_REASON_HEADER)
+        .unwrap()
+    {
+        lapin::types::AMQPValue::LongString(value) => {
+            String::from_utf8_lossy(value.as_bytes()).into_owned()
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
 fn options(bus: &TestBus) -> SandboxOptions {
     SandboxOptions {
         embedder: TestEmbedder::Local,
@@ -335,17 +350,7 @@ async fn a_failing_embedder_leads_to_retries_then_the_dead_letter_queue() {
             .unwrap();
     }
     let dead = dead.unwrap();
-    let headers = dead.delivery.properties.headers().clone().unwrap();
-    let reason = match headers
-        .inner()
-        .get(engram_bus::FAILURE_REASON_HEADER)
-        .unwrap()
-    {
-        lapin::types::AMQPValue::LongString(value) => {
-            String::from_utf8_lossy(value.as_bytes()).into_owned()
-        }
-        other => panic!("unexpected {other:?}"),
-    };
+    let reason = failure_reason(&dead.delivery);
     assert!(reason.contains("gave up after 5 attempts"), "{reason}");
     assert!(reason.contains("503"), "{reason}");
     // Each attempt retried the endpoint itself (first try + one retry) before giving the message back.
@@ -456,6 +461,106 @@ async fn a_worker_stopped_mid_batch_finishes_it_and_leaves_the_rest_to_the_next(
         texts.len() as u64,
         "each entry embedded exactly once"
     );
+    drop(sandbox);
+    crate::helpers::delete_topology(&bus).await;
+}
+
+/// The segmentation consumer follows the same delivery rules as the embedding consumer: a
+/// SegmentationRequested message it cannot read is dead-lettered with its reason, and the
+/// requests after it are still handled (the conversation appended after it gets segmented).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_segmentation_request_is_dead_lettered_and_later_ones_are_handled() {
+    use engram_bus::queues::routes;
+
+    let bus = TestBus::local();
+    let sandbox = Sandbox::start_with(SandboxOptions {
+        bus: Some(bus.clone()),
+        ..Default::default()
+    })
+    .await;
+    let broker = Bus::connect(&bus.url, Topology::new(bus.topology_prefix.clone()))
+        .await
+        .unwrap();
+    // As the service declares it (the sandbox's retry delay is 200 ms).
+    broker
+        .declare(&[engram_bus::queues::segmentation_requested(
+            Duration::from_millis(200),
+        )])
+        .await
+        .unwrap();
+    let poison = vec![0xff, 0xff, 0xff];
+    broker
+        .publisher()
+        .await
+        .unwrap()
+        .publish(&OutgoingEvent {
+            routing_key: routes::SEGMENTATION_REQUESTED.into(),
+            message_id: uuid::Uuid::new_v4(),
+            type_name: routes::SEGMENTATION_REQUESTED_TYPE.into(),
+            payload: poison.clone(),
+            trace_headers: Default::default(),
+        })
+        .await
+        .unwrap();
+
+    let chat = crate::conversations::Chat::new("work");
+    let said = |content: &str| {
+        let mut message = crate::conversations::user(content, chrono::Utc::now());
+        message.at = None;
+        message
+    };
+    sandbox
+        .ingest
+        .clone()
+        .append_messages(v1::AppendMessagesRequest {
+            scope: Some(chat.scope.clone()),
+            conversation_id: chat.id.clone(),
+            messages: vec![
+                said("I am planning a trip to Kyoto in April with my sister"),
+                said("We want to see the cherry blossoms along the Philosopher's Path"),
+            ],
+            close_segment: true,
+        })
+        .await
+        .unwrap();
+    wait_for(
+        "the conversation after the poison segmented",
+        Duration::from_secs(30),
+        async || {
+            count(
+                &sandbox,
+                "SELECT count(*) FROM conversations WHERE segmented_through >= 1",
+            )
+            .await
+                == 1
+        },
+    )
+    .await;
+
+    let connection = lapin::Connection::connect(&bus.url, Default::default())
+        .await
+        .unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    let dead_letters = Topology::new(bus.topology_prefix.clone()).dead_letter_queue();
+    let mut dead = None;
+    let waited = Instant::now();
+    while dead.is_none() {
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "the malformed request never reached the dead-letter queue"
+        );
+        dead = channel
+            .basic_get(dead_letters.clone().into(), Default::default())
+            .await
+            .unwrap();
+        if dead.is_none() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    let dead = dead.unwrap();
+    assert_eq!(dead.delivery.data, poison);
+    let reason = failure_reason(&dead.delivery);
+    assert!(reason.contains("malformed payload"), "{reason}");
     drop(sandbox);
     crate::helpers::delete_topology(&bus).await;
 }
