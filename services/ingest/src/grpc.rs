@@ -25,10 +25,9 @@ use crate::controls::{EffectiveSettings, MAX_SOFT_CAP};
 use crate::conversations::{AppendedMessage, MAX_MESSAGES_PER_APPEND, NewMessage, TurnResult};
 use crate::error::IngestError;
 use crate::retention::RetentionJob;
-use crate::write_path::{MemoryWriter, RememberCommand, RememberResult};
+use crate::write_path::{MAX_TAG_CHARS, MemoryWriter, RememberCommand, RememberResult};
 
 const MAX_TAGS: usize = 32;
-const MAX_TAG_CHARS: usize = 64;
 const MAX_SOURCE_IDS: usize = 32;
 const MAX_SOURCE_ID_CHARS: usize = 256;
 const DEFAULT_PAGE_SIZE: u32 = 50;

@@ -24,7 +24,7 @@ use uuid::Uuid;
 use engram_server::deadline::mark_write_started;
 
 use crate::error::IngestError;
-use crate::write_path::MemoryWriter;
+use crate::write_path::{MAX_TAG_CHARS, MemoryWriter};
 
 pub const MAX_IMPORT_BATCH: usize = 500;
 pub const MAX_CLIENT_ID_CHARS: usize = 256;
@@ -34,7 +34,6 @@ pub const MAX_EPISODE_MESSAGES: usize = 200;
 /// below the size of a response (a page always holds at least one entry).
 pub const MAX_EPISODE_EXCERPT_CHARS: usize = 65_536;
 const MAX_TAGS: usize = 32;
-const MAX_TAG_CHARS: usize = 64;
 const MAX_SOURCE_IDS: usize = 32;
 const MAX_SOURCE_ID_CHARS: usize = 256;
 /// Clock skew tolerated on a client's created_at.

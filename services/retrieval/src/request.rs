@@ -7,7 +7,7 @@ use engram_proto::v1;
 use engram_recall::{RankingOverrides, Recall, RetrieveRequest};
 use engram_server::convert::category_from_proto;
 
-pub const MAX_QUERY_CHARS: usize = 2_048;
+pub use engram_core::retrieval::query::MAX_QUERY_CHARS;
 pub const MAX_EPISODIC_LIMIT: u32 = 100;
 pub const MAX_SEMANTIC_LIMIT: u32 = 100;
 pub const MIN_TOKEN_BUDGET: u32 = 50;

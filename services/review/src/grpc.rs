@@ -3,6 +3,7 @@
 use chrono::Utc;
 use engram_core::episode::SegmentTurn;
 use engram_core::memory_state::{days_since, retrievability};
+use engram_core::retrieval::query::MAX_QUERY_CHARS;
 use engram_core::review::{FsrsState, Rating, ReviewTarget, aggregate};
 use engram_core::{MemoryId, MemoryText, Scope, ValidationError};
 use engram_proto::v1;
@@ -38,6 +39,9 @@ const MAX_CONTEXT_TURNS: usize = 200;
 const MAX_MEMORIES_PER_GRADING: usize = 100;
 /// Characters of a context turn the grader reads, as a conversation turn may hold.
 const MAX_TURN_CHARS: usize = 8_192;
+/// Distinct queries one memory to grade may come with (each stored with its review): far more
+/// than one segment's retrievals ever find one memory by.
+const MAX_QUERIES_PER_MEMORY: usize = 32;
 
 fn rating_to_proto(rating: Rating) -> v1::ReviewRating {
     match rating {
@@ -98,18 +102,43 @@ fn parse_grading(
     let mut reviews: Vec<(String, Vec<uuid::Uuid>)> = Vec::new();
     for (index, memory) in message.memories.iter().enumerate() {
         let id = MemoryId::parse(&format!("memories[{index}].memory_id"), &memory.memory_id)?;
-        let queries = if memory.queries.is_empty() {
-            vec![String::new()]
-        } else {
-            memory.queries.clone()
-        };
-        for query in queries {
-            reviews.push((query, vec![id.as_uuid()]));
+        if memory.queries.len() > MAX_QUERIES_PER_MEMORY {
+            return Err(ValidationError::new(
+                format!("memories[{index}].queries"),
+                format!(
+                    "has {} queries; the limit is {MAX_QUERIES_PER_MEMORY}",
+                    memory.queries.len()
+                ),
+            ));
+        }
+        if memory.queries.is_empty() {
+            reviews.push((String::new(), vec![id.as_uuid()]));
+        }
+        // Each is a query that retrieved the memory: what RetrieveMemory takes as a query.
+        for (query_index, query) in memory.queries.iter().enumerate() {
+            let query = MemoryText::parse(
+                &format!("memories[{index}].queries[{query_index}]"),
+                query,
+                MAX_QUERY_CHARS,
+            )?;
+            reviews.push((query.into_string(), vec![id.as_uuid()]));
         }
     }
     let mut targets = aggregate(reviews.iter().map(|(q, ids)| (q.as_str(), ids.as_slice())));
     for target in &mut targets {
         target.queries.retain(|query| !query.is_empty());
+        // A memory listed more than once gathers the queries of every listing.
+        if target.queries.len() > MAX_QUERIES_PER_MEMORY {
+            return Err(ValidationError::new(
+                "memories",
+                format!(
+                    "have {} distinct queries for memory {} in all; the limit is \
+                     {MAX_QUERIES_PER_MEMORY}",
+                    target.queries.len(),
+                    target.memory_id
+                ),
+            ));
+        }
     }
     let grader = match v1::Grader::try_from(message.grader) {
         Ok(v1::Grader::Unspecified) => GraderChoice::Configured,
@@ -298,4 +327,75 @@ fn not_found(memory_id: impl std::fmt::Display, scope: &Scope) -> ReviewError {
         "no memory {memory_id} in space {:?} of this user",
         scope.space.as_str()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(queries: Vec<String>) -> v1::GradeMemoriesRequest {
+        v1::GradeMemoriesRequest {
+            scope: None,
+            context: vec![v1::Message {
+                role: v1::SpeakerRole::Assistant.into(),
+                content: "Per your notes, the trip is in May.".into(),
+            }],
+            memories: vec![v1::MemoryToGrade {
+                memory_id: "6f1c1f4e-2f0b-4a4e-9a34-9d4f3f1e2a10".into(),
+                queries,
+            }],
+            dry_run: true,
+            grader: v1::Grader::Local.into(),
+        }
+    }
+
+    fn error_of(request: &v1::GradeMemoriesRequest) -> String {
+        parse_grading(request).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn queries_are_validated_like_a_retrieval_query() {
+        let (_, targets, _) = parse_grading(&request(vec![
+            "trip \u{1b}[31mdates".into(),
+            "trip dates".into(),
+        ]))
+        .unwrap();
+        assert_eq!(
+            targets[0].queries,
+            ["trip dates"],
+            "cleaned, then deduplicated"
+        );
+        let (_, targets, _) = parse_grading(&request(vec![])).unwrap();
+        assert!(targets[0].queries.is_empty());
+
+        assert_eq!(
+            error_of(&request(vec!["ok".into(), "nul\0here".into()])),
+            "memories[0].queries[1]: must not contain NUL characters"
+        );
+        assert_eq!(
+            error_of(&request(vec!["x".repeat(MAX_QUERY_CHARS + 1)])),
+            "memories[0].queries[0]: is 2049 characters long; the limit is 2048"
+        );
+        assert!(error_of(&request(vec![" ".into()])).starts_with("memories[0].queries[0]: "));
+        let too_many: Vec<String> = (0..=MAX_QUERIES_PER_MEMORY)
+            .map(|n| format!("query {n}"))
+            .collect();
+        assert_eq!(
+            error_of(&request(too_many)),
+            "memories[0].queries: has 33 queries; the limit is 32"
+        );
+    }
+
+    #[test]
+    fn a_memory_listed_twice_gathers_no_more_queries_than_once() {
+        let mut twice = request((0..20).map(|n| format!("query {n}")).collect());
+        let mut again = twice.memories[0].clone();
+        again.queries = (20..40).map(|n| format!("query {n}")).collect();
+        twice.memories.push(again);
+        assert!(
+            error_of(&twice).starts_with("memories: have 40 distinct queries for memory"),
+            "{}",
+            error_of(&twice)
+        );
+    }
 }

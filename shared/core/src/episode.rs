@@ -1082,7 +1082,7 @@ fn with_full_stop(text: &str) -> String {
 
 /// At most `max_chars` characters: the text whole, or cut at a word boundary (any character
 /// boundary in CJK text) and ended with "…".
-fn truncate_at_word(text: &str, max_chars: usize) -> String {
+pub fn truncate_at_word(text: &str, max_chars: usize) -> String {
     let text = text.trim();
     if text.chars().count() <= max_chars {
         return text.to_owned();

@@ -21,6 +21,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(10);
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 /// Characters of a rejected request's response body kept in the error.
 const BODY_EXCERPT_CHARS: usize = 512;
+/// Bytes of a rejected request's response body read for that excerpt.
+const BODY_EXCERPT_BYTES: usize = 16 * 1024;
 /// OpenAI's limit on `json_schema.name`.
 const MAX_TASK_NAME_CHARS: usize = 64;
 
@@ -62,6 +64,7 @@ pub struct ChatClient {
     invalid_answer_retries: usize,
     max_tokens: u32,
     temperature: f32,
+    max_response_bytes: usize,
     metrics: Arc<LlmMetrics>,
 }
 
@@ -126,6 +129,7 @@ impl ChatClient {
             invalid_answer_retries: settings.invalid_answer_retries,
             max_tokens: settings.max_tokens,
             temperature: settings.temperature,
+            max_response_bytes: settings.max_response_bytes,
             metrics: Arc::new(LlmMetrics::default()),
         })
     }
@@ -168,14 +172,21 @@ impl ChatClient {
         let mut attempts = 0u32;
         let mut fresh_attempts_left = self.invalid_answer_retries;
         loop {
-            let answer = match self.post_with_retries(task, &body, &mut attempts).await {
-                Ok(answer) => answer,
-                Err(error) => {
-                    tracing::warn!(task, attempts, %error, "llm request failed");
-                    return Err(error);
-                }
-            };
-            let (answer_usage, value) = read_answer::<T>(&answer);
+            let (answer, (answer_usage, value)) =
+                match self.post_with_retries(task, &body, &mut attempts).await {
+                    Ok(answer) => {
+                        let read = read_answer::<T>(&answer);
+                        (answer, read)
+                    }
+                    // An answer too large to read is as unusable as a malformed one.
+                    Err(error) if error.is_invalid_answer() => {
+                        (Vec::new(), (TokenUsage::default(), Err(error)))
+                    }
+                    Err(error) => {
+                        tracing::warn!(task, attempts, %error, "llm request failed");
+                        return Err(error);
+                    }
+                };
             usage += answer_usage;
             self.metrics.record_usage(task, answer_usage);
             let error = match value {
@@ -295,18 +306,67 @@ impl ChatClient {
             });
         }
         if !status.is_success() {
-            let body = response.text().await.unwrap_or_default();
+            let body = read_capped(response, BODY_EXCERPT_BYTES)
+                .await
+                .map(|body| body.bytes)
+                .unwrap_or_default();
             return Err(LlmError::Rejected {
                 status: status.as_u16(),
-                body: body.chars().take(BODY_EXCERPT_CHARS).collect(),
+                body: String::from_utf8_lossy(&body)
+                    .chars()
+                    .take(BODY_EXCERPT_CHARS)
+                    .collect(),
             });
         }
-        let body = response
-            .bytes()
+        let body = read_capped(response, self.max_response_bytes)
             .await
             .map_err(|error| LlmError::Unavailable(chain(&error)))?;
-        Ok(body.to_vec())
+        if !body.complete {
+            return Err(LlmError::TooLarge {
+                limit_bytes: self.max_response_bytes,
+            });
+        }
+        Ok(body.bytes)
     }
+}
+
+/// A response body, read up to a limit.
+struct CappedBody {
+    bytes: Vec<u8>,
+    /// Whether `bytes` is the whole body (false: it was longer than the limit).
+    complete: bool,
+}
+
+/// Reads at most `limit` bytes of a body, chunk by chunk, and stops there: a body announced
+/// longer than the limit (`Content-Length`) is not read at all, one that turns out longer is
+/// read no further than the chunk that crossed it.
+async fn read_capped(
+    mut response: reqwest::Response,
+    limit: usize,
+) -> Result<CappedBody, reqwest::Error> {
+    let announced = response.content_length();
+    if announced.is_some_and(|length| length > limit as u64) {
+        return Ok(CappedBody {
+            bytes: Vec::new(),
+            complete: false,
+        });
+    }
+    let mut bytes = Vec::with_capacity(announced.map_or(0, |length| length as usize));
+    while let Some(chunk) = response.chunk().await? {
+        let room = limit - bytes.len();
+        if chunk.len() > room {
+            bytes.extend_from_slice(&chunk[..room]);
+            return Ok(CappedBody {
+                bytes,
+                complete: false,
+            });
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(CappedBody {
+        bytes,
+        complete: true,
+    })
 }
 
 /// `Retry-After` in seconds (the HTTP-date form is ignored: the backoff applies).

@@ -27,6 +27,9 @@ pub enum LlmError {
     /// No answer, an answer that is not JSON, or JSON that does not fit the expected type.
     #[error("the answer is malformed: {0}")]
     Malformed(String),
+    /// The response body is longer than `llm.max_response_bytes`; it was not read on.
+    #[error("the answer is larger than llm.max_response_bytes ({limit_bytes} bytes)")]
+    TooLarge { limit_bytes: usize },
     #[error("invalid llm configuration: {0}")]
     Config(String),
 }
@@ -43,6 +46,7 @@ impl LlmError {
             | LlmError::Refused(_)
             | LlmError::Truncated
             | LlmError::Malformed(_)
+            | LlmError::TooLarge { .. }
             | LlmError::Config(_) => false,
         }
     }
@@ -51,7 +55,10 @@ impl LlmError {
     /// bounded number of times.
     pub fn is_invalid_answer(&self) -> bool {
         match self {
-            LlmError::Refused(_) | LlmError::Truncated | LlmError::Malformed(_) => true,
+            LlmError::Refused(_)
+            | LlmError::Truncated
+            | LlmError::Malformed(_)
+            | LlmError::TooLarge { .. } => true,
             LlmError::Unavailable(_)
             | LlmError::RateLimited { .. }
             | LlmError::Server { .. }
@@ -71,6 +78,7 @@ impl LlmError {
             | LlmError::Refused(_)
             | LlmError::Truncated
             | LlmError::Malformed(_)
+            | LlmError::TooLarge { .. }
             | LlmError::Config(_) => None,
         }
     }
@@ -98,6 +106,7 @@ mod tests {
             LlmError::Refused("no".into()),
             LlmError::Truncated,
             LlmError::Malformed("not json".into()),
+            LlmError::TooLarge { limit_bytes: 1024 },
         ];
         for error in &invalid {
             assert!(!error.is_retryable(), "{error}");

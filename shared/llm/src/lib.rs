@@ -8,7 +8,8 @@
 //! are retried with jittered exponential backoff (honouring `Retry-After`), invalid answers
 //! (malformed, truncated, refused, not matching the type) get a bounded number of fresh
 //! attempts, and what still fails comes back as an [`LlmError`]. Token usage is summed over the
-//! attempts and counted in [`LlmMetrics`].
+//! attempts and counted in [`LlmMetrics`]. A response body is read up to
+//! `llm.max_response_bytes` and no further: a longer one is an unusable answer too.
 //!
 //! [`LlmSettings`] (the `llm.*` configuration, off by default) chooses whether a client exists.
 
@@ -24,4 +25,4 @@ pub use answer::TokenUsage;
 pub use client::{ChatClient, Structured, StructuredRequest};
 pub use error::LlmError;
 pub use metrics::LlmMetrics;
-pub use settings::{LlmProvider, LlmSettings};
+pub use settings::{DEFAULT_MAX_RESPONSE_BYTES, LlmProvider, LlmSettings};

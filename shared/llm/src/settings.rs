@@ -3,6 +3,12 @@
 use secrecy::SecretString;
 use serde::Deserialize;
 
+/// The default `llm.max_response_bytes`: room for answers far beyond any `max_tokens` one
+/// would configure, small enough that a runaway endpoint cannot grow a service by much.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
+/// Below this no chat completion fits (its envelope alone is a few hundred bytes).
+const MIN_RESPONSE_BYTES: usize = 1024;
+
 /// Which language model backs the structured answers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -37,6 +43,10 @@ pub struct LlmSettings {
     /// Completion token cap, sent as `max_tokens`.
     pub max_tokens: u32,
     pub temperature: f32,
+    /// Bytes of a response body read at most: a longer answer is not read on, and counts as an
+    /// unusable answer (the caller falls back to its local rules). A completion within
+    /// `max_tokens` is a few kilobytes; the cap only stops an endpoint that sends megabytes.
+    pub max_response_bytes: usize,
 }
 
 impl Default for LlmSettings {
@@ -51,6 +61,7 @@ impl Default for LlmSettings {
             invalid_answer_retries: 1,
             max_tokens: 1024,
             temperature: 0.0,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
 }
@@ -76,6 +87,12 @@ impl LlmSettings {
             ),
             ("llm.max_tokens", i64::from(defaults.max_tokens).into()),
             ("llm.temperature", f64::from(defaults.temperature).into()),
+            (
+                "llm.max_response_bytes",
+                i64::try_from(defaults.max_response_bytes)
+                    .unwrap_or(i64::MAX)
+                    .into(),
+            ),
         ]
     }
 
@@ -101,6 +118,12 @@ impl LlmSettings {
             return Err(format!(
                 "llm.temperature must be within 0 and 2, got {}",
                 self.temperature
+            ));
+        }
+        if self.max_response_bytes < MIN_RESPONSE_BYTES {
+            return Err(format!(
+                "llm.max_response_bytes must be at least {MIN_RESPONSE_BYTES}, got {}",
+                self.max_response_bytes
             ));
         }
         Ok(())
@@ -135,6 +158,7 @@ mod tests {
         assert_eq!(settings.invalid_answer_retries, 1);
         assert_eq!(settings.max_tokens, 1024);
         assert_eq!(settings.temperature, 0.0);
+        assert_eq!(settings.max_response_bytes, 4 * 1024 * 1024);
         assert_eq!(settings.validate(), Ok(()));
     }
 
@@ -166,5 +190,6 @@ mod tests {
         assert!(check(|s| s.max_tokens = 0).contains("llm.max_tokens"));
         assert!(check(|s| s.temperature = f32::NAN).contains("llm.temperature"));
         assert!(check(|s| s.temperature = -0.1).contains("llm.temperature"));
+        assert!(check(|s| s.max_response_bytes = 100).contains("llm.max_response_bytes"));
     }
 }

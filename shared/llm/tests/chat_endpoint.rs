@@ -41,6 +41,7 @@ fn settings(fake: &FakeLlm) -> LlmSettings {
         invalid_answer_retries: 1,
         max_tokens: 300,
         temperature: 0.0,
+        max_response_bytes: engram_llm::DEFAULT_MAX_RESPONSE_BYTES,
     }
 }
 
@@ -331,6 +332,105 @@ async fn the_responder_answers_from_the_prompt_once_the_script_is_used_up() {
     assert_eq!(ask(&client).await.unwrap().value.title, "scripted");
     assert_eq!(ask(&client).await.unwrap().value.title, "38 chars");
     assert_eq!(fake.requests().len(), 2);
+}
+
+/// An answer longer than `max_response_bytes` is an unusable answer: asked again like a malformed
+/// one, and the caller gets `TooLarge` when the fresh attempts are used up.
+#[tokio::test]
+async fn an_answer_beyond_max_response_bytes_is_too_large_and_asked_again() {
+    let fake = FakeLlm::start().await;
+    let huge = json!({"title": "x".repeat(100 * 1024), "points": []});
+    fake.push_json(huge.clone());
+    fake.push_json(good_answer());
+    let client = ChatClient::from_settings(&LlmSettings {
+        max_response_bytes: 64 * 1024,
+        ..settings(&fake)
+    })
+    .unwrap()
+    .unwrap();
+    let answer = ask(&client).await.unwrap();
+    assert_eq!(answer.value.title, "Deploy notes");
+    assert_eq!(answer.attempts, 2);
+    assert_eq!(client.metrics().invalid_answers(), 1);
+
+    fake.push_json(huge.clone());
+    fake.push_json(huge);
+    let error = ask(&client).await.unwrap_err();
+    assert!(
+        matches!(error, LlmError::TooLarge { limit_bytes } if limit_bytes == 64 * 1024),
+        "{error}"
+    );
+    assert!(error.is_invalid_answer() && !error.is_retryable());
+    assert!(
+        error.to_string().contains("llm.max_response_bytes"),
+        "{error}"
+    );
+    assert_eq!(fake.requests().len(), 4);
+}
+
+/// An endpoint that streams a body without announcing its length, and never ends it: the client
+/// stops reading at the cap instead of buffering until the timeout.
+#[tokio::test]
+async fn an_endless_unannounced_body_is_cut_at_the_cap() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base_url = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                // The whole request: its head, then `content-length` bytes of body.
+                let mut request = Vec::new();
+                let mut buffer = [0u8; 4096];
+                loop {
+                    let text = String::from_utf8_lossy(&request).to_lowercase();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let length: usize = text
+                            .lines()
+                            .find_map(|line| line.strip_prefix("content-length:"))
+                            .and_then(|value| value.trim().parse().ok())
+                            .unwrap_or(0);
+                        if request.len() >= end + 4 + length {
+                            break;
+                        }
+                    }
+                    match socket.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(read) => request.extend_from_slice(&buffer[..read]),
+                    }
+                }
+                let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                            transfer-encoding: chunked\r\n\r\n";
+                if socket.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                let chunk = format!("{:x}\r\n{}\r\n", 16 * 1024, " ".repeat(16 * 1024));
+                // Until the client hangs up.
+                while socket.write_all(chunk.as_bytes()).await.is_ok() {}
+            });
+        }
+    });
+    let client = ChatClient::from_settings(&LlmSettings {
+        provider: LlmProvider::Openai,
+        base_url,
+        model: "m".into(),
+        timeout_secs: 5,
+        max_response_bytes: 256 * 1024,
+        invalid_answer_retries: 0,
+        ..LlmSettings::default()
+    })
+    .unwrap()
+    .unwrap();
+    let started = Instant::now();
+    let error = ask(&client).await.unwrap_err();
+    assert!(matches!(error, LlmError::TooLarge { .. }), "{error}");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "cut at the cap, not at the timeout: {:?}",
+        started.elapsed()
+    );
+    server.abort();
 }
 
 #[tokio::test]

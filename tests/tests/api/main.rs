@@ -15,6 +15,7 @@ mod extremes;
 mod group_commit;
 mod helpers;
 mod isolation;
+mod llm_answers;
 mod metrics;
 mod privacy;
 mod read_services;

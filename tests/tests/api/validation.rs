@@ -442,3 +442,89 @@ async fn text_cannot_steer_a_terminal_or_reorder_what_a_model_reads() {
         "tags[0]: must not contain control characters",
     );
 }
+
+/// GradeMemories took any query: a NUL answered INTERNAL (Postgres refused to record it), and
+/// 10,000 queries or one of 1 MiB were recorded with the review. Each query is now what
+/// RetrieveMemory takes as one, at most 32 per memory; bad ones are InvalidArgument naming the
+/// query, and nothing is recorded.
+#[tokio::test]
+async fn grade_memories_queries_are_validated_like_a_retrieval_query() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("work");
+    let reviewed = chrono::Utc::now() - chrono::Duration::days(3);
+    crate::helpers::import(
+        &mut sandbox,
+        &scope,
+        vec![v1::ImportedMemory {
+            client_id: "deploys".into(),
+            kind: v1::MemoryKind::Episodic.into(),
+            title: "Deploy day".into(),
+            text: "The user moved the deploys to Fridays".into(),
+            conversation_id: uuid::Uuid::new_v4().to_string(),
+            created_at: Some(engram_server::time::to_proto(reviewed)),
+            ..Default::default()
+        }],
+    )
+    .await;
+    let episode = crate::helpers::entries(&mut sandbox, &scope)
+        .await
+        .remove(0);
+    let grading = |queries: Vec<String>| v1::GradeMemoriesRequest {
+        scope: Some(scope.clone()),
+        context: vec![v1::Message {
+            role: v1::SpeakerRole::Assistant.into(),
+            content: "Deploys are on Fridays, per your notes.".into(),
+        }],
+        memories: vec![v1::MemoryToGrade {
+            memory_id: episode.id.clone(),
+            queries,
+        }],
+        dry_run: false,
+        grader: v1::Grader::Local.into(),
+    };
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["deploy day".into(), "deploy\u{0}day".into()],
+            "memories[0].queries[1]: must not contain NUL characters",
+        ),
+        (
+            vec!["x".repeat(1024 * 1024)],
+            "memories[0].queries[0]: is 1048576 characters long; the limit is 2048",
+        ),
+        (
+            (0..10_000).map(|n| format!("query {n}")).collect(),
+            "memories[0].queries: has 10000 queries; the limit is 32",
+        ),
+        (
+            vec!["\u{200b}".into()],
+            "memories[0].queries[0]: must not be empty",
+        ),
+    ];
+    for (queries, expected) in cases {
+        let status = sandbox
+            .review
+            .grade_memories(grading(queries))
+            .await
+            .unwrap_err();
+        assert_status(status, Code::InvalidArgument, expected);
+    }
+    let recorded: i64 = sqlx::query_scalar("SELECT count(*) FROM applied_reviews")
+        .fetch_one(&sandbox.pool)
+        .await
+        .unwrap();
+    assert_eq!(recorded, 0);
+
+    // Within the limits, escape sequences are removed as from any text.
+    let graded = sandbox
+        .review
+        .grade_memories(grading(vec!["deploy \u{1b}[31mday".into()]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(graded.graded.len(), 1);
+    let queries: Vec<String> = sqlx::query_scalar("SELECT unnest(queries) FROM applied_reviews")
+        .fetch_all(&sandbox.pool)
+        .await
+        .unwrap();
+    assert_eq!(queries, ["deploy day"]);
+}

@@ -1,13 +1,33 @@
 //! The LLM's part in segmentation: one structured question per closed segment, answered with a
 //! title, a summary, the segment's surprise and what it established. Any failure (the endpoint
-//! down, a malformed, truncated or refused answer after the client's own retries) is the
-//! caller's cue to fall back to the local rules; nothing is ever made up from a bad answer.
+//! down, a malformed, truncated, refused or oversized answer after the client's own retries) is
+//! the caller's cue to fall back to the local rules; nothing is ever made up from a bad answer.
+//!
+//! What the LLM writes is taken in as a user's text is ([`episode_of`]): a model can answer
+//! anything — a NUL that Postgres refuses, a title of 100,000 characters, 2,000 "facts" — and
+//! none of it may reach the store unchecked.
 
-use engram_core::episode::StructuredSummary;
+use engram_core::episode::{MAX_ENTITIES, StructuredSummary, truncate_at_word};
+use engram_core::sanitize::strip_steering;
+use engram_core::validate::check_label;
+use engram_core::{MemoryText, ValidationError};
 use engram_llm::{ChatClient, LlmError, StructuredRequest, TokenUsage};
 use serde::Deserialize;
 
 use super::segmentation::SegmentText;
+use crate::import::MAX_TITLE_CHARS;
+use crate::write_path::MAX_TAG_CHARS;
+
+/// Items an answer may establish for one segment, its facts, preferences, decisions, todos and
+/// goals together: each becomes a semantic memory, and a segment (at most twice the
+/// segmentation's `max_turns`, 40 by default) that states more than this is not being described.
+pub const MAX_FACTS_PER_SEGMENT: usize = 50;
+/// Of a title or summary, at most this many times its limit in characters is read: an answer of
+/// megabytes costs no more to clean than one just over the limit.
+const READ_BEYOND_LIMIT: usize = 4;
+/// Bytes of UTF-8 one character takes at most: a text of more bytes than `4 × limit` is over
+/// the limit, known without reading it.
+const MAX_UTF8_BYTES: usize = 4;
 
 const SYSTEM_PROMPT: &str = "\
 You keep the long-term memory of an assistant. You are given one closed segment of a \
@@ -83,11 +103,12 @@ fn render(turns: &[SegmentText]) -> String {
     markdown
 }
 
-/// Asks the LLM to describe a segment. An answer that is empty where it must not be counts as
-/// malformed.
+/// Asks the LLM to describe a segment, and takes the answer in as [`episode_of`] says;
+/// `max_text_chars` is the limit of a memory's text (the summary's, and each fact's).
 pub async fn describe_segment(
     client: &ChatClient,
     turns: &[SegmentText],
+    max_text_chars: usize,
 ) -> Result<LlmEpisode, LlmError> {
     let schema = schema();
     let user = render(turns);
@@ -99,31 +120,188 @@ pub async fn describe_segment(
             schema: &schema,
         })
         .await?;
+    let (episode, cleaning) = episode_of(answer.value, max_text_chars)?;
+    if cleaning != Cleaning::default() {
+        tracing::warn!(
+            title_cut = cleaning.title_cut,
+            summary_cut = cleaning.summary_cut,
+            facts_dropped = cleaning.facts_dropped,
+            entities_dropped = cleaning.entities_dropped,
+            "the LLM's answer went beyond what an episode holds; kept what fits"
+        );
+    }
+    Ok(LlmEpisode {
+        usage: answer.usage,
+        ..episode
+    })
+}
+
+/// What taking an answer in changed, for the log.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct Cleaning {
+    title_cut: bool,
+    summary_cut: bool,
+    /// Facts (of any kind) left out: blank, too long, or beyond [`MAX_FACTS_PER_SEGMENT`].
+    facts_dropped: usize,
+    /// Entities left out: blank, longer than a tag, repeated, or beyond [`MAX_ENTITIES`].
+    entities_dropped: usize,
+}
+
+/// An answer as an episode, each of its texts taken in as a user's would be: what steers a
+/// display (NUL and the other controls, escape sequences, bidi overrides) removed by
+/// [`strip_steering`], and each within what a client may send — the title within an imported
+/// title's [`MAX_TITLE_CHARS`] on one line, the summary and each fact within a memory's text
+/// (`max_text_chars`), each entity within a tag's [`MAX_TAG_CHARS`]; and at most
+/// [`MAX_FACTS_PER_SEGMENT`] facts and [`MAX_ENTITIES`] entities. A title or summary too long is
+/// cut at a word and ends in "…"; a fact or an entity too long is left out (a fact cut short
+/// says something else, a name cut short names no one). An answer without a visible title or
+/// summary, or whose surprise is not a number, is malformed.
+fn episode_of(answer: Answer, max_text_chars: usize) -> Result<(LlmEpisode, Cleaning), LlmError> {
     let Answer {
         title,
         summary,
         surprise,
         established,
-    } = answer.value;
-    let title = title.trim().to_owned();
-    let summary = summary.trim().to_owned();
-    if title.is_empty() || summary.is_empty() {
-        return Err(LlmError::Malformed(
-            "the answer has an empty title or summary".into(),
-        ));
-    }
+    } = answer;
+    let malformed = |error: ValidationError| LlmError::Malformed(format!("the answer's {error}"));
+    let (title, title_cut) = cleaned_within(&title, MAX_TITLE_CHARS);
+    let title = title.split_whitespace().collect::<Vec<_>>().join(" ");
+    check_label("title", &title, MAX_TITLE_CHARS).map_err(malformed)?;
+    let (summary, summary_cut) = cleaned_within(&summary, max_text_chars);
+    let summary = MemoryText::parse("summary", &summary, max_text_chars)
+        .map_err(malformed)?
+        .into_string();
     if !surprise.is_finite() {
         return Err(LlmError::Malformed(format!(
             "surprise {surprise} is not a number"
         )));
     }
-    Ok(LlmEpisode {
-        title,
-        summary,
-        surprise: surprise.clamp(0.0, 1.0),
-        structured: established,
-        usage: answer.usage,
-    })
+    let StructuredSummary {
+        facts,
+        preferences,
+        decisions,
+        todos,
+        goals,
+        entities,
+    } = established;
+    let mut facts_dropped = 0;
+    let mut lists = [facts, preferences, decisions, todos, goals].map(|list| {
+        let (kept, dropped) = cleaned_facts(list, max_text_chars);
+        facts_dropped += dropped;
+        kept
+    });
+    facts_dropped += keep_in_turn(&mut lists, MAX_FACTS_PER_SEGMENT);
+    let [facts, preferences, decisions, todos, goals] = lists;
+    let (entities, entities_dropped) = cleaned_entities(entities);
+    Ok((
+        LlmEpisode {
+            title,
+            summary,
+            surprise: surprise.clamp(0.0, 1.0),
+            structured: StructuredSummary {
+                facts,
+                preferences,
+                decisions,
+                todos,
+                goals,
+                entities,
+            },
+            usage: TokenUsage::default(),
+        },
+        Cleaning {
+            title_cut,
+            summary_cut,
+            facts_dropped,
+            entities_dropped,
+        },
+    ))
+}
+
+/// `raw` without what steers a display, trimmed, within `max_chars` characters: cut at a word
+/// and ended with "…" when longer (and `true`). Only the first [`READ_BEYOND_LIMIT`] times
+/// `max_chars` characters are read; a text longer than that is cut, whatever it held.
+fn cleaned_within(raw: &str, max_chars: usize) -> (String, bool) {
+    let (read, unread) = match raw
+        .char_indices()
+        .nth(max_chars.saturating_mul(READ_BEYOND_LIMIT))
+    {
+        Some((end, _)) => (&raw[..end], true),
+        None => (raw, false),
+    };
+    let cleaned = strip_steering(read);
+    let cleaned = cleaned.trim();
+    let chars = cleaned.chars().count();
+    if chars > max_chars {
+        (truncate_at_word(cleaned, max_chars), true)
+    } else if unread {
+        // Mostly controls, and more unread: what was read, marked as cut.
+        (truncate_at_word(cleaned, chars.saturating_sub(1)), true)
+    } else {
+        (cleaned.to_owned(), false)
+    }
+}
+
+/// The items of one list that are a memory's text once cleaned, and how many were not.
+fn cleaned_facts(items: Vec<String>, max_chars: usize) -> (Vec<String>, usize) {
+    let mut kept = Vec::with_capacity(items.len());
+    let mut dropped = 0;
+    for item in items {
+        if item.len() > max_chars.saturating_mul(MAX_UTF8_BYTES) {
+            dropped += 1;
+            continue;
+        }
+        match MemoryText::parse("fact", strip_steering(&item).trim(), max_chars) {
+            Ok(text) => kept.push(text.into_string()),
+            Err(_) => dropped += 1,
+        }
+    }
+    (kept, dropped)
+}
+
+/// Keeps at most `max` items of the lists in all, one of each list in turn, so that a list of
+/// hundreds cannot crowd out the others; returns how many were left out.
+fn keep_in_turn(lists: &mut [Vec<String>], max: usize) -> usize {
+    let total: usize = lists.iter().map(Vec::len).sum();
+    if total <= max {
+        return 0;
+    }
+    let mut keep = vec![0; lists.len()];
+    let mut kept = 0;
+    while kept < max {
+        for (list, keep) in lists.iter().zip(keep.iter_mut()) {
+            if kept < max && *keep < list.len() {
+                *keep += 1;
+                kept += 1;
+            }
+        }
+    }
+    for (list, keep) in lists.iter_mut().zip(keep) {
+        list.truncate(keep);
+    }
+    total - max
+}
+
+/// The entities that are tags once cleaned (on one line, within [`MAX_TAG_CHARS`]), each once,
+/// at most [`MAX_ENTITIES`]; and how many were left out.
+fn cleaned_entities(items: Vec<String>) -> (Vec<String>, usize) {
+    let mut kept: Vec<String> = Vec::new();
+    let mut dropped = 0;
+    for item in items {
+        if kept.len() == MAX_ENTITIES || item.len() > MAX_TAG_CHARS * MAX_UTF8_BYTES {
+            dropped += 1;
+            continue;
+        }
+        let name = strip_steering(&item)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        if check_label("entity", &name, MAX_TAG_CHARS).is_err() || kept.contains(&name) {
+            dropped += 1;
+            continue;
+        }
+        kept.push(name);
+    }
+    (kept, dropped)
 }
 
 #[cfg(test)]
@@ -149,6 +327,147 @@ mod tests {
             }
         }
         check(&schema());
+    }
+
+    const MAX_TEXT: usize = 8_192;
+
+    fn answer(title: &str, summary: &str, established: StructuredSummary) -> Answer {
+        Answer {
+            title: title.into(),
+            summary: summary.into(),
+            surprise: 0.5,
+            established,
+        }
+    }
+
+    #[test]
+    fn nul_and_other_controls_are_removed_from_every_text() {
+        let (episode, cleaning) = episode_of(
+            answer(
+                "Deploy\u{0}\u{1b}[31m plans\n for Friday",
+                "The user\u{0} ships\u{202e} on Friday.\r\nThen rests.",
+                StructuredSummary {
+                    facts: vec!["The user ships\u{0} on Friday.".into()],
+                    todos: vec!["\u{0}\u{7}".into()],
+                    entities: vec!["Acme\u{0} Robotics".into(), "\tAcme  Robotics ".into()],
+                    ..StructuredSummary::default()
+                },
+            ),
+            MAX_TEXT,
+        )
+        .unwrap();
+        assert_eq!(episode.title, "Deploy plans for Friday");
+        assert_eq!(episode.summary, "The user ships on Friday.\nThen rests.");
+        assert_eq!(episode.structured.facts, ["The user ships on Friday."]);
+        assert!(episode.structured.todos.is_empty(), "nothing left of it");
+        assert_eq!(episode.structured.entities, ["Acme Robotics"]);
+        assert_eq!(
+            cleaning,
+            Cleaning {
+                facts_dropped: 1,
+                entities_dropped: 1,
+                ..Cleaning::default()
+            }
+        );
+    }
+
+    #[test]
+    fn a_title_or_summary_of_nothing_visible_is_malformed() {
+        for (title, summary) in [("\u{0}\u{1b}[2J", "A summary."), ("A title", " \u{0} ")] {
+            let error = episode_of(
+                answer(title, summary, StructuredSummary::default()),
+                MAX_TEXT,
+            )
+            .unwrap_err();
+            assert!(matches!(error, LlmError::Malformed(_)), "{error}");
+        }
+        let mut nan = answer("A title", "A summary.", StructuredSummary::default());
+        nan.surprise = f64::NAN;
+        assert!(episode_of(nan, MAX_TEXT).is_err());
+    }
+
+    #[test]
+    fn absurd_lengths_are_cut_or_left_out() {
+        let long_fact = format!("The user {}.", "really ".repeat(2_000));
+        let (episode, cleaning) = episode_of(
+            answer(
+                &"title ".repeat(20_000),
+                &"word ".repeat(210_000),
+                StructuredSummary {
+                    facts: vec![long_fact, "The user likes tea.".into()],
+                    entities: vec!["x".repeat(208), "y".repeat(MAX_TAG_CHARS)],
+                    ..StructuredSummary::default()
+                },
+            ),
+            MAX_TEXT,
+        )
+        .unwrap();
+        assert!(episode.title.chars().count() <= MAX_TITLE_CHARS);
+        assert!(episode.title.starts_with("title title") && episode.title.ends_with('…'));
+        assert!(episode.summary.chars().count() <= MAX_TEXT);
+        assert!(episode.summary.ends_with('…'));
+        assert_eq!(episode.structured.facts, ["The user likes tea."]);
+        assert_eq!(episode.structured.entities, ["y".repeat(MAX_TAG_CHARS)]);
+        assert_eq!(
+            cleaning,
+            Cleaning {
+                title_cut: true,
+                summary_cut: true,
+                facts_dropped: 1,
+                entities_dropped: 1,
+            }
+        );
+    }
+
+    #[test]
+    fn a_text_of_mostly_controls_beyond_what_is_read_is_cut() {
+        let raw = format!("Title{}", "\u{7}".repeat(4 * MAX_TITLE_CHARS));
+        let (title, cut) = cleaned_within(&raw, MAX_TITLE_CHARS);
+        assert!(cut);
+        assert!(
+            title.ends_with('…') && title.chars().count() <= 5,
+            "{title}"
+        );
+        assert_eq!(
+            cleaned_within(" Short\u{0} ", 10),
+            ("Short".to_owned(), false)
+        );
+    }
+
+    #[test]
+    fn a_flood_of_facts_is_capped_one_kind_at_a_time() {
+        let flood: Vec<String> = (0..2_000).map(|n| format!("Fact number {n}.")).collect();
+        let (episode, cleaning) = episode_of(
+            answer(
+                "Flood",
+                "Many facts.",
+                StructuredSummary {
+                    facts: flood,
+                    preferences: vec!["The user prefers tea.".into()],
+                    goals: vec!["Run a marathon.".into(), "Learn Rust.".into()],
+                    entities: (0..40).map(|n| format!("Entity {n}")).collect(),
+                    ..StructuredSummary::default()
+                },
+            ),
+            MAX_TEXT,
+        )
+        .unwrap();
+        let structured = &episode.structured;
+        assert_eq!(structured.preferences, ["The user prefers tea."]);
+        assert_eq!(structured.goals, ["Run a marathon.", "Learn Rust."]);
+        assert_eq!(structured.facts.len(), MAX_FACTS_PER_SEGMENT - 3);
+        assert_eq!(structured.facts[0], "Fact number 0.", "in the order given");
+        assert_eq!(cleaning.facts_dropped, 2_003 - MAX_FACTS_PER_SEGMENT);
+        assert_eq!(structured.entities.len(), MAX_ENTITIES);
+        assert_eq!(cleaning.entities_dropped, 40 - MAX_ENTITIES);
+    }
+
+    #[test]
+    fn keeping_in_turn_leaves_short_lists_whole() {
+        let mut lists = [vec!["a".to_owned(); 3], vec![], vec!["b".to_owned(); 10]];
+        assert_eq!(keep_in_turn(&mut lists, 20), 0);
+        assert_eq!(keep_in_turn(&mut lists, 5), 8);
+        assert_eq!(lists.map(|list| list.len()), [3, 0, 2]);
     }
 }
 

@@ -7,13 +7,19 @@
 //! 2. decide which segments close (`engram_core::segmentation`);
 //! 3. describe each closed segment — by the LLM when one is configured, by the extractive rules
 //!    of `engram_core::episode` otherwise or when the LLM fails — outside any transaction, since
-//!    an LLM may take seconds;
+//!    an LLM may take seconds (what the LLM wrote is cleaned and bounded like user text first:
+//!    [`super::llm`]);
 //! 4. in one transaction holding the space's content lock (as every entry write does): check
 //!    that nobody segmented it meanwhile, write the episodes (tombstones, near-duplicates, soft
 //!    cap, audit, embedding event — as every entry), then, with the conversation's row locked
 //!    only from here to the commit, take the pending reviews each closed segment answers,
 //!    announce `SegmentClosed` for the review service, and record the progress;
 //! 5. consolidate the new episodes into facts ([`super::consolidation`]).
+//!
+//! A write that Postgres refuses for what it holds (a value it cannot store: SQLSTATE class 22,
+//! a check, a size limit) while an LLM described a segment is written once more with every
+//! segment described by the rules: an answer that cannot be stored must not hold the
+//! conversation back, nor have the LLM asked again on every pass.
 //!
 //! An episode without the LLM's judgement of its surprise is written neutral and marked
 //! `surprise_pending`; the embedding backfill measures it (1 − its highest cosine to the space's
@@ -44,6 +50,7 @@ use engram_core::{
 use engram_embed::Embedder;
 use engram_llm::ChatClient;
 use engram_proto::v1;
+use engram_store::StoreError;
 use engram_store::audit;
 use engram_store::conversations::TurnRecord;
 use engram_store::segments::{self, EpisodeWrite, NewEpisode, OpenTail};
@@ -59,7 +66,7 @@ use super::llm::describe_segment;
 use crate::config::SegmentationSettings;
 use crate::error::IngestError;
 use crate::metrics::IngestMetrics;
-use crate::write_path::{MemoryWriter, embedding_requested, text_digest};
+use crate::write_path::{MAX_TAG_CHARS, MemoryWriter, embedding_requested, text_digest};
 
 /// Episode ids: UUIDv5 of `user/space/conversation/first turn` in this namespace.
 const EPISODE_NAMESPACE: Uuid = Uuid::from_u128(0x6a0e_51c4_92d7_4b3f_8e1a_c55d_0f7b_2e90);
@@ -125,6 +132,18 @@ pub struct ClosedEpisode {
 struct Plan {
     segmented_through: i32,
     prepared: Vec<Prepared>,
+    /// The open tail the segments were found in, to describe them again by the rules when the
+    /// LLM's description cannot be written.
+    tail: OpenTail,
+}
+
+/// Who may describe a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Describers {
+    /// The LLM when one is configured, the extractive rules otherwise or when it fails.
+    LlmThenRules,
+    /// The extractive rules only.
+    RulesOnly,
 }
 
 /// A closed segment ready to write.
@@ -204,6 +223,21 @@ fn pending_reviews(stored: &serde_json::Value) -> Vec<(DateTime<Utc>, v1::Pendin
         .collect()
 }
 
+/// Whether a write failed on what it was to store rather than on the database's state: a value
+/// Postgres cannot take (SQLSTATE class 22, data exception: a NUL, an invalid byte sequence, a
+/// value out of range), a check (23514), a size limit (54000), or one sqlx could not encode.
+/// Writing the same again fails again.
+fn failed_on_content(error: &IngestError) -> bool {
+    match error {
+        IngestError::Store(StoreError::Database(sqlx::Error::Database(error))) => error
+            .code()
+            .is_some_and(|code| code.starts_with("22") || code == "23514" || code == "54000"),
+        IngestError::Store(StoreError::Database(sqlx::Error::Encode(_))) => true,
+        IngestError::Shared(error) => failed_on_content(error),
+        _ => false,
+    }
+}
+
 impl Segmenter {
     /// Looks at several conversations together, with one outcome each, in order: the turns of
     /// all the conversations that still need vectors for the topic rules are embedded in one
@@ -265,9 +299,7 @@ impl Segmenter {
     ) -> Result<SegmentationOutcome, IngestError> {
         let outcome = match plan {
             Ok(Some(plan)) => {
-                let written = self
-                    .write(scope, conversation, plan.segmented_through, plan.prepared)
-                    .await;
+                let written = self.write_or_fall_back(scope, conversation, plan).await;
                 if let Ok(outcome) = &written {
                     self.consolidate_created(scope, outcome).await;
                 }
@@ -280,6 +312,45 @@ impl Segmenter {
             tracing::warn!(%error, %conversation, "cannot segment the conversation");
         }
         outcome
+    }
+
+    /// Writes a plan; when the write fails on what an LLM wrote, writes the same segments once
+    /// more, described by the rules (see the module documentation).
+    async fn write_or_fall_back(
+        &self,
+        scope: &Scope,
+        conversation: ConversationId,
+        plan: Plan,
+    ) -> Result<SegmentationOutcome, IngestError> {
+        let Plan {
+            segmented_through,
+            prepared,
+            tail,
+        } = plan;
+        let described_by_llm = prepared.iter().any(|p| p.described_by == "llm");
+        let segments: Vec<ClosedSegment> = prepared.iter().map(|p| p.segment).collect();
+        let error = match self
+            .write(scope, conversation, segmented_through, prepared)
+            .await
+        {
+            Err(error) if described_by_llm && failed_on_content(&error) => error,
+            written => return written,
+        };
+        self.metrics.record_llm_fallback("segment_episode");
+        tracing::warn!(
+            %error,
+            %conversation,
+            "the LLM's description of a segment cannot be stored; writing the rules' description"
+        );
+        let mut prepared = Vec::with_capacity(segments.len());
+        for segment in segments {
+            prepared.push(
+                self.prepare(scope, conversation, segment, &tail, Describers::RulesOnly)
+                    .await?,
+            );
+        }
+        self.write(scope, conversation, segmented_through, prepared)
+            .await
     }
 
     /// The segments the rules close in a conversation's open tail, described and built.
@@ -305,11 +376,21 @@ impl Segmenter {
         }
         let mut prepared = Vec::with_capacity(closed.len());
         for segment in closed {
-            prepared.push(self.prepare(scope, conversation, segment, &tail).await?);
+            prepared.push(
+                self.prepare(
+                    scope,
+                    conversation,
+                    segment,
+                    &tail,
+                    Describers::LlmThenRules,
+                )
+                .await?,
+            );
         }
         Ok(Some(Plan {
             segmented_through: tail.segmented_through,
             prepared,
+            tail,
         }))
     }
 
@@ -394,6 +475,7 @@ impl Segmenter {
         conversation: ConversationId,
         segment: ClosedSegment,
         tail: &OpenTail,
+        describers: Describers,
     ) -> Result<Prepared, IngestError> {
         let turns: Vec<&TurnRecord> = tail
             .turns
@@ -420,7 +502,7 @@ impl Segmenter {
                 "nothing",
             )
         } else {
-            self.describe(&texts).await
+            self.describe(&texts, describers).await
         };
         // Without the LLM's judgement an episode is neutral until the backfill measures it with
         // its embedding; without an embedder it stays neutral.
@@ -437,7 +519,11 @@ impl Segmenter {
             .map(|entity| entity.to_lowercase())
             .chain(extracted.tags)
         {
-            if !tags.contains(&tag) && tags.len() < engram_core::metadata::MAX_DERIVED_TAGS {
+            // Within a client's tag length, as every tag (lowercasing may lengthen a name).
+            if !tags.contains(&tag)
+                && tags.len() < engram_core::metadata::MAX_DERIVED_TAGS
+                && tag.chars().count() <= MAX_TAG_CHARS
+            {
                 tags.push(tag);
             }
         }
@@ -489,9 +575,14 @@ impl Segmenter {
     async fn describe(
         &self,
         turns: &[SegmentText],
+        describers: Describers,
     ) -> (String, String, StructuredSummary, Option<f64>, &'static str) {
-        if let Some(llm) = &self.llm {
-            match describe_segment(llm, turns).await {
+        let llm = match describers {
+            Describers::LlmThenRules => self.llm.as_ref(),
+            Describers::RulesOnly => None,
+        };
+        if let Some(llm) = llm {
+            match describe_segment(llm, turns, self.writer.settings.max_text_chars).await {
                 Ok(episode) => {
                     return (
                         episode.title,

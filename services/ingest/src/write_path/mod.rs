@@ -34,6 +34,9 @@ use batch::{QueuedRemember, RememberBatches};
 
 /// Most tags and source ids an entry keeps (merges included).
 pub const MAX_TAGS_PER_ENTRY: usize = 32;
+/// Characters of one tag: a client's (Remember, ImportMemories) or one derived from an LLM's
+/// answer (an episode's entities).
+pub const MAX_TAG_CHARS: usize = 64;
 pub const MAX_SOURCE_IDS_PER_ENTRY: usize = 64;
 
 /// Carries out writes and user controls; cheap to clone.

@@ -6,6 +6,10 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
+/// Characters of a query: RetrieveMemory's, and the queries a memory to grade was retrieved by
+/// (GradeMemories), which are such queries.
+pub const MAX_QUERY_CHARS: usize = 2_048;
+
 static PAST_REFERENCE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
         r"(?i)\b(?:before|earlier|previously|last\s+(?:time|week|month|year|session|conversation|chat)|(?:the\s+)?other\s+day|a\s+while\s+ago|in\s+the\s+past|used\s+to|we\s+(?:talked|discussed|spoke)|(?:i|you)\s+(?:told|mentioned|said)|remember\s+when)\b|之前|以前|上次|上回|先前|曾经|那次|过去",
