@@ -58,7 +58,7 @@ migrate: up build ## Apply database migrations
 	@source $(ENGRAM_LOCAL_DIR)/env && $(ENGRAM_BIN_DIR)/ingest migrate
 
 .PHONY: test
-test: up models ## Run the whole test suite against the real Postgres and RabbitMQ
+test: up models tools ## Run the whole test suite against the real Postgres and RabbitMQ (grpcurl runs the README examples)
 	@bash $(LOCAL)/drop-test-databases.sh
 	@if cargo nextest --version >/dev/null 2>&1; then \
 		cargo nextest run --workspace --profile ci; \

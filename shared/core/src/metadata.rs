@@ -1,6 +1,6 @@
 //! Metadata extraction without an LLM: tags (entities and keyphrases) from a set of rule-based
 //! detectors, each with its own confidence. `metadata_confidence` is the mean confidence of the
-//! detections, clamped to [0, 1] (0 when nothing was detected).
+//! detections, clamped to [0, 1] (0 when nothing was detected) and rounded to hundredths.
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -17,7 +17,7 @@ pub const MAX_DERIVED_TAGS: usize = 12;
 pub struct Metadata {
     /// Lowercased tags, most confident first, without duplicates.
     pub tags: Vec<String>,
-    /// Mean detector confidence, in [0, 1].
+    /// Mean detector confidence, in [0, 1], in hundredths.
     pub confidence: f64,
 }
 
@@ -280,12 +280,21 @@ pub fn extract(text: &str) -> Metadata {
     let confidence = if best.is_empty() {
         0.0
     } else {
-        (best.iter().map(|d| d.confidence).sum::<f64>() / best.len() as f64).clamp(0.0, 1.0)
+        let mean = best.iter().map(|d| d.confidence).sum::<f64>() / best.len() as f64;
+        to_hundredths(mean).clamp(0.0, 1.0)
     };
     Metadata {
         tags: best.into_iter().map(|d| d.tag).collect(),
         confidence,
     }
+}
+
+/// The detectors' confidences are hundredths; their mean is kept to the same precision. Summing
+/// binary fractions is inexact (three keyphrases at 0.4 average to 0.4000000000000001), and the
+/// value is shown to clients and compared against thresholds, so it is rounded: the quotient of
+/// two exact integers is the double nearest the decimal, which prints as that decimal.
+fn to_hundredths(value: f64) -> f64 {
+    (value * 100.0).round() / 100.0
 }
 
 fn clean_tag(raw: &str) -> String {
@@ -449,6 +458,19 @@ mod tests {
         let metadata = extract("ok");
         assert!(metadata.tags.is_empty());
         assert_eq!(metadata.confidence, 0.0);
+    }
+
+    #[test]
+    fn the_mean_confidence_is_an_exact_decimal() {
+        // Three keyphrases at 0.4: summed in binary they average to 0.4000000000000001.
+        let metadata = extract("the database migration failed twice during deployment");
+        assert_eq!(metadata.tags.len(), 3, "{:?}", metadata.tags);
+        assert_eq!(metadata.confidence, 0.4);
+        assert_eq!(metadata.confidence.to_string(), "0.4");
+        // A mean that is no exact hundredth is rounded to one: (0.95 + 0.4 + 0.4) / 3.
+        let metadata = extract("#deploy the migration failed");
+        assert_eq!(metadata.tags, ["deploy", "migration", "failed"]);
+        assert_eq!(metadata.confidence.to_string(), "0.58");
     }
 
     #[test]

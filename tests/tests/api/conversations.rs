@@ -1318,3 +1318,52 @@ async fn conversations_segmented_together_each_get_their_own_episodes() {
     drop(sandbox);
     crate::helpers::delete_topology(&bus).await;
 }
+
+/// CloseSegment answers as GetConversation does: NotFound, naming the conversation, for one the
+/// space does not hold (another user's included); nothing to close in a known conversation is an
+/// empty answer, not an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_a_segment_of_an_unknown_conversation_is_not_found() {
+    let mut sandbox = Sandbox::start().await;
+    let chat = Chat::new("closing");
+    let close = |scope: &v1::Scope, conversation: &str| v1::CloseSegmentRequest {
+        scope: Some(scope.clone()),
+        conversation_id: conversation.to_owned(),
+    };
+
+    let unknown = Uuid::new_v4().to_string();
+    let status = sandbox
+        .ingest
+        .close_segment(close(&chat.scope, &unknown))
+        .await
+        .unwrap_err();
+    assert_status(
+        status,
+        Code::NotFound,
+        &format!("no conversation {unknown}"),
+    );
+
+    chat.append(&mut sandbox, vec![user("I moved to Porto", Utc::now())])
+        .await;
+    let elsewhere = new_scope("closing");
+    let status = sandbox
+        .ingest
+        .close_segment(close(&elsewhere, &chat.id))
+        .await
+        .unwrap_err();
+    assert_status(status, Code::NotFound, &chat.id);
+    let closed = chat.close(&mut sandbox).await;
+    assert!(closed.requested, "{closed:?}");
+    assert_eq!((closed.first_turn_index, closed.last_turn_index), (0, 0));
+
+    // A conversation known only by its incognito switch holds no turn to close.
+    let quiet = Uuid::new_v4().to_string();
+    start_incognito(&mut sandbox, &chat.scope, &quiet).await;
+    let nothing = sandbox
+        .ingest
+        .close_segment(close(&chat.scope, &quiet))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(nothing, v1::CloseSegmentResponse::default());
+}

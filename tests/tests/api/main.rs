@@ -20,6 +20,7 @@ mod metrics;
 mod privacy;
 mod read_services;
 mod readiness;
+mod readme;
 mod response_size;
 mod retention;
 mod retrieval;

@@ -51,6 +51,28 @@ async fn a_new_memory_is_stored_as_given_and_awaits_an_embedding() {
     assert!(needs_embedding);
 }
 
+/// The metadata confidence is a mean of hundredths, kept in hundredths: three keyphrases at 0.4
+/// are 0.4, stored and answered, not 0.4000000000000001 (issue 37).
+#[tokio::test]
+async fn the_metadata_confidence_is_an_exact_decimal() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("work");
+    let text = "the database migration failed twice during deployment";
+    let memory = remember_response(&mut sandbox, remember(&scope, text))
+        .await
+        .memory
+        .unwrap();
+    assert_eq!(memory.tags.len(), 3, "{:?}", memory.tags);
+    assert_eq!(memory.metadata_confidence, 0.4);
+    let stored: String =
+        sqlx::query_scalar("SELECT metadata_confidence::text FROM memories WHERE id = $1::uuid")
+            .bind(&memory.id)
+            .fetch_one(&sandbox.pool)
+            .await
+            .unwrap();
+    assert_eq!(stored, "0.4");
+}
+
 #[tokio::test]
 async fn near_duplicates_merge_into_one_entry() {
     let mut sandbox = Sandbox::start().await;

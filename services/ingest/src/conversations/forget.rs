@@ -57,12 +57,7 @@ impl MemoryWriter {
         .await?;
         let forgotten = segments::forget_conversation(&mut transaction, scope, conversation)
             .await?
-            .ok_or_else(|| {
-                IngestError::NotFound(format!(
-                    "no conversation {conversation} in space {:?} of this user",
-                    scope.space.as_str()
-                ))
-            })?;
+            .ok_or_else(|| super::unknown_conversation(scope, conversation))?;
         let expires_at = (Utc::now() + self.settings.tombstone_ttl()).trunc_subsecs(6);
         let tombstones: Vec<(&Scope, NewTombstone)> = forgotten
             .episodes

@@ -43,6 +43,14 @@ const RENEW_SEGMENTATION_REQUEST_AFTER: std::time::Duration = std::time::Duratio
 /// DEADLINE_EXCEEDED (nothing stored) before the deadline layer would answer UNKNOWN.
 const LOCK_WAIT_MARGIN: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// The answer to an operation on a conversation the space does not hold.
+pub(crate) fn unknown_conversation(scope: &Scope, conversation: ConversationId) -> IngestError {
+    IngestError::NotFound(format!(
+        "no conversation {conversation} in space {:?} of this user",
+        scope.space.as_str()
+    ))
+}
+
 /// A validated turn to append.
 #[derive(Debug, Clone)]
 pub struct NewMessage {
@@ -248,37 +256,38 @@ impl MemoryWriter {
     > {
         let summary = conversations::summary(&self.pool, scope, conversation)
             .await?
-            .ok_or_else(|| {
-                IngestError::NotFound(format!(
-                    "no conversation {conversation} in space {:?} of this user",
-                    scope.space.as_str()
-                ))
-            })?;
+            .ok_or_else(|| unknown_conversation(scope, conversation))?;
         let turns =
             conversations::turns_page(&self.pool, scope, conversation, after, i64::from(limit))
                 .await?;
         Ok((summary, turns))
     }
 
-    /// CloseSegment: asks segmentation to close the open segment now.
+    /// CloseSegment: asks segmentation to close the open segment now. `None`: no turn waits in
+    /// an open segment; NotFound when the space holds no such conversation (as GetConversation
+    /// answers: an unknown id is not "nothing to close").
     pub async fn close_segment(
         &self,
         scope: &Scope,
         conversation: ConversationId,
     ) -> Result<Option<(i32, i32)>, IngestError> {
         let mut transaction = self.pool.begin().await?;
-        let open = conversations::request_close(&mut transaction, scope, conversation).await?;
-        let queued = match open {
-            Some(_) => {
-                self.request_segmentation(&mut transaction, scope, conversation, true)
-                    .await?
-            }
-            None => false,
+        let Some(open) =
+            conversations::request_close(&mut transaction, scope, conversation).await?
+        else {
+            transaction.rollback().await?;
+            return match conversations::summary(&self.pool, scope, conversation).await? {
+                Some(_) => Ok(None),
+                None => Err(unknown_conversation(scope, conversation)),
+            };
         };
+        let queued = self
+            .request_segmentation(&mut transaction, scope, conversation, true)
+            .await?;
         mark_write_started();
         transaction.commit().await?;
         self.segmentation_requested(queued);
-        Ok(open)
+        Ok(Some(open))
     }
 
     /// Tells segmentation to look at the conversation: with the bus on, an event in the outbox
