@@ -33,6 +33,16 @@ pub enum BackfillError {
     Store(#[from] StoreError),
 }
 
+impl BackfillError {
+    /// Whether trying again later may succeed (the embedder or the database unreachable).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            BackfillError::Embed(error) => error.is_retryable(),
+            BackfillError::Store(error) => error.is_retryable(),
+        }
+    }
+}
+
 /// Tunables of the backfill.
 #[derive(Debug, Clone)]
 pub struct BackfillSettings {
@@ -188,7 +198,7 @@ impl EmbeddingBackfill {
             .map(PendingEmbedding::key)
             .zip(vectors)
             .collect();
-        let mut transaction = self.pool.begin().await.map_err(StoreError::from)?;
+        let mut transaction = engram_store::begin(&self.pool).await?;
         let stored = embeddings::store(&mut transaction, &pairs, self.embedder.model_id()).await?;
         // A new episode's surprise is measured with the embedding it just got (see
         // `conversations::segmentation`); a batch of facts alone has none to measure.

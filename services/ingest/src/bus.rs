@@ -172,7 +172,7 @@ impl OutboxRelay {
     /// Publishes one batch inside a transaction that holds the rows; only confirmed events are
     /// marked published, so a failure leaves the rest for the next round (at-least-once).
     async fn publish_round(&self, publisher: &engram_bus::Publisher) -> Result<usize, RelayError> {
-        let mut transaction = self.pool.begin().await.map_err(StoreError::from)?;
+        let mut transaction = engram_store::begin(&self.pool).await?;
         let events = outbox::lock_unpublished(&mut transaction, self.settings.relay_batch).await?;
         // Each event's publish is a span of the trace that wrote it (the headers stored with
         // the event), and the message carries that span on: write -> publish -> consumer.
@@ -277,12 +277,8 @@ impl EmbeddingConsumer {
         {
             // Entries already embedded (or gone) need nothing: the same request twice is a no-op.
             Ok(pending) if pending.is_empty() => Ok(0),
-            Ok(pending) => self
-                .backfill
-                .embed_batch(&pending)
-                .await
-                .map_err(|error| error.to_string()),
-            Err(error) => Err(error.to_string()),
+            Ok(pending) => self.backfill.embed_batch(&pending).await,
+            Err(error) => Err(error.into()),
         };
         match outcome {
             Ok(_) => {
@@ -290,9 +286,14 @@ impl EmbeddingConsumer {
                     delivery.ack().await?;
                 }
             }
-            Err(reason) => {
+            Err(error) => {
+                let reason = error.to_string();
+                let transient = error.is_retryable();
                 for (_, delivery) in requests {
-                    if delivery.fail(&reason, self.settings.max_attempts).await? {
+                    if delivery
+                        .fail(&reason, transient, self.settings.max_attempts)
+                        .await?
+                    {
                         self.backfill.metrics().record_dead_lettered();
                     }
                 }
@@ -368,27 +369,36 @@ impl SegmentationConsumer {
             return Ok(());
         }
         // Cleared before the tails are read: a turn committed from now on asks again.
-        let outcomes: Vec<Result<(), String>> =
+        // Each outcome: done, or why not and whether the reason is transient.
+        let outcomes: Vec<Result<(), (String, bool)>> =
             match engram_store::conversations::clear_segmentation_requests(
                 &self.segmenter.pool,
                 &conversations,
             )
             .await
             {
-                Err(error) => vec![Err(error.to_string()); conversations.len()],
+                Err(error) => {
+                    vec![Err((error.to_string(), error.is_retryable())); conversations.len()]
+                }
                 Ok(()) => self
                     .segmenter
                     .segment_many(&conversations)
                     .await
                     .into_iter()
-                    .map(|outcome| outcome.map(drop).map_err(|error| error.to_string()))
+                    .map(|outcome| {
+                        outcome
+                            .map(drop)
+                            .map_err(|error| (error.to_string(), error.is_retryable()))
+                    })
                     .collect(),
             };
         for (position, delivery) in requests {
             match &outcomes[position] {
                 Ok(()) => delivery.ack().await?,
-                Err(reason) => {
-                    delivery.fail(reason, self.settings.max_attempts).await?;
+                Err((reason, transient)) => {
+                    delivery
+                        .fail(reason, *transient, self.settings.max_attempts)
+                        .await?;
                 }
             }
         }

@@ -29,6 +29,22 @@ pub enum IngestError {
     Store(#[from] StoreError),
 }
 
+impl IngestError {
+    /// Whether trying again later may succeed: the database unreachable or the service busy,
+    /// nothing wrong with the request.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            IngestError::Store(error) => error.is_retryable(),
+            IngestError::Shared(error) => error.is_retryable(),
+            IngestError::Unavailable(_) | IngestError::CommitUnconfirmed => true,
+            IngestError::Invalid(_)
+            | IngestError::NotFound(_)
+            | IngestError::FailedPrecondition(_)
+            | IngestError::DeadlineExceeded(_) => false,
+        }
+    }
+}
+
 impl From<sqlx::Error> for IngestError {
     fn from(error: sqlx::Error) -> Self {
         IngestError::Store(StoreError::Database(error))

@@ -555,10 +555,20 @@ impl IngestService for IngestApi {
         let scope = authorized_scope(&request, request.get_ref().scope.clone())?;
         let message = request.into_inner();
         let limits = self.writer.import_limits().await?;
-        let entries =
-            crate::import::parse_batch(&scope, &message.memories, message.context_turns, &limits)
-                .map_err(IngestError::from)?;
-        let context_turns = crate::import::context_turns(message.context_turns, &entries);
+        let requested_context_turns = message.context_turns;
+        // Cleaning and checking up to 4 MiB of text is work for a blocking thread.
+        let parsing_scope = scope.clone();
+        let entries = engram_recall::cpu_bound(move || {
+            crate::import::parse_batch(
+                &parsing_scope,
+                &message.memories,
+                requested_context_turns,
+                &limits,
+            )
+        })
+        .await
+        .map_err(IngestError::from)?;
+        let context_turns = crate::import::context_turns(requested_context_turns, &entries);
         let imported = self.writer.import(&scope, entries, context_turns).await?;
         let created = imported.iter().filter(|entry| entry.created).count() as u32;
         let suppressed = imported
@@ -644,11 +654,17 @@ impl IngestService for IngestApi {
         let message = request.into_inner();
         let conversation = ConversationId::parse("conversation_id", &message.conversation_id)
             .map_err(IngestError::from)?;
-        let messages = parse_messages(&message.messages, self.writer.settings.max_text_chars)
-            .map_err(IngestError::from)?;
+        let close_segment = message.close_segment;
+        let max_text_chars = self.writer.settings.max_text_chars;
+        let text_bytes = message.messages.iter().map(|m| m.content.len()).sum();
+        let messages = engram_recall::cpu_bound_over(text_bytes, move || {
+            parse_messages(&message.messages, max_text_chars)
+        })
+        .await
+        .map_err(IngestError::from)?;
         let appended = self
             .writer
-            .append_messages(&scope, conversation, messages, message.close_segment)
+            .append_messages(&scope, conversation, messages, close_segment)
             .await?;
         Ok(Response::new(v1::AppendMessagesResponse {
             turns: appended.into_iter().map(appended_to_proto).collect(),

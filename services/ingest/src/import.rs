@@ -50,10 +50,10 @@ pub fn import_id(scope: &Scope, client_id: &str) -> Uuid {
 
 /// What validation needs beyond the entry itself.
 #[derive(Debug, Clone)]
-pub struct ImportLimits<'a> {
+pub struct ImportLimits {
     pub max_text_chars: usize,
     /// The model this Engram embeds with; given embeddings must come from it.
-    pub embedding_model: Option<&'a str>,
+    pub embedding_model: Option<String>,
     /// The store's vector dimension.
     pub dimension: usize,
     pub now: DateTime<Utc>,
@@ -93,7 +93,7 @@ fn check_unit(field: String, value: f64) -> Result<f64, ValidationError> {
 fn not_in_the_future(
     field: String,
     at: DateTime<Utc>,
-    limits: &ImportLimits<'_>,
+    limits: &ImportLimits,
 ) -> Result<(), ValidationError> {
     if at > limits.now + FUTURE_TOLERANCE {
         return Err(ValidationError::new(field, "must not be in the future"));
@@ -109,7 +109,7 @@ fn parse_client_id(field: String, raw: &str) -> Result<String, ValidationError> 
 fn parse_embedding(
     field: &str,
     raw: &v1::ImportedMemory,
-    limits: &ImportLimits<'_>,
+    limits: &ImportLimits,
 ) -> Result<Option<(Vec<f32>, String)>, ValidationError> {
     if raw.embedding.is_empty() {
         return Ok(None);
@@ -121,7 +121,7 @@ fn parse_embedding(
             "is required with an embedding",
         ));
     }
-    if let Some(expected) = limits.embedding_model
+    if let Some(expected) = limits.embedding_model.as_deref()
         && model != expected
     {
         return Err(ValidationError::new(
@@ -174,7 +174,7 @@ fn parse_episode(
     field: &str,
     raw: &v1::ImportedMemory,
     created_at: DateTime<Utc>,
-    limits: &ImportLimits<'_>,
+    limits: &ImportLimits,
 ) -> Result<EpisodeFields, ValidationError> {
     let title = raw.title.trim();
     if title.is_empty() {
@@ -305,7 +305,7 @@ pub fn parse_entry(
     field: &str,
     scope: &Scope,
     raw: &v1::ImportedMemory,
-    limits: &ImportLimits<'_>,
+    limits: &ImportLimits,
 ) -> Result<ParsedImport, ValidationError> {
     let client_id = parse_client_id(format!("{field}.client_id"), &raw.client_id)?;
     let kind = kind_from_proto(&format!("{field}.kind"), raw.kind)?.ok_or_else(|| {
@@ -439,7 +439,7 @@ pub fn parse_batch(
     scope: &Scope,
     entries: &[v1::ImportedMemory],
     context_turns: Option<u32>,
-    limits: &ImportLimits<'_>,
+    limits: &ImportLimits,
 ) -> Result<Vec<ParsedImport>, ValidationError> {
     if let Some(context_turns) = context_turns
         && context_turns > MAX_CONTEXT_TURNS
@@ -564,7 +564,7 @@ impl MemoryWriter {
                 "memory is turned off for this space; turn it on before importing".into(),
             ));
         }
-        let mut transaction = self.pool.begin().await?;
+        let mut transaction = engram_store::begin(&self.pool).await?;
         // Nothing from an incognito conversation is kept, whichever way it arrives.
         let conversations: Vec<Uuid> = entries
             .iter()
@@ -632,11 +632,11 @@ impl MemoryWriter {
     }
 
     /// The limits a batch is validated against.
-    pub async fn import_limits(&self) -> Result<ImportLimits<'_>, IngestError> {
+    pub async fn import_limits(&self) -> Result<ImportLimits, IngestError> {
         let dimension = engram_store::embeddings::stored_dimension(&self.pool).await?;
         Ok(ImportLimits {
             max_text_chars: self.settings.max_text_chars,
-            embedding_model: self.hooks.embedding_model.as_deref(),
+            embedding_model: self.hooks.embedding_model.clone(),
             dimension,
             now: Utc::now(),
         })
@@ -651,10 +651,10 @@ mod tests {
         Scope::parse("scope", "7b7e3f5e-64d4-4c8b-a3f3-0d0f1f8f6a11", "work").unwrap()
     }
 
-    fn limits() -> ImportLimits<'static> {
+    fn limits() -> ImportLimits {
         ImportLimits {
             max_text_chars: 8_192,
-            embedding_model: Some("all-MiniLM-L6-v2"),
+            embedding_model: Some("all-MiniLM-L6-v2".to_owned()),
             dimension: 4,
             now: Utc::now(),
         }

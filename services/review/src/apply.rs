@@ -99,7 +99,7 @@ pub async fn apply(
     );
     // A handful of statements whatever the number of memories: lock every state, record every
     // review, update the states that changed, audit them.
-    let mut transaction = pool.begin().await.map_err(engram_store::StoreError::from)?;
+    let mut transaction = engram_store::begin(pool).await?;
     let states = reviews::lock_states(&mut transaction, scope, &ids).await?;
     // With memory off nothing is learnt from what the user says, ratings included: the review is
     // computed like a dry run and nothing is recorded (not even the queries). The space's row is

@@ -19,6 +19,20 @@ pub enum ReviewError {
     Unavailable(String),
 }
 
+impl ReviewError {
+    /// Whether trying again later may succeed: the database or the LLM unreachable, nothing
+    /// wrong with the request.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ReviewError::Store(error) => error.is_retryable(),
+            ReviewError::Unavailable(_) => true,
+            ReviewError::Invalid(_)
+            | ReviewError::NotFound(_)
+            | ReviewError::FailedPrecondition(_) => false,
+        }
+    }
+}
+
 impl From<ReviewError> for Status {
     fn from(error: ReviewError) -> Self {
         match error {

@@ -282,7 +282,11 @@ impl SegmentConsumer {
             match reviewed {
                 Ok(_) => delivery.ack().await,
                 Err(error) => delivery
-                    .fail(&error.to_string(), self.settings.max_attempts)
+                    .fail(
+                        &error.to_string(),
+                        error.is_retryable(),
+                        self.settings.max_attempts,
+                    )
                     .await
                     .map(drop),
             }

@@ -30,6 +30,14 @@ pub use topology::{QueueSpec, Topology};
 
 /// Header counting how many times a message was sent back for a retry.
 pub const ATTEMPTS_HEADER: &str = "x-engram-attempts";
+/// Header counting how many times a message was sent back after a transient failure (the
+/// database or a dependency unreachable), which uses up no attempt.
+pub const TRANSIENT_RETRIES_HEADER: &str = "x-engram-transient-retries";
+/// Transient failures a message may meet in a row before it is dead-lettered all the same: about
+/// five and a half hours at the default 2 s retry delay. An outage that long is an incident;
+/// the bound only keeps a message that fails "transiently" every time (one that crashes a
+/// database backend, say) from cycling forever.
+pub const MAX_TRANSIENT_RETRIES: u32 = 10_000;
 /// Header holding why a message was dead-lettered.
 pub const FAILURE_REASON_HEADER: &str = "x-engram-failure-reason";
 /// Content type of every Engram event (the type name is in the `type` property).
@@ -247,10 +255,19 @@ impl Delivery {
             .map(|kind| kind.as_str())
     }
 
-    /// How many times this message was already retried.
+    /// How many times this message was already retried (transient failures not counted).
     pub fn attempts(&self) -> u32 {
+        self.counter(ATTEMPTS_HEADER)
+    }
+
+    /// How many times this message was already sent back after a transient failure.
+    pub fn transient_retries(&self) -> u32 {
+        self.counter(TRANSIENT_RETRIES_HEADER)
+    }
+
+    fn counter(&self, header: &str) -> u32 {
         let headers = self.inner.properties.headers().clone().unwrap_or_default();
-        match headers.inner().get(ATTEMPTS_HEADER) {
+        match headers.inner().get(header) {
             Some(AMQPValue::LongUInt(value)) => *value,
             Some(AMQPValue::LongLongInt(value)) => u32::try_from(*value).unwrap_or(0),
             _ => 0,
@@ -279,11 +296,15 @@ impl Delivery {
     /// Sends the message to this queue's delay queue; it comes back after the queue's retry delay
     /// with its attempt count raised. The original is acked once the copy is confirmed.
     pub async fn retry_later(self) -> Result<(), BusError> {
+        let attempts = self.attempts() + 1;
+        self.send_back(ATTEMPTS_HEADER, attempts).await
+    }
+
+    /// Sends the message back like [`Self::retry_later`], counting the retry in `header` (set
+    /// to `count`).
+    async fn send_back(self, header: &str, count: u32) -> Result<(), BusError> {
         let mut headers = self.inner.properties.headers().clone().unwrap_or_default();
-        headers.insert(
-            ATTEMPTS_HEADER.into(),
-            AMQPValue::LongUInt(self.attempts() + 1),
-        );
+        headers.insert(header.into(), AMQPValue::LongUInt(count));
         let properties = self.inner.properties.clone().with_headers(headers);
         publisher::publish_confirmed(
             &self.channel,
@@ -298,9 +319,34 @@ impl Delivery {
     }
 
     /// Settles a message whose handling failed: back later while it has attempts left (of
-    /// `max_attempts` deliveries in all), else to the dead-letter queue with the reason. Returns
-    /// whether it was dead-lettered.
-    pub async fn fail(self, reason: &str, max_attempts: u32) -> Result<bool, BusError> {
+    /// `max_attempts` deliveries in all), else to the dead-letter queue with the reason. A
+    /// `transient` failure (the database or a dependency unreachable: nothing wrong with the
+    /// message) uses up no attempt: the message comes back after the retry delay for as long as
+    /// the outage lasts (up to [`MAX_TRANSIENT_RETRIES`]). Returns whether it was dead-lettered.
+    pub async fn fail(
+        self,
+        reason: &str,
+        transient: bool,
+        max_attempts: u32,
+    ) -> Result<bool, BusError> {
+        if transient {
+            let retries = self.transient_retries() + 1;
+            if retries > MAX_TRANSIENT_RETRIES {
+                self.dead_letter(&format!(
+                    "gave up after {MAX_TRANSIENT_RETRIES} transient failures in a row: {reason}"
+                ))
+                .await?;
+                return Ok(true);
+            }
+            tracing::warn!(
+                reason,
+                queue = self.queue.name,
+                retries,
+                "handling failed for a transient reason; retrying later"
+            );
+            self.send_back(TRANSIENT_RETRIES_HEADER, retries).await?;
+            return Ok(false);
+        }
         if self.attempts() + 1 >= max_attempts {
             self.dead_letter(&format!("gave up after {max_attempts} attempts: {reason}"))
                 .await?;

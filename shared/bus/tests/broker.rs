@@ -187,3 +187,53 @@ async fn a_dead_lettered_message_keeps_its_reason_and_does_not_block_the_queue()
     assert_eq!(reason, "cannot decode payload");
     cleanup(&topology).await;
 }
+
+#[tokio::test]
+async fn transient_failures_use_up_no_attempt_and_the_message_is_handled_after_the_outage() {
+    let (bus, topology) = connect().await;
+    bus.publisher()
+        .await
+        .unwrap()
+        .publish(&event("memory.embedding.requested", b"during-an-outage"))
+        .await
+        .unwrap();
+    let mut deliveries = bus.consume(&spec(), 10).await.unwrap();
+    let max_attempts = 2;
+    // An outage longer than the attempts allow: every delivery fails for a transient reason.
+    for retried in 0..max_attempts + 2 {
+        let delivery = next(&mut deliveries).await;
+        assert_eq!(delivery.transient_retries(), retried);
+        assert_eq!(
+            delivery.attempts(),
+            0,
+            "a transient failure uses up no attempt"
+        );
+        let dead = delivery
+            .fail("database unreachable: Connection reset", true, max_attempts)
+            .await
+            .unwrap();
+        assert!(!dead, "retry {retried} was dead-lettered");
+    }
+    // The database is back: the message is handled.
+    let after = next(&mut deliveries).await;
+    assert_eq!(after.payload(), b"during-an-outage");
+    // A failure that is not transient still counts, and dead-letters once attempts run out.
+    assert!(!after.fail("bad row", false, max_attempts).await.unwrap());
+    let last = next(&mut deliveries).await;
+    assert_eq!(last.attempts(), 1);
+    assert!(last.fail("bad row", false, max_attempts).await.unwrap());
+    let connection = lapin::Connection::connect(&amqp_url(), Default::default())
+        .await
+        .unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    let dead = channel
+        .basic_get(
+            topology.dead_letter_queue().into(),
+            lapin::options::BasicGetOptions { no_ack: true },
+        )
+        .await
+        .unwrap()
+        .expect("dead-lettered once its attempts ran out");
+    assert_eq!(dead.delivery.data, b"during-an-outage");
+    cleanup(&topology).await;
+}

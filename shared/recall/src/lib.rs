@@ -22,7 +22,7 @@ mod startup;
 pub use error::RecallError;
 pub use pipeline::{
     DEFAULT_EPISODIC_LIMIT, DEFAULT_SEMANTIC_LIMIT, RankedMemory, Recall, Retrieval,
-    RetrieveRequest, ServedBy,
+    RetrieveRequest, ServedBy, cpu_bound, cpu_bound_over,
 };
 pub use query_embedder::{QueryEmbedder, QueryEmbedderSettings};
 pub use settings::{RankingOverrides, RecallSettings};

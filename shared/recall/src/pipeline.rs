@@ -426,48 +426,15 @@ impl Recall {
         *stage = "load";
         let ids: Vec<Uuid> = fused.iter().flatten().map(|f| f.id).collect();
         let loaded = store::load_candidates(&self.pool, &request.scope, &ids).await?;
-        let mut loaded: HashMap<Uuid, LoadedCandidate> =
-            loaded.into_iter().map(|c| (c.record.id, c)).collect();
-
-        // The days the query names, if any ("what did I decide in March?").
-        let window = engram_core::when::query_window(&request.query, now)
-            .map(|(first, last)| TimeWindow::of_days(first, last));
-        // Both sections are weighed on one scale, so that a fact and an episode with the same
-        // relevance score alike and an answer interleaving them (Markdown, a merged list) puts
-        // the better match first whichever section it is in.
-        let query_embedding = query_embedding.as_deref().map(Vec::as_slice);
-        let evidence: Vec<Vec<Evidenced>> = fused
-            .into_iter()
-            .map(|fused| weigh_legs(fused, &mut loaded, query_embedding))
-            .collect();
-        let scale = LegScale::of(evidence.iter().flatten().map(|(_, _, legs)| legs));
-        // The speakers the query names, among those whose lines are candidates ("What breed is
-        // Jonas's dog?"): the other speakers' lines count less.
-        let speakers = NamedSpeakers::in_query(
-            &request.query,
-            evidence
-                .iter()
-                .flatten()
-                .filter(|(_, candidate, _)| candidate.record.memory_kind() == MemoryKind::Semantic)
-                .map(|(_, candidate, _)| candidate.record.text.as_str()),
-        );
-        let mut sections: Vec<Vec<RankedMemory>> = Vec::with_capacity(kinds.len());
-        for (index, candidates) in evidence.into_iter().enumerate() {
-            let section_limit = if kinds[index] == MemoryKind::Semantic {
-                request.semantic_limit
-            } else {
-                request.episodic_limit
-            };
-            sections.push(rank_section(
-                candidates,
-                &scale,
-                &request.ranking,
-                section_limit,
-                now,
-                window.as_ref(),
-                &speakers,
-            ));
-        }
+        let ranking = SectionsToRank {
+            fused,
+            loaded,
+            query_embedding,
+            kinds,
+            request: request.clone(),
+            now,
+        };
+        let mut sections = cpu_bound(move || ranking.rank()).await;
         let episodic = if sections.len() > 1 {
             sections.pop().unwrap_or_default()
         } else {
@@ -478,7 +445,9 @@ impl Recall {
             self.attach_history(&request.scope, &mut semantic).await?;
         }
 
-        let retrieval = render(semantic, episodic, request, served_by, now);
+        let rendering = request.clone();
+        let retrieval =
+            cpu_bound(move || render(semantic, episodic, &rendering, served_by, now)).await;
         // What a retrieval returns is in use: retention's inactivity rule leaves it alone. Its
         // own statement, never waiting on a lock (see `note_returned`), so it cannot deadlock
         // with the recording statement.
@@ -624,6 +593,101 @@ fn empty_retrieval(path: &str) -> Retrieval {
             ..ServedBy::default()
         },
         truncated: false,
+    }
+}
+
+/// Runs CPU-bound work (ranking, rendering, token counting) on a blocking thread, so that a
+/// request over many long texts does not hold up the async runtime and every request beside it
+/// (issue 37: one retrieval over 200 long facts stalled the service for 20 s).
+pub async fn cpu_bound<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(value) => value,
+        Err(error) => std::panic::resume_unwind(error.into_panic()),
+    }
+}
+
+/// Text work over this many bytes (cleaning, token counting) goes to a blocking thread; up to it,
+/// it costs the runtime well under a millisecond, less than the hand-off would.
+pub(crate) const INLINE_TEXT_BYTES: usize = 8 * 1024;
+
+/// Runs work over `text_bytes` bytes of text where [`INLINE_TEXT_BYTES`] says it belongs.
+pub async fn cpu_bound_over<T: Send + 'static>(
+    text_bytes: usize,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    if text_bytes <= INLINE_TEXT_BYTES {
+        work()
+    } else {
+        cpu_bound(work).await
+    }
+}
+
+/// Everything the ranking of a retrieval's sections needs, owned, to run off the runtime.
+struct SectionsToRank {
+    fused: Vec<Vec<Fused>>,
+    loaded: Vec<LoadedCandidate>,
+    query_embedding: Option<std::sync::Arc<Vec<f32>>>,
+    /// The kind of each section, in the order of `fused`.
+    kinds: &'static [MemoryKind],
+    request: RetrieveRequest,
+    now: DateTime<Utc>,
+}
+
+impl SectionsToRank {
+    /// Ranks each section: the facts, then the episodes when they were asked for.
+    fn rank(self) -> Vec<Vec<RankedMemory>> {
+        let Self {
+            fused,
+            loaded,
+            query_embedding,
+            kinds,
+            request,
+            now,
+        } = self;
+        let mut loaded: HashMap<Uuid, LoadedCandidate> =
+            loaded.into_iter().map(|c| (c.record.id, c)).collect();
+        // The days the query names, if any ("what did I decide in March?").
+        let window = engram_core::when::query_window(&request.query, now)
+            .map(|(first, last)| TimeWindow::of_days(first, last));
+        // Both sections are weighed on one scale, so that a fact and an episode with the same
+        // relevance score alike and an answer interleaving them (Markdown, a merged list) puts
+        // the better match first whichever section it is in.
+        let query_embedding = query_embedding.as_deref().map(Vec::as_slice);
+        let evidence: Vec<Vec<Evidenced>> = fused
+            .into_iter()
+            .map(|fused| weigh_legs(fused, &mut loaded, query_embedding))
+            .collect();
+        let scale = LegScale::of(evidence.iter().flatten().map(|(_, _, legs)| legs));
+        // The speakers the query names, among those whose lines are candidates ("What breed is
+        // Jonas's dog?"): the other speakers' lines count less.
+        let speakers = NamedSpeakers::in_query(
+            &request.query,
+            evidence
+                .iter()
+                .flatten()
+                .filter(|(_, candidate, _)| candidate.record.memory_kind() == MemoryKind::Semantic)
+                .map(|(_, candidate, _)| candidate.record.text.as_str()),
+        );
+        evidence
+            .into_iter()
+            .zip(kinds)
+            .map(|(candidates, kind)| {
+                let section_limit = if *kind == MemoryKind::Semantic {
+                    request.semantic_limit
+                } else {
+                    request.episodic_limit
+                };
+                rank_section(
+                    candidates,
+                    &scale,
+                    &request.ranking,
+                    section_limit,
+                    now,
+                    window.as_ref(),
+                    &speakers,
+                )
+            })
+            .collect()
     }
 }
 

@@ -16,6 +16,20 @@
 //! The layer answers a few milliseconds before the caller's deadline, so its status arrives while
 //! the caller still listens (tonic's own timer, still run for `grpc-timeout`, would answer
 //! CANCELLED at the deadline itself).
+//!
+//! What a client may assume, and what makes it true:
+//! - DEADLINE_EXCEEDED from Engram (its message says "nothing it asked to write was written"):
+//!   nothing was written. The request was abandoned before its commit was sent (or a statement
+//!   that commits as it ends gave up waiting for a lock), and nothing of it runs afterwards: a
+//!   transaction begun for it is rolled back, never handed on (`engram_store::begin`).
+//! - UNKNOWN: the commit had been sent; the write may have landed. Read it back, or repeat it
+//!   where repeating is safe (AppendMessages with `client_message_id`, ImportMemories with
+//!   `client_id`).
+//! - A deadline the client's own library reports (no message from Engram): the server's answer
+//!   did not arrive in time, so the outcome is unknown, as for UNKNOWN. This is what a client
+//!   sees when its deadline is shorter than the network and scheduling delays around the server,
+//!   or the server's host is overloaded; give writes deadlines of at least a few hundred
+//!   milliseconds.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -13,16 +13,29 @@ pub enum StoreError {
 
 impl StoreError {
     /// Whether the same operation may succeed if tried again (lost connection, pool exhausted,
-    /// serialization failure or deadlock).
+    /// the server shutting down or starting, serialization failure or deadlock).
     pub fn is_retryable(&self) -> bool {
         match self {
             StoreError::Database(
-                sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed,
+                sqlx::Error::Io(_)
+                | sqlx::Error::Tls(_)
+                | sqlx::Error::PoolTimedOut
+                | sqlx::Error::PoolClosed,
             ) => true,
             StoreError::Database(sqlx::Error::Database(error)) => {
                 matches!(
                     error.code().as_deref(),
-                    Some("40001" | "40P01" | "57P01" | "53300")
+                    Some(
+                        "40001"
+                            | "40P01"
+                            | "57P01"
+                            | "57P02"
+                            | "57P03"
+                            | "53300"
+                            | "08000"
+                            | "08003"
+                            | "08006"
+                    )
                 )
             }
             StoreError::Database(_) | StoreError::Migration(_) | StoreError::Corrupt(_) => false,

@@ -69,6 +69,9 @@ pub fn pool_beside(pool: &PgPool, max_connections: u32) -> PgPool {
 
 fn pool_options(max_connections: u32, acquire_timeout: Duration) -> PgPoolOptions {
     PgPoolOptions::new()
+        .after_release(|connection, _meta| {
+            Box::pin(async move { Ok(!is_inside_transaction_block(connection).await?) })
+        })
         .max_connections(max_connections)
         .acquire_timeout(acquire_timeout)
         // sqlx pings every connection it hands out by default: a whole extra round trip on the
@@ -86,6 +89,70 @@ fn pool_options(max_connections: u32, acquire_timeout: Duration) -> PgPoolOption
                 Ok(true)
             })
         })
+}
+
+/// Whether a connection coming back to the pool is still inside a transaction block; such a
+/// connection is closed (the server then rolls the block back), never handed to the next user.
+///
+/// sqlx cannot always tell by itself: a `BEGIN` whose caller was cancelled while it was in
+/// flight (a request past its deadline) is counted nowhere, so nothing rolls it back, and the
+/// next request's autocommit statements would run inside it, answered as stored but committed or
+/// rolled back by whoever used the connection after (issue 37: acknowledged turns lost). Every
+/// transaction goes through [`begin`] or [`begin_with_spaces_locked`], which cannot be cancelled
+/// half-way; this check on release is the net under every other way a connection could be left
+/// inside a block (a cancelled `COMMIT`, a block left aborted by a failed statement).
+///
+/// Inside a block, the transaction began with an earlier statement, so its timestamp is older
+/// than this statement's (a whole round trip older: this statement is only sent once the
+/// connection has answered everything before it). A block in the aborted state fails the query,
+/// and sqlx then closes the connection too.
+async fn is_inside_transaction_block(
+    connection: &mut sqlx::PgConnection,
+) -> Result<bool, sqlx::Error> {
+    let inside: bool = sqlx::query_scalar(
+        "SELECT pg_catalog.transaction_timestamp() < pg_catalog.statement_timestamp()",
+    )
+    .fetch_one(connection)
+    .await?;
+    if inside {
+        tracing::warn!(
+            "a connection came back to the pool inside a transaction block; closing it so that \
+             the block is rolled back"
+        );
+    }
+    Ok(inside)
+}
+
+/// Begins a transaction. Use it (or [`begin_with_spaces_locked`]) instead of `Pool::begin`,
+/// which a cancelled caller can leave half-begun (see [`is_inside_transaction_block`]): the
+/// `BEGIN` runs on a task of its own, so it ends either in a transaction handed to the caller or,
+/// when the caller is gone, in one that is dropped, and so rolled back, on the spot.
+pub async fn begin(
+    pool: &PgPool,
+) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
+    begin_detached(pool, None).await
+}
+
+async fn begin_detached(
+    pool: &PgPool,
+    statement: Option<String>,
+) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
+    let pool = pool.clone();
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "the one place that begins transactions, on a task no caller can cancel"
+    )]
+    let begun = tokio::spawn(async move {
+        match statement {
+            Some(statement) => pool.begin_with(sqlx::AssertSqlSafe(statement)).await,
+            None => pool.begin().await,
+        }
+    });
+    match begun.await {
+        Ok(transaction) => Ok(transaction?),
+        // Only a panic inside sqlx or a runtime shutting down ends the task otherwise.
+        Err(_) => Err(StoreError::Database(sqlx::Error::PoolClosed)),
+    }
 }
 
 /// Applies pending migrations (the one migration owner calls this). Concurrent callers are safe:
@@ -178,7 +245,7 @@ pub async fn begin_with_spaces_locked<'a>(
     scopes: impl IntoIterator<Item = &'a engram_core::Scope>,
 ) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
     let statement = space_lock_statement(access, scopes);
-    Ok(pool.begin_with(sqlx::AssertSqlSafe(statement)).await?)
+    begin_detached(pool, Some(statement)).await
 }
 
 /// The `BEGIN` and lock statements of [`begin_with_spaces_locked`].

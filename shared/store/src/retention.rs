@@ -533,7 +533,7 @@ pub async fn preview(
     cutoffs: &EntryCutoffs,
     limit: i64,
 ) -> Result<(PreviewCounts, Vec<PreviewEntry>), StoreError> {
-    let mut transaction = pool.begin().await?;
+    let mut transaction = crate::begin(pool).await?;
     // One snapshot for the counts and the page.
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         .execute(&mut *transaction)

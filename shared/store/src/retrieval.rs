@@ -113,7 +113,7 @@ pub async fn trigram_search(
     threshold: f64,
     limit: i64,
 ) -> Result<Vec<Hit>, StoreError> {
-    let mut transaction = pool.begin().await?;
+    let mut transaction = crate::begin(pool).await?;
     // `<%` compares with this threshold; it applies to this transaction only.
     sqlx::query("SELECT set_config('pg_trgm.word_similarity_threshold', $1, true)")
         .bind(threshold.to_string())
@@ -212,7 +212,7 @@ pub async fn dense_search(
             Ok(hits(rows))
         }
         DenseMethod::Approximate { ef_search } => {
-            let mut transaction = pool.begin().await?;
+            let mut transaction = crate::begin(pool).await?;
             // Iterative scans keep walking the graph until enough rows pass the space filter;
             // relaxed order is re-sorted below.
             sqlx::query(

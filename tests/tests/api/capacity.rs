@@ -231,7 +231,7 @@ async fn the_sql_trim_agrees_with_the_domain_policy() {
     );
     let policy = engram_core::RetentionPolicy::default();
     for overage in 1..=4 {
-        let mut transaction = sandbox.pool.begin().await.unwrap();
+        let mut transaction = engram_store::begin(&sandbox.pool).await.unwrap();
         // The second space one entry further over its cap than the first.
         let spaces = [(&first, overage), (&second, overage + 1)];
         let mut plans = Vec::new();
@@ -394,7 +394,7 @@ fn the_sql_trim_agrees_with_the_domain_policy_at_extreme_timestamps() {
         runtime.block_on(async {
             let scope = engram_core::Scope::parse("scope", &uuid::Uuid::new_v4().to_string(), "edge")
                 .unwrap();
-            let mut transaction = sandbox.pool.begin().await.unwrap();
+            let mut transaction = engram_store::begin(&sandbox.pool).await.unwrap();
             for (created, importance, cached, pinned, saved) in &rows {
                 sqlx::query(
                     "INSERT INTO memories (id, user_id, space, kind, text, category, valid_at, simhash, \

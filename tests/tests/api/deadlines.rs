@@ -17,7 +17,7 @@ async fn hold_lock(
     sandbox: &Sandbox,
     statement: &str,
 ) -> sqlx::Transaction<'static, sqlx::Postgres> {
-    let mut transaction = sandbox.pool.begin().await.unwrap();
+    let mut transaction = engram_store::begin(&sandbox.pool).await.unwrap();
     sqlx::query(sqlx::AssertSqlSafe(statement.to_owned()))
         .execute(&mut *transaction)
         .await

@@ -2,6 +2,7 @@
 
 mod access;
 mod bus;
+mod cancellation;
 mod capacity;
 mod commands;
 mod concurrency;
@@ -13,6 +14,7 @@ mod dense;
 mod embeddings;
 mod extremes;
 mod group_commit;
+mod heavy_requests;
 mod helpers;
 mod isolation;
 mod llm_answers;

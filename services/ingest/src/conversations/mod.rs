@@ -51,6 +51,20 @@ pub(crate) fn unknown_conversation(scope: &Scope, conversation: ConversationId) 
     ))
 }
 
+/// The tokens of each turn, counted off the async runtime when the turns are long (a hundred
+/// turns of 8,192 characters take a core for a good while).
+async fn token_counts(run: &[NewMessage]) -> Vec<i32> {
+    fn counts(texts: &[MemoryText]) -> Vec<i32> {
+        texts
+            .iter()
+            .map(|text| i32::try_from(count_tokens(text.as_str())).unwrap_or(i32::MAX))
+            .collect()
+    }
+    let texts: Vec<MemoryText> = run.iter().map(|message| message.content.clone()).collect();
+    let bytes = texts.iter().map(|text| text.as_str().len()).sum();
+    engram_recall::cpu_bound_over(bytes, move || counts(&texts)).await
+}
+
 /// A validated turn to append.
 #[derive(Debug, Clone)]
 pub struct NewMessage {
@@ -146,14 +160,16 @@ impl MemoryWriter {
                 )));
             }
         }
+        let tokens = token_counts(&run).await;
         let turns: Vec<TurnToAppend<'_>> = run
             .iter()
-            .map(|message| TurnToAppend {
+            .zip(tokens)
+            .map(|(message, tokens)| TurnToAppend {
                 role: message.role.as_str(),
                 content: message.content.as_str(),
                 spoken_at: message.at,
                 client_message_id: message.client_message_id.as_deref(),
-                tokens: i32::try_from(count_tokens(message.content.as_str())).unwrap_or(i32::MAX),
+                tokens,
             })
             .collect();
         let event = self.hooks.publish_events.then(|| {
@@ -271,7 +287,7 @@ impl MemoryWriter {
         scope: &Scope,
         conversation: ConversationId,
     ) -> Result<Option<(i32, i32)>, IngestError> {
-        let mut transaction = self.pool.begin().await?;
+        let mut transaction = engram_store::begin(&self.pool).await?;
         let Some(open) =
             conversations::request_close(&mut transaction, scope, conversation).await?
         else {

@@ -28,9 +28,50 @@ pub fn load_tokenizer() {
     LazyLock::force(&TOKENIZER);
 }
 
+/// The longest run of characters of one kind (whitespace, or not) that is counted in one go.
+///
+/// The tokenizer cuts text into pieces at spaces and punctuation, then merges each piece's bytes
+/// in time that grows with the square of the piece's length; a text without spaces (Chinese,
+/// Japanese, a long token or URL) is one piece: 8,192 unspaced CJK characters took 250 ms, and a
+/// request of a hundred of them stalled a service (issue 37). A longer run is counted in parts of
+/// this many characters, so the cost stays linear in the text; each cut changes the count by a
+/// token or so, in texts that ordinary prose never produces (ordinary text is one part and is
+/// counted exactly).
+const LONGEST_RUN_COUNTED_WHOLE: usize = 128;
+
 /// Tokens of a text.
 pub fn count_tokens(text: &str) -> usize {
-    TOKENIZER.encode_ordinary(text).len()
+    parts_of_bounded_runs(text)
+        .into_iter()
+        .map(|part| TOKENIZER.encode_ordinary(part).len())
+        .sum()
+}
+
+/// `text` cut inside every run of more than [`LONGEST_RUN_COUNTED_WHOLE`] characters of one kind
+/// (whitespace or not), and nowhere else.
+fn parts_of_bounded_runs(text: &str) -> Vec<&str> {
+    let mut cuts = Vec::new();
+    let mut run = 0usize;
+    let mut run_is_whitespace = None;
+    for (at, character) in text.char_indices() {
+        let whitespace = character.is_whitespace();
+        if run_is_whitespace == Some(whitespace) {
+            run += 1;
+        } else {
+            run = 1;
+            run_is_whitespace = Some(whitespace);
+        }
+        if run > LONGEST_RUN_COUNTED_WHOLE {
+            cuts.push(at);
+            run = 1;
+        }
+    }
+    let starts = std::iter::once(0).chain(cuts.iter().copied());
+    let ends = cuts.iter().copied().chain(std::iter::once(text.len()));
+    starts
+        .zip(ends)
+        .map(|(start, end)| &text[start..end])
+        .collect()
 }
 
 /// A rendered episode, with the shorter rendering to fall back on.
@@ -215,5 +256,38 @@ mod tests {
     fn counts_real_tokens() {
         assert_eq!(count_tokens("hello world"), 2);
         assert!(count_tokens("我喜欢深色模式") >= 3);
+    }
+
+    #[test]
+    fn ordinary_text_is_counted_whole_and_exactly() {
+        let text = "Nate: I love coconut milk, but I also enjoy chocolate and mixed berry \
+                    flavors.\n\n我喜欢深色模式，也喜欢喝绿茶。 "
+            .repeat(50);
+        assert_eq!(parts_of_bounded_runs(&text).len(), 1);
+        assert_eq!(count_tokens(&text), TOKENIZER.encode_ordinary(&text).len());
+    }
+
+    #[test]
+    fn long_runs_are_cut_and_counted_close_to_whole() {
+        let unspaced = "的是我们在这个世界上有很多不同的人".repeat(500);
+        let parts = parts_of_bounded_runs(&unspaced);
+        assert!(parts.len() > 1);
+        assert_eq!(parts.concat(), unspaced, "cutting loses nothing");
+        assert!(
+            parts
+                .iter()
+                .all(|part| part.chars().count() <= LONGEST_RUN_COUNTED_WHOLE)
+        );
+        let whole = TOKENIZER.encode_ordinary(&unspaced).len();
+        let counted = count_tokens(&unspaced);
+        // At most one token more or less per cut.
+        assert!(
+            counted.abs_diff(whole) <= parts.len(),
+            "counted {counted}, whole {whole}, {} parts",
+            parts.len()
+        );
+        let spaces = format!("a{}b", " ".repeat(1_000));
+        assert!(parts_of_bounded_runs(&spaces).len() > 1);
+        assert_eq!(parts_of_bounded_runs(""), vec![""]);
     }
 }
