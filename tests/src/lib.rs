@@ -108,6 +108,8 @@ pub struct SandboxOptions {
     pub review_on_llm_failure: Option<engram_review::config::LlmFailure>,
     /// The services reach Postgres through a TCP proxy the test can cut (`Sandbox::database_proxy`).
     pub database_proxy: bool,
+    /// How long the services wait for a database connection; `None`: 10 s.
+    pub database_connect_timeout_secs: Option<u64>,
     /// The services' own request deadline; `None`: 30 s.
     pub request_timeout_secs: Option<u64>,
     /// Group-commit transactions of the ingest service in flight at once; `None` keeps the default.
@@ -210,11 +212,12 @@ fn database_settings(
     defaults: engram_server::DatabaseSettings,
     url: &str,
     run_migrations: bool,
+    options: &SandboxOptions,
 ) -> engram_server::DatabaseSettings {
     engram_server::DatabaseSettings {
         url: SecretString::from(url.to_owned()),
         max_connections: 8,
-        connect_timeout_secs: 10,
+        connect_timeout_secs: options.database_connect_timeout_secs.unwrap_or(10),
         run_migrations,
         schema_wait_secs: 30,
         ..defaults
@@ -251,7 +254,8 @@ fn ingest_settings(database_url: &str, options: &SandboxOptions) -> IngestSettin
         engram_server::settings::load_defaults_only(IngestSettings::defaults())
             .expect("ingest defaults");
     ingest_settings.grpc = grpc_settings(options);
-    ingest_settings.database = database_settings(ingest_settings.database, database_url, true);
+    ingest_settings.database =
+        database_settings(ingest_settings.database, database_url, true, options);
     ingest_settings.auth = engram_server::AuthSettings {
         tokens_file: options.tokens_file.clone(),
     };
@@ -311,7 +315,7 @@ fn retrieval_settings(database_url: &str, options: &SandboxOptions) -> Retrieval
         engram_server::settings::load_defaults_only(RetrievalSettings::defaults())
             .expect("retrieval defaults");
     settings.grpc = grpc_settings(options);
-    settings.database = database_settings(settings.database, database_url, false);
+    settings.database = database_settings(settings.database, database_url, false, options);
     settings.auth = engram_server::AuthSettings {
         tokens_file: options.tokens_file.clone(),
     };
@@ -344,7 +348,7 @@ fn review_settings(
         engram_server::settings::load_defaults_only(ReviewSettings::defaults())
             .expect("review defaults");
     settings.grpc = grpc_settings(options);
-    settings.database = database_settings(settings.database, database_url, false);
+    settings.database = database_settings(settings.database, database_url, false, options);
     settings.auth = auth;
     settings.embed.model_dir = local_model_dir();
     settings.embed.provider = match &options.embedder {

@@ -703,14 +703,17 @@ async fn a_broker_outage_loses_no_review_and_applies_none_twice() {
     crate::helpers::delete_topology(&bus).await;
 }
 
-/// The database away while a segment is reviewed: the message goes back for a later delivery
-/// instead of being acknowledged, and the review lands once the database answers again.
+/// The database away while a segment is reviewed, for longer than a message's attempts last
+/// (5, each failing after a 1 s wait for a connection, 200 ms apart): the message goes back for
+/// later deliveries instead of being acknowledged or dead-lettered (an outage is no fault of the
+/// message), and the review lands once the database answers again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_outage_retries_the_review_instead_of_dropping_it() {
     let bus = TestBus::local();
     let mut sandbox = Sandbox::start_with(SandboxOptions {
         bus: Some(bus.clone()),
         database_proxy: true,
+        database_connect_timeout_secs: Some(1),
         ..Default::default()
     })
     .await;
@@ -732,7 +735,7 @@ async fn a_database_outage_retries_the_review_instead_of_dropping_it() {
         ),
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_secs(9)).await;
     proxy.restore().await.unwrap();
     // Both segments' reviews land: the one the segment closed and the copy, four memories each.
     wait_for_reviews(&sandbox, 8).await;
