@@ -14,18 +14,19 @@ pub enum ReviewError {
     FailedPrecondition(String),
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// A dependency (the LLM) failed and the review was not to fall back: retry later.
-    #[error("{0}")]
-    Unavailable(String),
+    /// The LLM could not grade and the review was not to fall back to the local grader.
+    #[error("the LLM could not grade: {0}")]
+    Llm(#[from] engram_llm::LlmError),
 }
 
 impl ReviewError {
-    /// Whether trying again later may succeed: the database or the LLM unreachable, nothing
-    /// wrong with the request.
+    /// Whether trying again later may succeed: the database or the LLM unreachable or busy,
+    /// nothing wrong with the request. An LLM answer that is malformed, refused, cut or too
+    /// large is not: at temperature 0 it would come again.
     pub fn is_retryable(&self) -> bool {
         match self {
             ReviewError::Store(error) => error.is_retryable(),
-            ReviewError::Unavailable(_) => true,
+            ReviewError::Llm(error) => error.is_retryable(),
             ReviewError::Invalid(_)
             | ReviewError::NotFound(_)
             | ReviewError::FailedPrecondition(_) => false,
@@ -40,7 +41,9 @@ impl From<ReviewError> for Status {
             ReviewError::NotFound(message) => Status::not_found(message),
             ReviewError::FailedPrecondition(message) => Status::failed_precondition(message),
             ReviewError::Store(error) => engram_server::status::from_store_error(&error),
-            ReviewError::Unavailable(message) => Status::unavailable(message),
+            ReviewError::Llm(error) => {
+                Status::unavailable(format!("the LLM could not grade: {error}"))
+            }
         }
     }
 }

@@ -161,9 +161,7 @@ impl Grader {
                     .grade_locally(context, turn_vectors, memories, "local: the LLM failed")
                     .await)
             }
-            Err(error) => Err(ReviewError::Unavailable(format!(
-                "the LLM could not grade: {error}"
-            ))),
+            Err(error) => Err(ReviewError::Llm(error)),
         }
     }
 

@@ -30,14 +30,15 @@ pub use topology::{QueueSpec, Topology};
 
 /// Header counting how many times a message was sent back for a retry.
 pub const ATTEMPTS_HEADER: &str = "x-engram-attempts";
-/// Header counting how many times a message was sent back after a transient failure (the
-/// database or a dependency unreachable), which uses up no attempt.
+/// Header counting how many times in a row a message was sent back after a transient failure
+/// (the database or a dependency unreachable), which uses up no attempt.
 pub const TRANSIENT_RETRIES_HEADER: &str = "x-engram-transient-retries";
-/// Transient failures a message may meet in a row before it is dead-lettered all the same: about
-/// five and a half hours at the default 2 s retry delay. An outage that long is an incident;
-/// the bound only keeps a message that fails "transiently" every time (one that crashes a
-/// database backend, say) from cycling forever.
-pub const MAX_TRANSIENT_RETRIES: u32 = 10_000;
+/// Header holding when (milliseconds since the Unix epoch) the transient failures in a row began.
+pub const TRANSIENT_SINCE_HEADER: &str = "x-engram-transient-since";
+/// How long a message may keep failing transiently before it is dead-lettered all the same. An
+/// outage that long is an incident; the bound keeps a message that fails "transiently" every
+/// time (one that crashes a database backend, say) from cycling for ever.
+pub const TRANSIENT_RETRY_WINDOW: std::time::Duration = std::time::Duration::from_secs(3_600);
 /// Header holding why a message was dead-lettered.
 pub const FAILURE_REASON_HEADER: &str = "x-engram-failure-reason";
 /// Content type of every Engram event (the type name is in the `type` property).
@@ -266,11 +267,19 @@ impl Delivery {
     }
 
     fn counter(&self, header: &str) -> u32 {
+        self.number(header)
+            .and_then(|value| u32::try_from(value).ok())
+            .unwrap_or(0)
+    }
+
+    /// A header holding a number (written by us as an integer; a string of digits is read too).
+    fn number(&self, header: &str) -> Option<u64> {
         let headers = self.inner.properties.headers().clone().unwrap_or_default();
-        match headers.inner().get(header) {
-            Some(AMQPValue::LongUInt(value)) => *value,
-            Some(AMQPValue::LongLongInt(value)) => u32::try_from(*value).unwrap_or(0),
-            _ => 0,
+        match headers.inner().get(header)? {
+            AMQPValue::LongUInt(value) => Some(u64::from(*value)),
+            AMQPValue::LongLongInt(value) => u64::try_from(*value).ok(),
+            AMQPValue::LongString(value) => String::from_utf8_lossy(value.as_bytes()).parse().ok(),
+            _ => None,
         }
     }
 
@@ -297,14 +306,27 @@ impl Delivery {
     /// with its attempt count raised. The original is acked once the copy is confirmed.
     pub async fn retry_later(self) -> Result<(), BusError> {
         let attempts = self.attempts() + 1;
-        self.send_back(ATTEMPTS_HEADER, attempts).await
+        // A failure that is not transient ends a run of transient ones.
+        self.send_back(
+            &[(ATTEMPTS_HEADER, AMQPValue::LongUInt(attempts))],
+            &[TRANSIENT_RETRIES_HEADER, TRANSIENT_SINCE_HEADER],
+        )
+        .await
     }
 
-    /// Sends the message back like [`Self::retry_later`], counting the retry in `header` (set
-    /// to `count`).
-    async fn send_back(self, header: &str, count: u32) -> Result<(), BusError> {
-        let mut headers = self.inner.properties.headers().clone().unwrap_or_default();
-        headers.insert(header.into(), AMQPValue::LongUInt(count));
+    /// Sends the message back like [`Self::retry_later`], with the headers `set` and without
+    /// those in `remove`.
+    async fn send_back(self, set: &[(&str, AMQPValue)], remove: &[&str]) -> Result<(), BusError> {
+        let mut headers = FieldTable::default();
+        let received = self.inner.properties.headers().clone().unwrap_or_default();
+        for (name, value) in received.inner() {
+            if !remove.contains(&name.as_str()) {
+                headers.insert(name.clone(), value.clone());
+            }
+        }
+        for (name, value) in set {
+            headers.insert((*name).into(), value.clone());
+        }
         let properties = self.inner.properties.clone().with_headers(headers);
         publisher::publish_confirmed(
             &self.channel,
@@ -322,7 +344,7 @@ impl Delivery {
     /// `max_attempts` deliveries in all), else to the dead-letter queue with the reason. A
     /// `transient` failure (the database or a dependency unreachable: nothing wrong with the
     /// message) uses up no attempt: the message comes back after the retry delay for as long as
-    /// the outage lasts (up to [`MAX_TRANSIENT_RETRIES`]). Returns whether it was dead-lettered.
+    /// the outage lasts, up to [`TRANSIENT_RETRY_WINDOW`]. Returns whether it was dead-lettered.
     pub async fn fail(
         self,
         reason: &str,
@@ -330,10 +352,17 @@ impl Delivery {
         max_attempts: u32,
     ) -> Result<bool, BusError> {
         if transient {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_millis() as u64;
+            let since = self.number(TRANSIENT_SINCE_HEADER).unwrap_or(now);
             let retries = self.transient_retries() + 1;
-            if retries > MAX_TRANSIENT_RETRIES {
+            let failing_for = std::time::Duration::from_millis(now.saturating_sub(since));
+            if failing_for > TRANSIENT_RETRY_WINDOW {
                 self.dead_letter(&format!(
-                    "gave up after {MAX_TRANSIENT_RETRIES} transient failures in a row: {reason}"
+                    "gave up after {} s of transient failures ({retries} in a row): {reason}",
+                    failing_for.as_secs()
                 ))
                 .await?;
                 return Ok(true);
@@ -344,7 +373,17 @@ impl Delivery {
                 retries,
                 "handling failed for a transient reason; retrying later"
             );
-            self.send_back(TRANSIENT_RETRIES_HEADER, retries).await?;
+            self.send_back(
+                &[
+                    (TRANSIENT_RETRIES_HEADER, AMQPValue::LongUInt(retries)),
+                    (
+                        TRANSIENT_SINCE_HEADER,
+                        AMQPValue::LongLongInt(i64::try_from(since).unwrap_or(i64::MAX)),
+                    ),
+                ],
+                &[],
+            )
+            .await?;
             return Ok(false);
         }
         if self.attempts() + 1 >= max_attempts {

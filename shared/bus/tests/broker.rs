@@ -221,6 +221,11 @@ async fn transient_failures_use_up_no_attempt_and_the_message_is_handled_after_t
     assert!(!after.fail("bad row", false, max_attempts).await.unwrap());
     let last = next(&mut deliveries).await;
     assert_eq!(last.attempts(), 1);
+    assert_eq!(
+        last.transient_retries(),
+        0,
+        "the run of transient failures ended"
+    );
     assert!(last.fail("bad row", false, max_attempts).await.unwrap());
     let connection = lapin::Connection::connect(&amqp_url(), Default::default())
         .await
@@ -235,5 +240,51 @@ async fn transient_failures_use_up_no_attempt_and_the_message_is_handled_after_t
         .unwrap()
         .expect("dead-lettered once its attempts ran out");
     assert_eq!(dead.delivery.data, b"during-an-outage");
+    cleanup(&topology).await;
+}
+
+#[tokio::test]
+async fn a_message_failing_transiently_for_longer_than_the_window_is_dead_lettered() {
+    let (bus, topology) = connect().await;
+    // Failing transiently since two hours ago (a message that crashes the database each time
+    // looks like an outage that never ends).
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        - 2 * 3_600 * 1_000;
+    let mut looping = event("memory.embedding.requested", b"crashes-the-backend");
+    looping.trace_headers.insert(
+        engram_bus::TRANSIENT_SINCE_HEADER.to_owned(),
+        since.to_string(),
+    );
+    bus.publisher()
+        .await
+        .unwrap()
+        .publish(&looping)
+        .await
+        .unwrap();
+    let mut deliveries = bus.consume(&spec(), 10).await.unwrap();
+    let delivery = next(&mut deliveries).await;
+    assert!(
+        delivery
+            .fail("database unreachable: Connection reset", true, 5)
+            .await
+            .unwrap(),
+        "dead-lettered once the window is over"
+    );
+    let connection = lapin::Connection::connect(&amqp_url(), Default::default())
+        .await
+        .unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    let dead = channel
+        .basic_get(
+            topology.dead_letter_queue().into(),
+            lapin::options::BasicGetOptions { no_ack: true },
+        )
+        .await
+        .unwrap()
+        .expect("in the dead-letter queue");
+    assert_eq!(dead.delivery.data, b"crashes-the-backend");
     cleanup(&topology).await;
 }

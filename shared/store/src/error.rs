@@ -23,20 +23,15 @@ impl StoreError {
                 | sqlx::Error::PoolClosed,
             ) => true,
             StoreError::Database(sqlx::Error::Database(error)) => {
-                matches!(
-                    error.code().as_deref(),
-                    Some(
-                        "40001"
-                            | "40P01"
-                            | "57P01"
-                            | "57P02"
-                            | "57P03"
-                            | "53300"
-                            | "08000"
-                            | "08003"
-                            | "08006"
-                    )
-                )
+                error.code().as_deref().is_some_and(|code| {
+                    // Connection exceptions (08), insufficient resources (53), the server
+                    // shutting down or starting (57P), serialization failures and deadlocks, a
+                    // lock not granted in time, a read-only server during a failover.
+                    code.starts_with("08")
+                        || code.starts_with("53")
+                        || code.starts_with("57P")
+                        || matches!(code, "40001" | "40P01" | "55P03" | "25006")
+                })
             }
             StoreError::Database(_) | StoreError::Migration(_) | StoreError::Corrupt(_) => false,
         }

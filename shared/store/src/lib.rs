@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use tracing::Instrument as _;
 
 pub use error::StoreError;
 
@@ -104,16 +105,21 @@ fn pool_options(max_connections: u32, acquire_timeout: Duration) -> PgPoolOption
 ///
 /// Inside a block, the transaction began with an earlier statement, so its timestamp is older
 /// than this statement's (a whole round trip older: this statement is only sent once the
-/// connection has answered everything before it). A block in the aborted state fails the query,
-/// and sqlx then closes the connection too.
+/// connection has answered everything before it). Outside one, the statement is its own
+/// transaction and both timestamps are the time its message arrived: this holds for a simple
+/// query (one message), not for a prepared one, whose Execute message arrives after the Bind that
+/// started its transaction, hence `raw_sql`. A block in the aborted state fails the query, and
+/// sqlx then closes the connection too.
 async fn is_inside_transaction_block(
     connection: &mut sqlx::PgConnection,
 ) -> Result<bool, sqlx::Error> {
-    let inside: bool = sqlx::query_scalar(
+    use sqlx::Row as _;
+    let inside: bool = sqlx::raw_sql(
         "SELECT pg_catalog.transaction_timestamp() < pg_catalog.statement_timestamp()",
     )
     .fetch_one(connection)
-    .await?;
+    .await?
+    .try_get(0)?;
     if inside {
         tracing::warn!(
             "a connection came back to the pool inside a transaction block; closing it so that \
@@ -126,7 +132,9 @@ async fn is_inside_transaction_block(
 /// Begins a transaction. Use it (or [`begin_with_spaces_locked`]) instead of `Pool::begin`,
 /// which a cancelled caller can leave half-begun (see [`is_inside_transaction_block`]): the
 /// `BEGIN` runs on a task of its own, so it ends either in a transaction handed to the caller or,
-/// when the caller is gone, in one that is dropped, and so rolled back, on the spot.
+/// when the caller is gone, in one that is dropped, and so rolled back, on the spot (its locks
+/// taken and let go: nothing is written), keeping its connection for the next request rather than
+/// closing it.
 pub async fn begin(
     pool: &PgPool,
 ) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
@@ -142,15 +150,19 @@ async fn begin_detached(
         clippy::disallowed_methods,
         reason = "the one place that begins transactions, on a task no caller can cancel"
     )]
-    let begun = tokio::spawn(async move {
-        match statement {
-            Some(statement) => pool.begin_with(sqlx::AssertSqlSafe(statement)).await,
-            None => pool.begin().await,
+    let begun = tokio::spawn(
+        async move {
+            match statement {
+                Some(statement) => pool.begin_with(sqlx::AssertSqlSafe(statement)).await,
+                None => pool.begin().await,
+            }
         }
-    });
+        .in_current_span(),
+    );
     match begun.await {
         Ok(transaction) => Ok(transaction?),
-        // Only a panic inside sqlx or a runtime shutting down ends the task otherwise.
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        // The runtime is shutting down.
         Err(_) => Err(StoreError::Database(sqlx::Error::PoolClosed)),
     }
 }

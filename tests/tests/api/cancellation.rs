@@ -47,6 +47,9 @@ enum Acknowledged {
 enum Ended {
     /// Past its deadline, hung up, or refused while the service was busy.
     CutShort,
+    /// Engram answered DEADLINE_EXCEEDED ("nothing ... was written"): none of these texts may
+    /// ever be stored.
+    NothingWritten(Vec<String>),
     /// Answered in time; what it stored counts as acknowledged too.
     Answered(Vec<Acknowledged>),
 }
@@ -89,11 +92,13 @@ async fn storm_request(
         .random_bool(0.3)
         .then(|| Duration::from_millis(rng.random_range(1..120)));
     let kind = rng.random_range(0..6);
+    // The texts the request asks to store, unique to it.
+    let mut texts: Vec<String> = Vec::new();
     let call = async {
         match kind {
             0 => {
                 let count = rng.random_range(5..200);
-                let memories = (0..count)
+                let memories: Vec<v1::ImportedMemory> = (0..count)
                     .map(|_| v1::ImportedMemory {
                         client_id: Uuid::new_v4().to_string(),
                         kind: v1::MemoryKind::Semantic.into(),
@@ -101,6 +106,7 @@ async fn storm_request(
                         ..Default::default()
                     })
                     .collect();
+                texts.extend(memories.iter().map(|m| m.text.clone()));
                 let request = v1::ImportMemoriesRequest {
                     scope: Some(chat.scope.clone()),
                     memories,
@@ -137,6 +143,7 @@ async fn storm_request(
                     })
                     .collect();
                 let contents: Vec<String> = messages.iter().map(|m| m.content.clone()).collect();
+                texts.extend(contents.iter().cloned());
                 let request = v1::AppendMessagesRequest {
                     scope: Some(chat.scope.clone()),
                     conversation_id: chat.id.clone(),
@@ -150,6 +157,7 @@ async fn storm_request(
             }
             2 => {
                 let said = text(rng, "remembered");
+                texts.push(said.clone());
                 client
                     .remember(with_deadline(remember(&chat.scope, &said), deadline))
                     .await
@@ -199,6 +207,11 @@ async fn storm_request(
     };
     match outcome {
         Ok(stored) => Ended::Answered(stored),
+        Err(status)
+            if status.code() == Code::DeadlineExceeded && status.message().contains("nothing") =>
+        {
+            Ended::NothingWritten(texts)
+        }
         Err(status) if cut_short(&status) => Ended::CutShort,
         Err(status) => panic!("a storm request failed otherwise: {status:?}"),
     }
@@ -404,15 +417,20 @@ async fn no_acknowledged_write_is_lost_when_requests_are_cancelled_at_random_poi
             tokio::spawn(async move {
                 let mut rng = StdRng::seed_from_u64(seed ^ (100 + worker));
                 let mut acknowledged = Vec::new();
+                let mut never_written = Vec::new();
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     match storm_request(&mut client, &mut rng, &chats).await {
                         Ended::CutShort => {
                             cut_short_so_far.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         }
+                        Ended::NothingWritten(texts) => {
+                            cut_short_so_far.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            never_written.extend(texts);
+                        }
                         Ended::Answered(stored) => acknowledged.extend(stored),
                     }
                 }
-                acknowledged
+                (acknowledged, never_written)
             })
         })
         .collect();
@@ -436,8 +454,11 @@ async fn no_acknowledged_write_is_lost_when_requests_are_cancelled_at_random_poi
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut acknowledged: Vec<Acknowledged> = Vec::new();
+    let mut never_written: Vec<String> = Vec::new();
     for task in storm {
-        acknowledged.extend(task.await.unwrap());
+        let (stored, unwritten) = task.await.unwrap();
+        acknowledged.extend(stored);
+        never_written.extend(unwritten);
     }
     let cut_short = cut_short_so_far.load(std::sync::atomic::Ordering::Relaxed);
     let mut invisible = Vec::new();
@@ -509,6 +530,23 @@ async fn no_acknowledged_write_is_lost_when_requests_are_cancelled_at_random_poi
     assert!(
         lost.is_empty(),
         "acknowledged writes gone once the services stopped (seed {seed}): {lost:#?}"
+    );
+    // And nothing of a request Engram answered DEADLINE_EXCEEDED was written, then or later.
+    let written: Vec<String> = sqlx::query_scalar(
+        "SELECT content FROM conversation_turns WHERE content = ANY($1) \
+         UNION ALL SELECT text FROM memories WHERE text = ANY($1)",
+    )
+    .bind(&never_written)
+    .fetch_all(&own_pool)
+    .await
+    .unwrap();
+    eprintln!(
+        "{} texts of requests answered DEADLINE_EXCEEDED checked",
+        never_written.len()
+    );
+    assert!(
+        written.is_empty(),
+        "written although Engram answered DEADLINE_EXCEEDED (seed {seed}): {written:#?}"
     );
     let mut seen = HashSet::new();
     for write in &acknowledged {

@@ -42,3 +42,67 @@ async fn only_retrieval_commits_without_waiting_for_the_wal_flush() {
     assert_eq!(synchronous_commit_of(review, &database).await, "on");
     assert_eq!(synchronous_commit_of(retrieval, &database).await, "off");
 }
+
+/// The server process behind the pool's one connection.
+async fn backend_of(pool: &sqlx::PgPool) -> i32 {
+    sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(pool)
+        .await
+        .expect("reads the backend")
+}
+
+/// A connection coming back to the pool inside a transaction block is closed (its block rolled
+/// back), never handed to the next request; every other connection is kept. (A block a cancelled
+/// request left open once made the next request's autocommit writes part of it.)
+#[tokio::test]
+async fn a_connection_left_inside_a_transaction_is_closed_and_others_are_kept() {
+    let database = TestDatabase::create().await.expect("test database");
+    let pool = engram_store::connect(
+        database.url(),
+        1,
+        1,
+        std::time::Duration::from_secs(10),
+        "on",
+    )
+    .await
+    .expect("connects");
+    sqlx::raw_sql("CREATE TABLE notes (text text NOT NULL)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let first = backend_of(&pool).await;
+    // Ordinary use, autocommit and transactions, keeps the connection.
+    sqlx::query("INSERT INTO notes VALUES ('kept')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let mut transaction = engram_store::begin(&pool).await.unwrap();
+    sqlx::query("INSERT INTO notes VALUES ('committed')")
+        .execute(&mut *transaction)
+        .await
+        .unwrap();
+    transaction.commit().await.unwrap();
+    assert_eq!(backend_of(&pool).await, first, "a clean connection is kept");
+
+    // A block sqlx does not know of (as a cancelled BEGIN leaves), holding a write.
+    let mut connection = pool.acquire().await.unwrap();
+    sqlx::raw_sql("BEGIN; INSERT INTO notes VALUES ('never committed')")
+        .execute(&mut *connection)
+        .await
+        .unwrap();
+    drop(connection);
+    let next = backend_of(&pool).await;
+    assert_ne!(next, first, "the connection inside a block was closed");
+    // The next request's write is its own, and the block's write is gone.
+    sqlx::query("INSERT INTO notes VALUES ('after')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let notes: Vec<String> = sqlx::query_scalar("SELECT text FROM notes ORDER BY text")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(notes, ["after", "committed", "kept"]);
+    assert_eq!(backend_of(&pool).await, next, "and the new one is kept");
+    pool.close().await;
+}

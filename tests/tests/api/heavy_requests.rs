@@ -1,6 +1,7 @@
 //! The largest valid requests do not hold up the small requests beside them (issue 37): their
-//! CPU work (cleaning text, counting tokens, ranking and rendering many long texts) runs off
-//! the async runtime, and costs time linear in their size.
+//! CPU work (cleaning text, counting tokens, ranking and rendering many long texts, the
+//! extractive rules that describe their segments) runs off the async runtime, and costs time
+//! linear in their size. The test runs alone (`.config/nextest.toml`): it compares latencies.
 //!
 //! Once, an append of 100 turns of 8,192 unspaced CJK characters took 30 s and a GetSettings
 //! beside it waited as long; a retrieval over 200 such facts stalled a ListEntries of another
@@ -18,6 +19,8 @@ use crate::helpers::new_scope;
 
 /// How much later than usual a small request may be answered beside a maximal one.
 const TOLERATED_DELAY: Duration = Duration::from_millis(100);
+/// Small requests that must have run beside a heavy one for the comparison to mean something.
+const MIN_SMALL_REQUESTS: usize = 5;
 
 /// `chars` characters of Chinese without a space or punctuation (one piece for the tokenizer),
 /// different for each `seed`.
@@ -88,9 +91,11 @@ async fn a_maximal_append_and_retrieval_do_not_hold_up_small_requests_beside_the
     .await;
 
     // The largest append: 100 turns of 8,192 characters.
+    let conversation = Uuid::new_v4().to_string();
+    let heavy_scope_for_segmentation = heavy_scope.clone();
     let append = v1::AppendMessagesRequest {
         scope: Some(heavy_scope.clone()),
-        conversation_id: Uuid::new_v4().to_string(),
+        conversation_id: conversation.clone(),
         messages: (0..100)
             .map(|turn| v1::ConversationMessage {
                 role: v1::SpeakerRole::User.into(),
@@ -129,8 +134,52 @@ async fn a_maximal_append_and_retrieval_do_not_hold_up_small_requests_beside_the
         "append: {count} GetSettings beside it, slowest {slowest:?} (usual {usual:?}); it took {took:?}"
     );
     assert!(
+        count >= MIN_SMALL_REQUESTS,
+        "only {count} GetSettings ran beside the append"
+    );
+    assert!(
         slowest <= usual + TOLERATED_DELAY,
         "a GetSettings beside the maximal append took {slowest:?} (usually {usual:?})"
+    );
+    // Then segmentation writes episodes of those turns in the background, beside requests too.
+    let mut segmentation_client = ingest.clone();
+    let (count, slowest, took) = beside(
+        async move {
+            let waited = Instant::now();
+            loop {
+                let state = segmentation_client
+                    .get_conversation(v1::GetConversationRequest {
+                        scope: Some(heavy_scope_for_segmentation.clone()),
+                        conversation_id: conversation.clone(),
+                        page_size: 1,
+                        ..Default::default()
+                    })
+                    .await
+                    .unwrap()
+                    .into_inner();
+                if state.segmented_through >= 0 {
+                    break;
+                }
+                assert!(
+                    waited.elapsed() < Duration::from_secs(60),
+                    "no segment of the long turns was written in 60 s"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        },
+        || {
+            let mut client = ingest.clone();
+            let request = settings();
+            async move {
+                client.get_settings(request).await.unwrap();
+            }
+        },
+    )
+    .await;
+    eprintln!("segmentation: {count} GetSettings beside it, slowest {slowest:?}; it took {took:?}");
+    assert!(
+        slowest <= usual + TOLERATED_DELAY,
+        "a GetSettings beside the segmentation of the long turns took {slowest:?} (usually {usual:?})"
     );
 
     // 200 facts as long, then the retrieval that asks for all it may.
@@ -194,6 +243,10 @@ async fn a_maximal_append_and_retrieval_do_not_hold_up_small_requests_beside_the
     .await;
     eprintln!(
         "retrieval: {count} ListEntries beside it, slowest {slowest:?} (usual {usual_list:?}); it took {took:?}"
+    );
+    assert!(
+        count >= MIN_SMALL_REQUESTS,
+        "only {count} ListEntries ran beside the retrieval"
     );
     assert!(
         slowest <= usual_list + TOLERATED_DELAY,

@@ -598,15 +598,15 @@ impl Segmenter {
                 }
             }
         }
-        let draft = extractive_episode(
-            &turns
-                .iter()
-                .map(|turn| engram_core::episode::SegmentTurn {
-                    role: turn.role,
-                    content: turn.content.clone(),
-                })
-                .collect::<Vec<_>>(),
-        );
+        let turns: Vec<engram_core::episode::SegmentTurn> = turns
+            .iter()
+            .map(|turn| engram_core::episode::SegmentTurn {
+                role: turn.role,
+                content: turn.content.clone(),
+            })
+            .collect();
+        // Tens of turns of up to 8,192 characters each: work for a blocking thread.
+        let draft = engram_recall::cpu_bound(move || extractive_episode(&turns)).await;
         (
             draft.title,
             draft.summary,

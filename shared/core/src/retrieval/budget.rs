@@ -39,7 +39,8 @@ pub fn load_tokenizer() {
 /// counted exactly).
 const LONGEST_RUN_COUNTED_WHOLE: usize = 128;
 
-/// Tokens of a text.
+/// Tokens of a text: exact for ordinary text, within a token or so per cut for runs longer than
+/// [`LONGEST_RUN_COUNTED_WHOLE`] characters.
 pub fn count_tokens(text: &str) -> usize {
     parts_of_bounded_runs(text)
         .into_iter()
