@@ -153,6 +153,7 @@ proptest! {
             fsrs: episode.then_some((stability, difficulty, last_reviewed_at)),
             is_question,
             spoken_by_another,
+            from_request_conversation: episode,
         };
         let params = RankingParams {
             profile: if triscore { RankingProfile::Triscore } else { RankingProfile::Fsrs },

@@ -7,7 +7,6 @@ use chrono::{DateTime, Utc};
 use engram_core::retrieval::budget::{self, EpisodePart};
 use engram_core::retrieval::markdown::{self, Detail, Earlier, EpisodeView, Provenance, Turn};
 use engram_core::retrieval::mmr::{self, MmrItem};
-use engram_core::retrieval::query::{SearchScope, initial_scope, should_widen};
 use engram_core::retrieval::ranking::{
     CandidateFacts, LegEvidence, LegScale, TimeWindow, is_question, relevance, score,
 };
@@ -237,53 +236,32 @@ impl Recall {
                 _ => None,
             }
         };
-        let mut search_scope = initial_scope(request.conversation.is_some(), &request.query);
-        let conversation = request.conversation.map(|c| c.as_uuid());
-        let filters_for = |scope: SearchScope| -> Vec<SearchFilter<'_>> {
-            kinds
-                .iter()
-                .map(|kind| SearchFilter {
-                    scope: &request.scope,
-                    kind: *kind,
-                    conversation: (scope == SearchScope::Conversation)
-                        .then_some(conversation)
-                        .flatten(),
-                    category: if *kind == MemoryKind::Semantic {
-                        category
-                    } else {
-                        None
-                    },
-                    include_inactive: request.include_inactive,
-                })
-                .collect()
+        // The whole space, always: the entries of the request's conversation are preferred in
+        // the ranking (`REQUEST_CONVERSATION_BOOST`), never the only ones searched (an episode of
+        // another session may hold the answer).
+        let filters: Vec<SearchFilter<'_>> = kinds
+            .iter()
+            .map(|kind| SearchFilter {
+                scope: &request.scope,
+                kind: *kind,
+                conversation: None,
+                category: if *kind == MemoryKind::Semantic {
+                    category
+                } else {
+                    None
+                },
+                include_inactive: request.include_inactive,
+            })
+            .collect();
+        let sparse = async {
+            let searches = filters.iter().map(|filter| {
+                store::sparse_search(&self.pool, filter, &request.query, bm25, limit)
+            });
+            futures::future::try_join_all(searches).await
         };
-        let sparse_for = |scope: SearchScope| {
-            let filters = filters_for(scope);
-            let pool = &self.pool;
-            let query = request.query.as_str();
-            async move {
-                let searches = filters
-                    .iter()
-                    .map(|filter| store::sparse_search(pool, filter, query, bm25, limit));
-                futures::future::try_join_all(searches).await
-            }
-        };
-        let (sparse, embedding) = tokio::join!(sparse_for(search_scope), embedding);
-        let mut sparse = sparse?;
+        let (sparse, embedding) = tokio::join!(sparse, embedding);
+        let sparse = sparse?;
         let latency_embed_ms = embedding.as_ref().map(|_| elapsed_ms(embedding_started));
-
-        let conversation_hits: usize = sparse.iter().map(Vec::len).sum();
-        let mut scope_widened = false;
-        if should_widen(
-            search_scope,
-            conversation_hits,
-            self.settings.widen_below_sparse_hits,
-        ) {
-            search_scope = SearchScope::Space;
-            scope_widened = true;
-            sparse = sparse_for(search_scope).await?;
-        }
-        let filters = filters_for(search_scope);
 
         let mut fallback_reasons: Vec<String> = Vec::new();
         let query_embedding: Option<std::sync::Arc<Vec<f32>>> = match embedding {
@@ -301,10 +279,8 @@ impl Recall {
             None => None,
         };
 
-        // Dense leg: exact for small spaces and for one conversation, HNSW for large spaces.
-        let method = if search_scope == SearchScope::Conversation
-            || context.memory_count <= self.settings.exact_search_max_entries
-        {
+        // Dense leg: exact for small spaces, HNSW for large spaces.
+        let method = if context.memory_count <= self.settings.exact_search_max_entries {
             DenseMethod::Exact
         } else {
             DenseMethod::Approximate {
@@ -406,11 +382,8 @@ impl Recall {
         };
         let served_by = ServedBy {
             path,
-            scope_widened,
-            searched: match search_scope {
-                SearchScope::Conversation => "conversation".to_owned(),
-                SearchScope::Space => "space".to_owned(),
-            },
+            scope_widened: false,
+            searched: "space".to_owned(),
             sparse_hits,
             dense_hits,
             trigram_hits,
@@ -668,6 +641,14 @@ impl SectionsToRank {
                 .filter(|(_, candidate, _)| candidate.record.memory_kind() == MemoryKind::Semantic)
                 .map(|(_, candidate, _)| candidate.record.text.as_str()),
         );
+        let context = RankingContext {
+            scale: &scale,
+            params: &request.ranking,
+            now,
+            window: window.as_ref(),
+            speakers: &speakers,
+            conversation: request.conversation.map(|c| c.as_uuid()),
+        };
         evidence
             .into_iter()
             .zip(kinds)
@@ -677,15 +658,7 @@ impl SectionsToRank {
                 } else {
                     request.episodic_limit
                 };
-                rank_section(
-                    candidates,
-                    &scale,
-                    &request.ranking,
-                    section_limit,
-                    now,
-                    window.as_ref(),
-                    &speakers,
-                )
+                rank_section(candidates, section_limit, &context)
             })
             .collect()
     }
@@ -722,20 +695,39 @@ fn weigh_legs(
         .collect()
 }
 
-/// Scores the candidates of one kind on `scale` (both sections' best leg scores), keeps the best
-/// few times the limit, and lets MMR pick `limit` of them in order.
+/// What scores every candidate of a retrieval alike, whatever its section.
+#[derive(Clone, Copy)]
+struct RankingContext<'a> {
+    /// Both sections' best leg scores.
+    scale: &'a LegScale,
+    params: &'a RankingParams,
+    now: DateTime<Utc>,
+    /// The days the query names.
+    window: Option<&'a TimeWindow>,
+    /// The speakers the query names.
+    speakers: &'a NamedSpeakers,
+    /// The request's conversation, whose entries are preferred.
+    conversation: Option<Uuid>,
+}
+
+/// Scores the candidates of one kind on the context's scale, keeps the best few times the limit,
+/// and lets MMR pick `limit` of them in order.
 fn rank_section(
     candidates: Vec<Evidenced>,
-    scale: &LegScale,
-    params: &RankingParams,
     limit: usize,
-    now: DateTime<Utc>,
-    window: Option<&TimeWindow>,
-    speakers: &NamedSpeakers,
+    context: &RankingContext<'_>,
 ) -> Vec<RankedMemory> {
     if limit == 0 {
         return Vec::new();
     }
+    let RankingContext {
+        scale,
+        params,
+        now,
+        window,
+        speakers,
+        conversation,
+    } = *context;
     let mut scored: Vec<(Fused, ScoreParts, LoadedCandidate)> = candidates
         .into_iter()
         .map(|(f, candidate, evidence)| {
@@ -767,6 +759,8 @@ fn rank_section(
                 // An episode holds every speaker's lines.
                 spoken_by_another: record.memory_kind() == MemoryKind::Semantic
                     && speakers.spoken_by_another(&record.text),
+                from_request_conversation: conversation.is_some()
+                    && record.conversation_id == conversation,
             };
             let relevance = relevance(&evidence, scale, params.sparse_weight);
             let parts = score(f.rrf, relevance, &facts, params, now, window);

@@ -29,8 +29,6 @@ pub struct RecallSettings {
     pub other_speaker_weight: f64,
     pub candidates_per_leg: u32,
     pub token_budget: u32,
-    /// A conversation-scoped search with fewer sparse hits than this widens to the space.
-    pub widen_below_sparse_hits: usize,
     /// Least pg_trgm word similarity of a trigram fallback hit.
     pub trigram_threshold: f64,
     /// Spaces up to this many entries get exact nearest neighbours; larger ones use HNSW.
@@ -75,7 +73,6 @@ impl RecallSettings {
                 "recall.token_budget",
                 i64::from(DEFAULT_TOKEN_BUDGET).into(),
             ),
-            ("recall.widen_below_sparse_hits", 3i64.into()),
             ("recall.trigram_threshold", 0.3.into()),
             ("recall.exact_search_max_entries", 20_000i64.into()),
             ("recall.hnsw_ef_search", 200i64.into()),

@@ -1205,3 +1205,70 @@ async fn imported_turns_are_found_by_their_neighbours_words() {
         "context_turns: must be 0 to 5, got 6",
     );
 }
+
+/// A conversation id never hides the rest of the space (issue 38): asked in the day-3 session,
+/// "when is the Lisbon offsite?" finds the day-2 episode that says when, although the day-3
+/// session has entries of its own about the offsite (once, a search of the conversation that
+/// found three or more entries never looked further).
+#[tokio::test]
+async fn a_conversation_id_never_hides_an_answer_in_another_session() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("work");
+    let day_two = Uuid::new_v4();
+    let day_three = Uuid::new_v4();
+    let mut memories = vec![episode(
+        "day-2",
+        day_two,
+        "Lisbon offsite travel",
+        "We fly out next Friday for the Lisbon offsite; the team meets at the airport at 7.",
+        1.0,
+        0.5,
+        &[
+            ("user", "When do we leave for the Lisbon offsite?"),
+            (
+                "assistant",
+                "We fly out next Friday; the team meets at the airport at 7.",
+            ),
+        ],
+    )];
+    for (client_id, text) in [
+        (
+            "day-3-a",
+            "I still need to book a hotel for the Lisbon offsite",
+        ),
+        ("day-3-b", "The offsite agenda has too many talks"),
+        ("day-3-c", "Lisbon hotels near the offsite venue are pricey"),
+    ] {
+        memories.push(v1::ImportedMemory {
+            conversation_id: day_three.to_string(),
+            ..fact(client_id, text, 0.1)
+        });
+    }
+    import(&mut sandbox, &scope, memories).await;
+
+    let answer = sandbox
+        .retrieval
+        .retrieve_memory(v1::RetrieveMemoryRequest {
+            scope: Some(scope.clone()),
+            query: "when is the Lisbon offsite?".to_owned(),
+            conversation_id: day_three.to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        answer
+            .episodic
+            .iter()
+            .any(|m| m.memory.as_ref().unwrap().conversation_id == day_two.to_string()),
+        "the day-2 episode is returned: {:#?}",
+        answer.episodic
+    );
+    assert!(
+        answer.markdown.contains("We fly out next Friday"),
+        "{}",
+        answer.markdown
+    );
+    assert_eq!(answer.served_by.unwrap().searched, "space");
+}

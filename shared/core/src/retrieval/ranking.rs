@@ -200,7 +200,16 @@ pub struct CandidateFacts {
     /// The entry is a fact, a line of a speaker other than those the query names
     /// (`NamedSpeakers::spoken_by_another`); episodes never are.
     pub spoken_by_another: bool,
+    /// The entry was written from the conversation the request names.
+    pub from_request_conversation: bool,
 }
+
+/// How much more an entry of the request's own conversation counts (its total times 1 + this).
+/// The whole space is always searched, so an episode of another session that holds the answer
+/// is found; among entries that answer about as well, the conversation's own come first (ahead
+/// of entries of other sessions whose score is up to a quarter higher). Not chosen on the
+/// development set, whose questions name no conversation.
+pub const REQUEST_CONVERSATION_BOOST: f64 = 0.25;
 
 /// Why a candidate scored what it did.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -296,8 +305,14 @@ pub fn score(
     } else {
         1.0
     };
+    let conversation_factor = if facts.from_request_conversation {
+        1.0 + REQUEST_CONVERSATION_BOOST
+    } else {
+        1.0
+    };
     let total = finite_or_zero(
         time_factor
+            * conversation_factor
             * match params.profile {
                 RankingProfile::Fsrs => rrf * retrievability,
                 RankingProfile::Triscore => {
@@ -330,7 +345,29 @@ mod tests {
             fsrs: None,
             is_question: false,
             spoken_by_another: false,
+            from_request_conversation: false,
         }
+    }
+
+    #[test]
+    fn the_request_conversations_own_entries_come_first_among_near_equals() {
+        let now = Utc::now();
+        let params = RankingParams {
+            profile: RankingProfile::Triscore,
+            alpha: 4.0,
+            ..RankingParams::default()
+        };
+        let elsewhere = fact_said_at(now);
+        let here = CandidateFacts {
+            from_request_conversation: true,
+            ..elsewhere
+        };
+        let own = score(0.02, 0.45, &here, &params, now, None);
+        let other = score(0.02, 0.5, &elsewhere, &params, now, None);
+        assert!(own.total > other.total, "{own:?} {other:?}");
+        // A much better answer from another session still wins.
+        let better = score(0.02, 1.0, &elsewhere, &params, now, None);
+        assert!(better.total > own.total, "{better:?} {own:?}");
     }
 
     #[test]
