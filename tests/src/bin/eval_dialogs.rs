@@ -841,7 +841,15 @@ fn configurations(default_profile: &str, other_contexts: &[u32]) -> Vec<Config> 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Ask {
     Deep,
-    Budget { tokens: u32, limits: Limits },
+    Budget {
+        tokens: u32,
+        limits: Limits,
+    },
+    /// As an assistant asks: the query and a budget, everything else the service's defaults
+    /// (limits, detail AUTO, ranking).
+    Assistant {
+        tokens: u32,
+    },
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -858,6 +866,14 @@ fn retrieve_request(
     scope: v1::Scope,
     query: &str,
 ) -> v1::RetrieveMemoryRequest {
+    if let Ask::Assistant { tokens } = ask {
+        return v1::RetrieveMemoryRequest {
+            scope: Some(scope),
+            query: query.to_owned(),
+            token_budget: Some(tokens),
+            ..Default::default()
+        };
+    }
     let (episodes, facts) = config.storage.sections();
     // The section a storage way does not use is switched off.
     let limit = |wanted: bool| match ask {
@@ -869,7 +885,8 @@ fn retrieve_request(
         Ask::Budget {
             limits: Limits::Default,
             ..
-        } => (!wanted).then_some(0),
+        }
+        | Ask::Assistant { .. } => (!wanted).then_some(0),
     };
     v1::RetrieveMemoryRequest {
         scope: Some(scope),
@@ -879,12 +896,12 @@ fn retrieve_request(
         // Within a budget every episode offers its excerpt: the budget decides what fits.
         detail: match ask {
             Ask::Deep => v1::DetailLevel::None,
-            Ask::Budget { .. } => v1::DetailLevel::High,
+            Ask::Budget { .. } | Ask::Assistant { .. } => v1::DetailLevel::High,
         }
         .into(),
         token_budget: Some(match ask {
             Ask::Deep => DEEP_BUDGET,
-            Ask::Budget { tokens, .. } => tokens,
+            Ask::Budget { tokens, .. } | Ask::Assistant { tokens } => tokens,
         }),
         ranking: Some(config.ranking),
         ..Default::default()
@@ -906,6 +923,7 @@ struct Answered {
     tokens: u32,
     truncated: bool,
     path: String,
+    markdown: String,
 }
 
 async fn ask(
@@ -942,6 +960,7 @@ async fn ask(
         tokens: response.tokens,
         truncated: response.truncated,
         path: response.served_by.map(|s| s.path).unwrap_or_default(),
+        markdown: response.markdown,
     })
 }
 
@@ -986,6 +1005,67 @@ struct Budgeted {
     items: Mean,
 }
 
+/// What an assistant reads: the share of evidence turns whose text is in the Markdown verbatim
+/// (case, spacing and punctuation aside), or whose words mostly are, and the Markdown's size.
+#[derive(Default, Clone, Copy)]
+struct Read {
+    verbatim: Mean,
+    words: Mean,
+    tokens: Mean,
+}
+
+/// Lowercased words (runs of letters and digits) of a text, in order.
+fn words_of(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|word| !word.is_empty())
+        .map(str::to_lowercase)
+        .collect()
+}
+
+/// Share of a turn's words (at least 3 characters long) a Markdown holds for the turn to count as
+/// read in its words.
+const WORDS_READ: f64 = 0.8;
+
+/// (verbatim, in its words) shares of the `evidence` turns whose text `markdown` holds. A turn's
+/// text is its content without the `"<Speaker>: "` it was stored with.
+fn read_shares(markdown: &str, turns: &[Turn], evidence: &BTreeSet<usize>) -> (f64, f64) {
+    let markdown_words = words_of(markdown);
+    let joined = format!(" {} ", markdown_words.join(" "));
+    let vocabulary: BTreeSet<&str> = markdown_words.iter().map(String::as_str).collect();
+    let (mut verbatim, mut in_words) = (0usize, 0usize);
+    for &index in evidence {
+        let content = &turns[index].content;
+        let text = content
+            .split_once(": ")
+            .map_or(content.as_str(), |(_, t)| t);
+        let words = words_of(text);
+        if words.is_empty() {
+            continue;
+        }
+        if joined.contains(&format!(" {} ", words.join(" "))) {
+            verbatim += 1;
+        }
+        let long: Vec<&String> = words.iter().filter(|w| w.chars().count() >= 3).collect();
+        let held = long
+            .iter()
+            .filter(|w| vocabulary.contains(w.as_str()))
+            .count();
+        if long.is_empty() || held as f64 >= WORDS_READ * long.len() as f64 {
+            in_words += 1;
+        }
+    }
+    let n = evidence.len().max(1) as f64;
+    (verbatim as f64 / n, in_words as f64 / n)
+}
+
+/// The ways an assistant asks, at each budget.
+fn assistant_asks() -> Vec<Ask> {
+    BUDGETS
+        .into_iter()
+        .map(|tokens| Ask::Assistant { tokens })
+        .collect()
+}
+
 /// Results and scores, for adversarial and for answerable questions.
 #[derive(Default, Clone, Copy)]
 struct Noise {
@@ -1000,6 +1080,8 @@ struct ConfigResult {
     ranked: BTreeMap<String, Ranked>,
     by_dialog: BTreeMap<String, Ranked>,
     budget: BTreeMap<(Limits, u32), BTreeMap<String, Budgeted>>,
+    /// By budget, then category ("all" too): what an assistant asking with the defaults reads.
+    read: BTreeMap<u32, BTreeMap<String, Read>>,
     adversarial: Noise,
     answerable: Noise,
     paths: BTreeMap<String, u32>,
@@ -1047,6 +1129,7 @@ async fn evaluate(
         ranked: BTreeMap::new(),
         by_dialog: BTreeMap::new(),
         budget: BTreeMap::new(),
+        read: BTreeMap::new(),
         adversarial: Noise::default(),
         answerable: Noise::default(),
         paths: BTreeMap::new(),
@@ -1150,6 +1233,20 @@ async fn evaluate(
                         ndcg,
                         turns_10,
                     );
+                }
+                Ask::Assistant { tokens } => {
+                    if adversarial {
+                        continue;
+                    }
+                    let (verbatim, in_words) =
+                        read_shares(&answered.markdown, &dialog.prepared.turns, evidence);
+                    let groups = result.read.entry(*tokens).or_default();
+                    for key in [question.category.as_str(), "all"] {
+                        let group = groups.entry(key.to_owned()).or_default();
+                        group.verbatim.add(verbatim);
+                        group.words.add(in_words);
+                        group.tokens.add(f64::from(answered.tokens));
+                    }
                 }
                 Ask::Budget { tokens, limits } => {
                     // What an assistant gets by default: the default limits and budget.
@@ -1692,6 +1789,7 @@ fn report(
 
     out.push_str("\n## What this says\n\n");
     out.push_str(&summary(results, loaded));
+    read_table(&mut out, results);
     out.push_str(&sweep_report(searched));
     out.push_str(&context_report(results, default_context));
 
@@ -1880,6 +1978,41 @@ fn stats_row(out: &mut String, names: [&str; 2], sizes: [usize; 2], s: &Conversa
 }
 
 /// Recall within each budget, with the given limits.
+/// What an assistant reads: each answerable question asked with the query and a budget alone
+/// (the service's limits, detail and ranking), and its evidence turns looked for in the Markdown.
+fn read_table(out: &mut String, results: &[ConfigResult]) {
+    let _ = write!(
+        out,
+        "\n## What an assistant reads\n\n\
+         Each answerable question asked as an assistant asks: the query and a token budget, every \
+         other field left to the service's defaults (5 episodes, 20 facts, detail AUTO, the default \
+         ranking), on the conversation appended through AppendMessages and on the same turns \
+         imported as facts. An evidence turn is **read verbatim** when its text (without the \
+         speaker's name it was stored with) is in the Markdown word for word, case, spacing and \
+         punctuation aside; **read in its words** when the Markdown holds at least {words} % of its \
+         words of three or more characters. Tokens: the Markdown's mean size.\n\n\
+         | stored as | budget | read verbatim | read in its words | single_hop | multi_hop | temporal | preference_change | tokens |\n\
+         |---|---|---|---|---|---|---|---|---|\n",
+        words = (WORDS_READ * 100.0).round()
+    );
+    for result in results.iter().filter(|r| !r.read.is_empty()) {
+        for (tokens, groups) in &result.read {
+            let at = |group: &str| groups.get(group).copied().unwrap_or_default();
+            let _ = write!(
+                out,
+                "| {} | {tokens} | {} | {} |",
+                result.config.label,
+                pct(at("all").verbatim.value()),
+                pct(at("all").words.value()),
+            );
+            for category in CATEGORIES {
+                let _ = write!(out, " {} |", pct(at(category).verbatim.value()));
+            }
+            let _ = writeln!(out, " {:.0} |", at("all").tokens.value());
+        }
+    }
+}
+
 fn budget_table(out: &mut String, results: &[ConfigResult], limits: Limits, title: &str) {
     let _ = write!(
         out,
@@ -1952,11 +2085,26 @@ fn summary(results: &[ConfigResult], loaded: &[Loaded]) -> String {
             )
         })
         .collect();
-    let mut text = format!(
-        "- Turns, recall@10: {}.
-",
-        turns.join("; ")
+    let mut text = String::new();
+    let read = |storage: Storage, tokens: u32| {
+        results
+            .iter()
+            .find(|r| r.config.storage == storage && !r.read.is_empty())
+            .and_then(|r| r.read.get(&tokens))
+            .and_then(|groups| groups.get("all"))
+            .map_or(0.0, |read| read.verbatim.value())
+    };
+    let _ = writeln!(
+        text,
+        "- What an assistant reads, asking with the query and a budget alone: the evidence turn verbatim \
+         in the Markdown at 1,000 / 2,000 tokens, the conversation appended {} % / {} %, its turns \
+         imported as facts {} % / {} % (below).",
+        pct(read(Storage::Both, BUDGETS[0])),
+        pct(read(Storage::Both, BUDGETS[1])),
+        pct(read(Storage::Turns, BUDGETS[0])),
+        pct(read(Storage::Turns, BUDGETS[1])),
     );
+    let _ = writeln!(text, "- Turns, recall@10: {}.", turns.join("; "));
     // Issue 23's bar: the default ranking is not worse than plain BM25 in any category.
     let default_turns = results.iter().find(|r| r.config.storage == Storage::Turns);
     let bm25 = results.iter().find(|r| r.config.ranking.sparse_only);
@@ -2222,7 +2370,15 @@ async fn main() -> anyhow::Result<()> {
     let step = Instant::now();
     let mut results = Vec::new();
     for config in configurations(&default_profile, other_contexts) {
-        let result = evaluate(&retrieval, &loaded, config, &every_ask()).await?;
+        // What an assistant reads is measured for the ways a client stores a dialog by default:
+        // its turns imported as facts, and the conversation appended.
+        let mut asks = every_ask();
+        if config.label.contains("(default)")
+            && matches!(config.storage, Storage::Turns | Storage::Both)
+        {
+            asks.extend(assistant_asks());
+        }
+        let result = evaluate(&retrieval, &loaded, config, &asks).await?;
         let all = result.ranked.get("all").copied().unwrap_or_default();
         eprintln!(
             "dialogs: {:<48} recall@10 {} nDCG@10 {:.3}",
@@ -2266,6 +2422,30 @@ mod tests {
             content: content.into(),
             at: Utc::now(),
         }
+    }
+
+    #[test]
+    fn an_evidence_turn_is_read_verbatim_or_in_its_words() {
+        let turns = [
+            turn(
+                0,
+                "Nate: I love coconut milk, but I also enjoy chocolate and mixed berry flavors.",
+            ),
+            turn(1, "Joanna: Wow, that sounds great!"),
+            turn(0, "Nate: My dog Max is three years old."),
+        ];
+        let markdown = "## Episodic Memories\n\n### Desserts\n- user: \"Nate: I love COCONUT milk,  \
+                        but I also enjoy chocolate and mixed-berry flavors\"\n\
+                        - [fact] Max, my dog, is three years old";
+        let evidence = |indexes: &[usize]| indexes.iter().copied().collect::<BTreeSet<usize>>();
+        assert_eq!(read_shares(markdown, &turns, &evidence(&[0])), (1.0, 1.0));
+        // Words present, not as said.
+        assert_eq!(read_shares(markdown, &turns, &evidence(&[2])), (0.0, 1.0));
+        assert_eq!(read_shares(markdown, &turns, &evidence(&[1])), (0.0, 0.0));
+        assert_eq!(
+            read_shares(markdown, &turns, &evidence(&[0, 1])),
+            (0.5, 0.5)
+        );
     }
 
     #[test]
