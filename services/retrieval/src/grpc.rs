@@ -82,6 +82,11 @@ fn ranked_to_proto(memory: &RankedMemory) -> v1::RetrievedMemory {
         details_shown: memory.details_shown,
         messages_omitted: false,
         history: memory.history.iter().map(memory_to_proto).collect(),
+        lines_shown: memory
+            .lines_shown
+            .iter()
+            .map(|&line| u32::try_from(line).unwrap_or(u32::MAX))
+            .collect(),
     }
 }
 

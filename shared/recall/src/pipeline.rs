@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use engram_core::retrieval::budget::{self, EpisodePart};
+use engram_core::retrieval::lines;
 use engram_core::retrieval::markdown::{self, Detail, Earlier, EpisodeView, Provenance, Turn};
 use engram_core::retrieval::mmr::{self, MmrItem};
 use engram_core::retrieval::ranking::{
@@ -60,6 +61,8 @@ pub struct RankedMemory {
     pub dense: Option<LegHit>,
     /// Whether the Markdown shows the episode's conversation excerpt.
     pub details_shown: bool,
+    /// The lines of the episode's excerpt (indexes into its messages) the Markdown shows.
+    pub lines_shown: Vec<usize>,
     /// With `include_history`: the facts this one superseded, newest first.
     pub history: Vec<MemoryRecord>,
 }
@@ -800,6 +803,7 @@ fn rank_section(
                 sparse: fused.sparse,
                 dense: fused.dense,
                 details_shown: false,
+                lines_shown: Vec::new(),
                 history: Vec::new(),
             })
         })
@@ -837,6 +841,20 @@ fn provenance(record: &MemoryRecord) -> Provenance {
     }
 }
 
+/// Lines of an episode's conversation shown at most when they answer the query.
+const LINES_PER_EPISODE: usize = 3;
+
+/// What a rendering of an episode shows of it.
+#[derive(Clone, Copy)]
+enum EpisodeShown {
+    /// Its whole conversation excerpt (the detail level asked for it).
+    Excerpt,
+    /// The lines of its conversation that answer the query.
+    Lines,
+    /// Its title and summary alone.
+    Summary,
+}
+
 /// Renders both sections, fits them into the budget, and keeps what fit.
 fn render(
     semantic: Vec<RankedMemory>,
@@ -864,10 +882,25 @@ fn render(
             )
         })
         .collect();
+    // The lines of each episode's conversation that answer the query (none at detail NONE).
+    let turns: Vec<Vec<Turn>> = episodic.iter().map(|m| turns_of(&m.record)).collect();
+    let answering = if request.detail == Detail::None {
+        vec![Vec::new(); episodic.len()]
+    } else {
+        let texts: Vec<Vec<&str>> = turns
+            .iter()
+            .map(|turns| turns.iter().map(|turn| turn.content.as_str()).collect())
+            .collect();
+        lines::answering_lines(&request.query, &texts, LINES_PER_EPISODE)
+    };
+    // Each episode's renderings, the fullest first, and what each shows: its whole excerpt, the
+    // lines that answer, or its summary alone.
+    let mut shown: Vec<Vec<EpisodeShown>> = Vec::with_capacity(episodic.len());
     let episode_parts: Vec<EpisodePart> = episodic
         .iter()
-        .map(|m| {
-            let turns = turns_of(&m.record);
+        .zip(&turns)
+        .zip(&answering)
+        .map(|((m, turns), answering)| {
             let view = EpisodeView {
                 title: m.record.title.as_deref().unwrap_or(""),
                 rank: m.rank,
@@ -875,21 +908,22 @@ fn render(
                 surprise: m.record.surprise.unwrap_or(0.0),
                 end_at: m.record.end_at.unwrap_or(m.record.created_at),
                 summary: &m.record.text,
-                turns: &turns,
+                turns,
             };
-            let details = !turns.is_empty() && request.detail.shows_details(m.rank, view.surprise);
-            let without = markdown::episode_block(&view, false, now);
-            if details {
-                EpisodePart {
-                    full: markdown::episode_block(&view, true, now),
-                    without_details: Some(without),
-                }
-            } else {
-                EpisodePart {
-                    full: without,
-                    without_details: None,
-                }
+            let mut renderings = Vec::new();
+            let mut shows = Vec::new();
+            if !turns.is_empty() && request.detail.shows_details(m.rank, view.surprise) {
+                renderings.push(markdown::episode_block(&view, true, now));
+                shows.push(EpisodeShown::Excerpt);
             }
+            if !answering.is_empty() {
+                renderings.push(markdown::episode_lines_block(&view, answering, now));
+                shows.push(EpisodeShown::Lines);
+            }
+            renderings.push(markdown::episode_block(&view, false, now));
+            shows.push(EpisodeShown::Summary);
+            shown.push(shows);
+            EpisodePart { renderings }
         })
         .collect();
     let fitted = budget::fit(&fact_lines, &episode_parts, request.token_budget);
@@ -903,9 +937,16 @@ fn render(
     let episodic = fitted
         .episodes
         .iter()
-        .filter_map(|&(i, details)| {
+        .filter_map(|&(i, rendering)| {
             let mut memory = episodic[i].take()?;
-            memory.details_shown = details && episode_parts[i].without_details.is_some();
+            match shown[i][rendering] {
+                EpisodeShown::Excerpt => {
+                    memory.details_shown = true;
+                    memory.lines_shown = (0..turns[i].len()).collect();
+                }
+                EpisodeShown::Lines => memory.lines_shown = answering[i].clone(),
+                EpisodeShown::Summary => {}
+            }
             Some(memory)
         })
         .collect();

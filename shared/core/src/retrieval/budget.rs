@@ -2,9 +2,9 @@
 //! encoding of current OpenAI models; other LLMs' tokenizers land within a few percent of it).
 //!
 //! Parts are taken in priority order — the best episode, the best fact, the second episode, the
-//! second fact, … — so that neither section can starve the other. An episode whose details do
-//! not fit is tried without them; a part that does not fit at all is left out and the response is
-//! marked truncated. The assembled Markdown is counted once more at the end, and parts are dropped
+//! second fact, … — so that neither section can starve the other. An episode is tried in each of
+//! its renderings, the fullest first (its excerpt, the lines that answer the query, its summary);
+//! a part that does not fit at all is left out. Either way the response is marked truncated. The assembled Markdown is counted once more at the end, and parts are dropped
 //! from the back should joining them have cost more than their separate counts.
 
 use std::sync::LazyLock;
@@ -75,20 +75,19 @@ fn parts_of_bounded_runs(text: &str) -> Vec<&str> {
         .collect()
 }
 
-/// A rendered episode, with the shorter rendering to fall back on.
+/// The renderings of an episode, the fullest first (its excerpt, the lines that answer the query,
+/// its summary): the budget takes the first that fits. At least one.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EpisodePart {
-    pub full: String,
-    /// The block without its details, when `full` has details.
-    pub without_details: Option<String>,
+    pub renderings: Vec<String>,
 }
 
 /// What fit: indexes into the inputs (in their original order) and the Markdown.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Fitted {
     pub facts: Vec<usize>,
-    /// Index and whether its details were kept.
-    pub episodes: Vec<(usize, bool)>,
+    /// Index and which of its renderings was kept (0: the fullest).
+    pub episodes: Vec<(usize, usize)>,
     pub markdown: String,
     pub tokens: usize,
     pub truncated: bool,
@@ -118,7 +117,7 @@ pub fn fit(facts: &[String], episodes: &[EpisodePart], budget: usize) -> Fitted 
     let mut used = 0usize;
     let mut truncated = false;
     let mut taken_facts: Vec<usize> = Vec::new();
-    let mut taken_episodes: Vec<(usize, bool)> = Vec::new();
+    let mut taken_episodes: Vec<(usize, usize)> = Vec::new();
     // Order in which parts were taken, to drop from the back if the final count is over.
     let mut taken_order: Vec<Part> = Vec::new();
     for part in order {
@@ -144,21 +143,15 @@ pub fn fit(facts: &[String], episodes: &[EpisodePart], budget: usize) -> Fitted 
                 } else {
                     1
                 };
-                let full = overhead + count_tokens(&episodes[index].full);
-                if used + full <= budget {
-                    used += full;
-                    taken_episodes.push((index, true));
-                    taken_order.push(part);
-                    continue;
-                }
-                truncated = true;
-                if let Some(short) = &episodes[index].without_details {
-                    let cost = overhead + count_tokens(short);
+                for (rendering, text) in episodes[index].renderings.iter().enumerate() {
+                    let cost = overhead + count_tokens(text);
                     if used + cost <= budget {
                         used += cost;
-                        taken_episodes.push((index, false));
+                        taken_episodes.push((index, rendering));
                         taken_order.push(part);
+                        break;
                     }
+                    truncated = true;
                 }
             }
         }
@@ -170,12 +163,7 @@ pub fn fit(facts: &[String], episodes: &[EpisodePart], budget: usize) -> Fitted 
         let fact_lines: Vec<String> = taken_facts.iter().map(|&i| facts[i].clone()).collect();
         let blocks: Vec<String> = taken_episodes
             .iter()
-            .map(
-                |&(i, details)| match (&episodes[i].without_details, details) {
-                    (Some(short), false) => short.clone(),
-                    _ => episodes[i].full.clone(),
-                },
-            )
+            .map(|&(i, rendering)| episodes[i].renderings[rendering].clone())
             .collect();
         let markdown = assemble(&fact_lines, &blocks);
         let tokens = count_tokens(&markdown);
@@ -217,8 +205,7 @@ mod tests {
             "- user: \"detail line\"\n".repeat(details)
         );
         EpisodePart {
-            full,
-            without_details: Some(short),
+            renderings: vec![full, short],
         }
     }
 
@@ -226,7 +213,7 @@ mod tests {
     fn everything_fits_in_a_large_budget() {
         let fitted = fit(&facts(3), &[episode(10, 2)], 2_000);
         assert_eq!(fitted.facts, vec![0, 1, 2]);
-        assert_eq!(fitted.episodes, vec![(0, true)]);
+        assert_eq!(fitted.episodes, vec![(0, 0)]);
         assert!(!fitted.truncated);
         assert_eq!(fitted.tokens, count_tokens(&fitted.markdown));
     }
@@ -249,7 +236,7 @@ mod tests {
     #[test]
     fn details_are_dropped_before_the_episode() {
         let fitted = fit(&[], &[episode(10, 200)], 120);
-        assert_eq!(fitted.episodes, vec![(0, false)]);
+        assert_eq!(fitted.episodes, vec![(0, 1)]);
         assert!(fitted.truncated);
     }
 

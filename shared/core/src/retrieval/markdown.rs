@@ -176,6 +176,36 @@ pub fn episode_block(episode: &EpisodeView<'_>, with_details: bool, now: DateTim
     block
 }
 
+/// The episode's block showing only the lines of its conversation that answer the query
+/// (`lines`: indexes into its turns, in order), verbatim, under its title and when it took place.
+pub fn episode_lines_block(
+    episode: &EpisodeView<'_>,
+    lines: &[usize],
+    now: DateTime<Utc>,
+) -> String {
+    let key_moment = if episode.surprise >= KEY_MOMENT_SURPRISE {
+        ", key moment"
+    } else {
+        ""
+    };
+    let mut block = format!(
+        "### {} [rank: {}, score: {:.3}{key_moment}]\n**When:** {} ({})\n**What was said:**\n",
+        one_line(episode.title),
+        episode.rank,
+        episode.score,
+        relative_time(episode.end_at, now),
+        episode.end_at.format("%-d %b %Y"),
+    );
+    for turn in lines.iter().filter_map(|&index| episode.turns.get(index)) {
+        block.push_str(&format!(
+            "- {}: \"{}\"\n",
+            turn.role,
+            one_line(&turn.content)
+        ));
+    }
+    block
+}
+
 /// The whole Markdown from rendered parts (fact lines and episode blocks, in order).
 pub fn assemble(fact_lines: &[String], episode_blocks: &[String]) -> String {
     if fact_lines.is_empty() && episode_blocks.is_empty() {

@@ -6,6 +6,7 @@
 pub mod bm25;
 pub mod budget;
 pub mod fusion;
+pub mod lines;
 pub mod markdown;
 pub mod mmr;
 pub mod query;
