@@ -1367,3 +1367,122 @@ async fn closing_a_segment_of_an_unknown_conversation_is_not_found() {
         .into_inner();
     assert_eq!(nothing, v1::CloseSegmentResponse::default());
 }
+
+/// What an assistant reads (issue 38): a conversation of several sessions appended, then a
+/// question whose answer is one line of a long episode. Within 1,000 tokens the Markdown holds
+/// that line as it was said, with its speaker, under its episode with the date it took place;
+/// the structured results say which lines were shown.
+#[tokio::test]
+async fn the_line_that_answers_reaches_the_assistant_verbatim_within_1000_tokens() {
+    let mut sandbox = Sandbox::start().await;
+    let chat = Chat::new("dialog");
+    // Two people, three dated sessions; the answer is one line in the middle of the second.
+    let sessions: [(i64, &[&str]); 3] = [
+        (
+            30,
+            &[
+                "Joanna: Hey Nate! How was the tournament last weekend?",
+                "Nate: Hey Joanna! We made it to the semifinals, which was fun.",
+                "Joanna: Nice! Are you still streaming the games on weekends?",
+                "Nate: Yes, every Saturday evening, and my turtles watch from their tank.",
+                "Joanna: Ha, I love that. I started writing my screenplay again.",
+                "Nate: That's great, what is it about?",
+                "Joanna: A woman who moves to a lighthouse and finds old letters.",
+                "Nate: Sounds moving. Send me a draft when you can.",
+            ],
+        ),
+        (
+            20,
+            &[
+                "Joanna: Hi Nate! I tried baking this weekend, it went badly.",
+                "Nate: Oh no, what happened?",
+                "Joanna: The cake collapsed in the oven, I think the oven is too hot.",
+                "Nate: I have been making desserts too, mostly dairy-free ones.",
+                "Joanna: Really? Which flavors do you like best?",
+                "Nate: I love coconut milk, but I also enjoy chocolate and mixed berry flavors.",
+                "Joanna: Yum. I should try a coconut one next time.",
+                "Nate: Definitely, it is easier than it sounds.",
+                "Joanna: By the way, my screenplay got a reading at the local theater.",
+                "Nate: Congratulations! That's a big step.",
+                "Joanna: Thanks! I was nervous the whole evening.",
+                "Nate: I bet it went better than you think.",
+            ],
+        ),
+        (
+            10,
+            &[
+                "Joanna: Hey Nate, how are the turtles?",
+                "Nate: They are fine, I bought them a bigger tank last week.",
+                "Joanna: They must love it. I am reading a book about old lighthouses.",
+                "Nate: Research for the screenplay?",
+                "Joanna: Exactly, the second act needs more detail.",
+                "Nate: Good luck with it, tell me how it goes.",
+            ],
+        ),
+    ];
+    for (days, lines) in sessions {
+        let messages = lines
+            .iter()
+            .enumerate()
+            .map(|(position, line)| {
+                let at = days_ago(days, position as i64);
+                if position % 2 == 0 {
+                    user(line, at)
+                } else {
+                    assistant(line, at)
+                }
+            })
+            .collect();
+        chat.append(&mut sandbox, messages).await;
+        chat.close(&mut sandbox).await;
+    }
+    // Every turn segmented (the rules may split a session), then consolidated.
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while chat.state(&mut sandbox).await.segmented_through < 25 {
+        assert!(Instant::now() < deadline, "not segmented after 40 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    chat.wait_for_consolidation(&mut sandbox).await;
+
+    let answer = sandbox
+        .retrieval
+        .retrieve_memory(v1::RetrieveMemoryRequest {
+            scope: Some(chat.scope.clone()),
+            query: "Which dairy-free dessert flavors does Nate enjoy?".to_owned(),
+            token_budget: Some(1_000),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(answer.tokens <= 1_000);
+    let line = "Nate: I love coconut milk, but I also enjoy chocolate and mixed berry flavors.";
+    assert!(
+        answer.markdown.contains(&format!("\"{line}\"")),
+        "the answering line, verbatim with its speaker:\n{}",
+        answer.markdown
+    );
+    // Under its episode, with the date the session took place.
+    let said_on = days_ago(20, 0).format("%-d %b %Y").to_string();
+    let block = answer
+        .markdown
+        .split("### ")
+        .find(|block| block.contains(line))
+        .expect("the line is in an episode's block");
+    assert!(block.contains(&said_on), "the episode's date: {block}");
+    // The structured results say which of the episode's lines were shown.
+    let shown = answer
+        .episodic
+        .iter()
+        .find(|m| !m.lines_shown.is_empty())
+        .expect("an episode shows lines");
+    let messages = &shown.memory.as_ref().unwrap().messages;
+    assert!(
+        shown
+            .lines_shown
+            .iter()
+            .any(|&index| messages[index as usize].content == line),
+        "lines_shown names the answering line: {:?}",
+        shown.lines_shown
+    );
+}
