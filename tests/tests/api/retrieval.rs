@@ -132,7 +132,12 @@ fn assert_golden(name: &str, actual: &str) {
             path.display()
         )
     });
-    assert_eq!(*actual, expected, "Markdown differs from {}", path.display());
+    assert_eq!(
+        *actual,
+        expected,
+        "Markdown differs from {}",
+        path.display()
+    );
 }
 
 /// A small life: preferences, a meeting, and two episodes (one surprising, with details).
