@@ -68,6 +68,21 @@ fn event(routing_key: &str, payload: &[u8]) -> OutgoingEvent {
     }
 }
 
+/// The first message of the test's dead-letter queue, read directly (and taken off it).
+async fn first_dead_letter(topology: &Topology) -> Option<lapin::message::BasicGetMessage> {
+    let connection = lapin::Connection::connect(&amqp_url(), Default::default())
+        .await
+        .unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    channel
+        .basic_get(
+            topology.dead_letter_queue().into(),
+            lapin::options::BasicGetOptions { no_ack: true },
+        )
+        .await
+        .unwrap()
+}
+
 async fn next(deliveries: &mut engram_bus::Deliveries) -> engram_bus::Delivery {
     tokio::time::timeout(Duration::from_secs(10), deliveries.next())
         .await
@@ -160,17 +175,8 @@ async fn a_dead_lettered_message_keeps_its_reason_and_does_not_block_the_queue()
     healthy.ack().await.unwrap();
 
     // Read the dead-letter queue directly.
-    let connection = lapin::Connection::connect(&amqp_url(), Default::default())
+    let message = first_dead_letter(&topology)
         .await
-        .unwrap();
-    let channel = connection.create_channel().await.unwrap();
-    let message = channel
-        .basic_get(
-            topology.dead_letter_queue().into(),
-            lapin::options::BasicGetOptions { no_ack: true },
-        )
-        .await
-        .unwrap()
         .expect("the poison message is in the dead-letter queue");
     assert_eq!(message.delivery.data, b"poison");
     let headers = message.delivery.properties.headers().clone().unwrap();
@@ -227,17 +233,8 @@ async fn transient_failures_use_up_no_attempt_and_the_message_is_handled_after_t
         "the run of transient failures ended"
     );
     assert!(last.fail("bad row", false, max_attempts).await.unwrap());
-    let connection = lapin::Connection::connect(&amqp_url(), Default::default())
+    let dead = first_dead_letter(&topology)
         .await
-        .unwrap();
-    let channel = connection.create_channel().await.unwrap();
-    let dead = channel
-        .basic_get(
-            topology.dead_letter_queue().into(),
-            lapin::options::BasicGetOptions { no_ack: true },
-        )
-        .await
-        .unwrap()
         .expect("dead-lettered once its attempts ran out");
     assert_eq!(dead.delivery.data, b"during-an-outage");
     cleanup(&topology).await;
@@ -273,17 +270,8 @@ async fn a_message_failing_transiently_for_longer_than_the_window_is_dead_letter
             .unwrap(),
         "dead-lettered once the window is over"
     );
-    let connection = lapin::Connection::connect(&amqp_url(), Default::default())
+    let dead = first_dead_letter(&topology)
         .await
-        .unwrap();
-    let channel = connection.create_channel().await.unwrap();
-    let dead = channel
-        .basic_get(
-            topology.dead_letter_queue().into(),
-            lapin::options::BasicGetOptions { no_ack: true },
-        )
-        .await
-        .unwrap()
         .expect("in the dead-letter queue");
     assert_eq!(dead.delivery.data, b"crashes-the-backend");
     cleanup(&topology).await;
