@@ -148,30 +148,40 @@ pub struct EpisodeView<'a> {
     pub turns: &'a [Turn],
 }
 
-/// The episode's block, with or without its details.
-pub fn episode_block(episode: &EpisodeView<'_>, with_details: bool, now: DateTime<Utc>) -> String {
+/// An episode's heading: its title, rank, score and whether it is a key moment.
+fn episode_heading(episode: &EpisodeView<'_>) -> String {
     let key_moment = if episode.surprise >= KEY_MOMENT_SURPRISE {
         ", key moment"
     } else {
         ""
     };
-    let mut block = format!(
-        "### {} [rank: {}, score: {:.3}{key_moment}]\n**When:** {}\n**Summary:** {}\n",
+    format!(
+        "### {} [rank: {}, score: {:.3}{key_moment}]\n",
         one_line(episode.title),
         episode.rank,
         episode.score,
+    )
+}
+
+/// One line of a conversation as a list item.
+fn turn_item(turn: &Turn) -> String {
+    format!("- {}: \"{}\"\n", turn.role, one_line(&turn.content))
+}
+
+/// The episode's block, with or without its details.
+pub fn episode_block(episode: &EpisodeView<'_>, with_details: bool, now: DateTime<Utc>) -> String {
+    let mut block = format!(
+        "{}**When:** {}\n**Summary:** {}\n",
+        episode_heading(episode),
         relative_time(episode.end_at, now),
         one_line(episode.summary),
     );
     if with_details && !episode.turns.is_empty() {
         block.push_str("\n**Details:**\n");
-        for turn in episode.turns {
-            block.push_str(&format!(
-                "- {}: \"{}\"\n",
-                turn.role,
-                one_line(&turn.content)
-            ));
-        }
+        episode
+            .turns
+            .iter()
+            .for_each(|turn| block.push_str(&turn_item(turn)));
     }
     block
 }
@@ -183,26 +193,16 @@ pub fn episode_lines_block(
     lines: &[usize],
     now: DateTime<Utc>,
 ) -> String {
-    let key_moment = if episode.surprise >= KEY_MOMENT_SURPRISE {
-        ", key moment"
-    } else {
-        ""
-    };
     let mut block = format!(
-        "### {} [rank: {}, score: {:.3}{key_moment}]\n**When:** {} ({})\n**What was said:**\n",
-        one_line(episode.title),
-        episode.rank,
-        episode.score,
+        "{}**When:** {} ({})\n**What was said:**\n",
+        episode_heading(episode),
         relative_time(episode.end_at, now),
         episode.end_at.format("%-d %b %Y"),
     );
-    for turn in lines.iter().filter_map(|&index| episode.turns.get(index)) {
-        block.push_str(&format!(
-            "- {}: \"{}\"\n",
-            turn.role,
-            one_line(&turn.content)
-        ));
-    }
+    lines
+        .iter()
+        .filter_map(|&index| episode.turns.get(index))
+        .for_each(|turn| block.push_str(&turn_item(turn)));
     block
 }
 
