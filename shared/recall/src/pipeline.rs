@@ -841,8 +841,9 @@ fn provenance(record: &MemoryRecord) -> Provenance {
     }
 }
 
-/// Lines of an episode's conversation shown at most when they answer the query.
-const LINES_PER_EPISODE: usize = 3;
+/// Lines of an episode's conversation shown at most when they answer the query (5 over 3 on the
+/// dialogs: docs/eval/README.md).
+const LINES_PER_EPISODE: usize = 5;
 
 /// What a rendering of an episode shows of it.
 #[derive(Clone, Copy)]
