@@ -23,7 +23,6 @@ SELECT count(*)                                                        AS reques
        round(100.0 * avg((context_items > 0)::int), 1)                 AS "answered %",
        round(100.0 * avg(used_fallback::int), 1)                       AS "fallback %",
        round(100.0 * avg(truncated::int), 1)                           AS "truncated %",
-       round(100.0 * avg(scope_widened::int), 1)                       AS "widened %",
        round(100.0 * avg((error_stage IS NOT NULL)::int), 1)           AS "error %",
        round(avg(context_items), 1)                                    AS "items avg",
        round(avg(estimated_tokens))                                    AS "tokens avg",

@@ -51,7 +51,8 @@ fn served_by_to_proto(served_by: &ServedBy, profile: &str) -> v1::ServedBy {
     v1::ServedBy {
         path: served_by.path.clone(),
         searched: served_by.searched.clone(),
-        scope_widened: served_by.scope_widened,
+        // Every search covers the space (the field stays for clients that read it).
+        scope_widened: false,
         sparse_hits: served_by.sparse_hits as u32,
         dense_hits: served_by.dense_hits as u32,
         trigram_hits: served_by.trigram_hits as u32,

@@ -73,8 +73,7 @@ pub struct ServedBy {
     /// `bm25+vector`, `bm25`, `trigram+vector`, `trigram`, `vector`, `recent`, `none`,
     /// `memory_off` or `incognito`.
     pub path: String,
-    pub scope_widened: bool,
-    /// Where the results came from: `conversation` or `space`.
+    /// Where the results came from: `space` (every search covers it), or `none` for an empty answer.
     pub searched: String,
     pub sparse_hits: usize,
     pub dense_hits: usize,
@@ -385,7 +384,6 @@ impl Recall {
         };
         let served_by = ServedBy {
             path,
-            scope_widened: false,
             searched: "space".to_owned(),
             sparse_hits,
             dense_hits,
@@ -444,7 +442,8 @@ impl Recall {
                 used_fallback: retrieval.served_by.used_fallback,
                 retrieval_path: retrieval.served_by.path.clone(),
                 ranking_profile: request.ranking.profile.as_str().to_owned(),
-                scope_widened: retrieval.served_by.scope_widened,
+                // Searches no longer start in the conversation and widen.
+                scope_widened: false,
                 context_items: (retrieval.semantic.len() + retrieval.episodic.len()) as i32,
                 estimated_tokens: retrieval.tokens as i32,
                 truncated: retrieval.truncated,
@@ -534,20 +533,18 @@ fn record_path(result: &Result<Retrieval, RecallError>) {
             )
             .build()
     });
-    let (path, fallback, widened) = match result {
+    let (path, fallback) = match result {
         Ok(retrieval) => (
             retrieval.served_by.path.clone(),
             retrieval.served_by.used_fallback,
-            retrieval.served_by.scope_widened,
         ),
-        Err(_) => ("error".to_owned(), false, false),
+        Err(_) => ("error".to_owned(), false),
     };
     requests.add(
         1,
         &[
             opentelemetry::KeyValue::new("path", path),
             opentelemetry::KeyValue::new("fallback", fallback),
-            opentelemetry::KeyValue::new("scope_widened", widened),
         ],
     );
 }

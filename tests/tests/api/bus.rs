@@ -36,6 +36,19 @@ async fn count_in(pool: &sqlx::PgPool, sql: &'static str) -> i64 {
 }
 
 /// Why a dead-lettered message was given up (the header the consumers set).
+/// An OpenAI-style embeddings answer to `body`: one 384-dimensional unit vector per input.
+fn embeddings_of(body: &serde_json::Value) -> serde_json::Value {
+    let inputs = body["input"].as_array().unwrap().len();
+    let data: Vec<serde_json::Value> = (0..inputs)
+        .map(|index| {
+            let mut vector = vec![0.0f32; 384];
+            vector[index] = 1.0;
+            serde_json::json!({ "index": index, "embedding": vector })
+        })
+        .collect();
+    serde_json::json!({ "data": data })
+}
+
 fn failure_reason(delivery: &lapin::message::Delivery) -> String {
     let headers = delivery.properties.headers().clone().unwrap();
     match headers
@@ -297,7 +310,7 @@ async fn an_embedder_outage_longer_than_the_attempts_is_retried_not_dead_lettere
     use axum::Json;
     use axum::http::StatusCode;
     use axum::response::IntoResponse as _;
-    use serde_json::{Value, json};
+    use serde_json::Value;
     // Each delivery asks twice (a try and the client's one retry); 5 attempts would be 10.
     const DOWN_FOR_REQUESTS: usize = 16;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -313,15 +326,7 @@ async fn an_embedder_outage_longer_than_the_attempts_is_retried_not_dead_lettere
                     return (StatusCode::SERVICE_UNAVAILABLE, "embedding backend down")
                         .into_response();
                 }
-                let inputs = body["input"].as_array().unwrap().len();
-                let data: Vec<Value> = (0..inputs)
-                    .map(|index| {
-                        let mut vector = vec![0.0f32; 384];
-                        vector[index] = 1.0;
-                        json!({ "index": index, "embedding": vector })
-                    })
-                    .collect();
-                Json(json!({ "data": data })).into_response()
+                Json(embeddings_of(&body)).into_response()
             }
         }),
     );
@@ -394,7 +399,7 @@ async fn an_embedder_outage_longer_than_the_attempts_is_retried_not_dead_lettere
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_stopped_mid_batch_finishes_it_and_leaves_the_rest_to_the_next() {
     use axum::Json;
-    use serde_json::{Value, json};
+    use serde_json::Value;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base_url = format!("http://{}", listener.local_addr().unwrap());
     let started_batches = std::sync::Arc::new(tokio::sync::Notify::new());
@@ -407,15 +412,7 @@ async fn a_worker_stopped_mid_batch_finishes_it_and_leaves_the_rest_to_the_next(
             async move {
                 signal.notify_one();
                 tokio::time::sleep(Duration::from_secs(1)).await;
-                let inputs = body["input"].as_array().unwrap().len();
-                let data: Vec<Value> = (0..inputs)
-                    .map(|index| {
-                        let mut vector = vec![0.0f32; 384];
-                        vector[index] = 1.0;
-                        json!({ "index": index, "embedding": vector })
-                    })
-                    .collect();
-                Json(json!({ "data": data }))
+                Json(embeddings_of(&body))
             }
         }),
     );
