@@ -92,6 +92,11 @@ eval: up models ## Retrieval quality: recall@k / nDCG@k per ranking profile and 
 	cargo build --release --bin ingest --bin retrieval --bin eval --bin eval-dialogs
 	@bash deploy/eval/run.sh
 
+.PHONY: eval-reads
+eval-reads: up models ## What an assistant reads from the dialogs alone, printed (a few minutes; for trying a retrieval change before make eval)
+	cargo build --release --bin ingest --bin retrieval --bin eval-dialogs
+	@bash deploy/eval/run.sh --reads-only
+
 .PHONY: eval-topic
 eval-topic: models ## Segmentation: calibrate the topic rules for their turn vectors on tests/eval/dialogs and write docs/eval/topic.md (release build)
 	cargo build --release --bin eval-topic

@@ -39,6 +39,13 @@ wait_for_port 127.0.0.1 "$ingest_port" 120 || die "the ingest service did not st
 wait_for_port 127.0.0.1 "$retrieval_port" 120 || die "the retrieval service did not start (see $ENGRAM_LOG_DIR/eval-retrieval.log)"
 
 mkdir -p "$repo/docs/eval"
+if [[ "${1:-}" == "--reads-only" ]]; then
+    # make eval-reads: only what an assistant reads from the dialogs, printed, no report written.
+    env "${segmentation_env[@]}" "$bin/eval-dialogs" --dialogs "$repo/tests/eval/dialogs" \
+        --ingest "http://127.0.0.1:$ingest_port" --retrieval "http://127.0.0.1:$retrieval_port" \
+        --database-url "$url" --report /dev/null --reads-only
+    exit 0
+fi
 "$bin/eval" --tasks "$repo/tests/eval/tasks.json" \
     --ingest "http://127.0.0.1:$ingest_port" --retrieval "http://127.0.0.1:$retrieval_port" \
     --report "$repo/docs/eval/retrieval.md" --command-line "make eval"

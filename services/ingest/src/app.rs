@@ -65,14 +65,14 @@ impl App {
         let requests = Arc::new(engram_core::activity::RequestActivity::new());
         let embedders =
             engram_recall::load_embedders(&settings.embed.embedder_choice(&requests)).await?;
-        let embedder = embedders.text;
+        let embedder = embedders.text.clone();
         if let Some(embedder) = &embedder {
             engram_recall::check_dimension(&pool, embedder.as_ref()).await?;
         }
         // "What do you remember about X" runs the retrieval pipeline over the same model.
         let recall = engram_recall::start_recall(
             pool.clone(),
-            embedder.clone(),
+            embedders.clone(),
             settings.embed.query_embedder(),
             settings.recall.clone(),
         )?;

@@ -33,8 +33,8 @@ impl App {
         let pool = engram_server::database::connect(&settings.database).await?;
         // Turns and responses are counted in tokens: load the vocabulary before serving.
         tokio::task::spawn_blocking(engram_core::retrieval::budget::load_tokenizer).await?;
-        let embedder = engram_recall::load_embedder(&settings.embed.embedder_choice()).await?;
-        match &embedder {
+        let embedders = engram_recall::load_embedders(&settings.embed.embedder_choice()).await?;
+        match &embedders.text {
             Some(embedder) => {
                 engram_recall::check_dimension(&pool, embedder.as_ref()).await?;
                 tracing::info!(model = %embedder.model_id(), "query embedder loaded");
@@ -45,7 +45,7 @@ impl App {
         }
         let recall = engram_recall::start_recall(
             pool.clone(),
-            embedder,
+            embedders,
             settings.embed.query_embedder(),
             settings.recall.clone(),
         )?;

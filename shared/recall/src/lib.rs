@@ -3,12 +3,13 @@
 //!
 //! 1. the space's settings and the conversation's incognito state decide whether to search;
 //! 2. the query is embedded (micro-batched with concurrent queries, cached) while the sparse leg
-//!    (BM25 in Postgres) searches the conversation, widening to the space when it finds little or
-//!    the query looks back;
-//! 3. the dense leg finds the nearest embeddings (exact for small spaces, HNSW for large ones);
-//! 4. RRF fuses the legs; fallbacks take over when a leg fails or finds nothing (trigram, then the
-//!    most recent entries);
-//! 5. the ranking profile scores, MMR diversifies, the token budget cuts, Markdown renders;
+//!    (BM25 in Postgres) searches the whole space's facts and episodes, and its stored turns;
+//! 3. the dense leg finds the nearest embeddings (exact for small spaces, HNSW for large ones),
+//!    and the nearest stored turn vectors;
+//! 4. RRF fuses the legs; the trigram fallback takes over when no word matched; a query nothing
+//!    matches gets nothing;
+//! 5. the ranking profile scores, MMR diversifies; the lines of the stored turns that answer are
+//!    chosen and grouped by episode; the token budget cuts, Markdown renders;
 //! 6. the side effects (pending review, last scores, metrics) are written in one statement.
 
 #![forbid(unsafe_code)]

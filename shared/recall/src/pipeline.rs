@@ -19,6 +19,7 @@ use engram_store::retrieval::{
     self as store, Bm25, DenseMethod, Hit, LoadedCandidate, RetrievalMetrics, RetrievalRecord,
     SearchFilter,
 };
+use engram_store::turn_search::{self, StoredTurn, TurnHit};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -70,7 +71,7 @@ pub struct RankedMemory {
 /// Which path served a retrieval.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ServedBy {
-    /// `bm25+vector`, `bm25`, `trigram+vector`, `trigram`, `vector`, `recent`, `none`,
+    /// `bm25+vector`, `bm25`, `trigram+vector`, `trigram`, `vector`, `none`,
     /// `memory_off` or `incognito`.
     pub path: String,
     /// Where the results came from: `space` (every search covers it), or `none` for an empty answer.
@@ -101,6 +102,21 @@ pub struct Recall {
     settings: RecallSettings,
     /// The configured ranking, checked once at construction.
     default_ranking: RankingParams,
+    /// The embedder of the stored turn vectors (segmentation's), whose nearest turns to the
+    /// query join the lines' search.
+    turn_vectors: Option<TurnVectors>,
+}
+
+/// The embedder of the stored turn vectors.
+#[derive(Clone)]
+struct TurnVectors(std::sync::Arc<dyn engram_embed::Embedder>);
+
+impl std::fmt::Debug for TurnVectors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("TurnVectors")
+            .field(&self.0.model_id())
+            .finish()
+    }
 }
 
 /// Candidates of one kind from both legs.
@@ -123,7 +139,18 @@ impl Recall {
             embedder,
             settings,
             default_ranking,
+            turn_vectors: None,
         })
+    }
+
+    /// Searches the stored turns by their vectors too, embedding the query with `turn_vectors`
+    /// (the embedder whose vectors segmentation stores beside the turns).
+    pub fn with_turn_vectors(
+        mut self,
+        turn_vectors: Option<std::sync::Arc<dyn engram_embed::Embedder>>,
+    ) -> Self {
+        self.turn_vectors = turn_vectors.map(TurnVectors);
+        self
     }
 
     pub fn settings(&self) -> &RecallSettings {
@@ -261,8 +288,43 @@ impl Recall {
             });
             futures::future::try_join_all(searches).await
         };
-        let (sparse, embedding) = tokio::join!(sparse, embedding);
+        // The stored turns that share words with the query, whose lines the Markdown shows.
+        let search_lines = request.episodic_limit > 0 && request.detail != Detail::None;
+        let turn_hits = async {
+            if search_lines {
+                turn_search::search_turns(
+                    &self.pool,
+                    &request.scope,
+                    &request.query,
+                    bm25,
+                    TURN_CANDIDATES,
+                )
+                .await
+            } else {
+                Ok(Vec::new())
+            }
+        };
+        // The query among the turn vectors: a static-token-vector mean, no model pass per turn.
+        let turn_vector = async {
+            let TurnVectors(embedder) = self
+                .turn_vectors
+                .as_ref()
+                .filter(|_| search_lines && request.dense)?;
+            let texts = [request.query.clone()];
+            match embedder.embed(&texts).await {
+                Ok(mut vectors) => vectors
+                    .pop()
+                    .map(|vector| (embedder.model_id().to_owned(), vector)),
+                Err(error) => {
+                    tracing::warn!(%error, "no turn vector for the query; lines found by their words");
+                    None
+                }
+            }
+        };
+        let (sparse, embedding, turn_hits, turn_vector) =
+            tokio::join!(sparse, embedding, turn_hits, turn_vector);
         let sparse = sparse?;
+        let turn_hits = turn_hits?;
         let latency_embed_ms = embedding.as_ref().map(|_| elapsed_ms(embedding_started));
 
         let mut fallback_reasons: Vec<String> = Vec::new();
@@ -294,17 +356,48 @@ impl Recall {
         };
         *stage = "vector";
         let mut dense: Vec<Vec<Hit>> = vec![Vec::new(); kinds.len()];
-        if let Some(embedding) = &query_embedding {
-            let searches = filters
-                .iter()
-                .map(|filter| store::dense_search(&self.pool, filter, embedding, method, limit));
-            match futures::future::try_join_all(searches).await {
-                Ok(found) => dense = found,
-                Err(error) => {
-                    tracing::warn!(error = %error, "vector search failed; serving sparse results only");
-                    fallback_reasons.push("vector search failed".to_owned());
+        let dense_search = async {
+            match &query_embedding {
+                Some(embedding) => {
+                    let searches = filters.iter().map(|filter| {
+                        store::dense_search(&self.pool, filter, embedding, method, limit)
+                    });
+                    Some(futures::future::try_join_all(searches).await)
                 }
+                None => None,
             }
+        };
+        // The turns nearest the query by their vectors, while the vector leg searches.
+        let nearest_turns = async {
+            match &turn_vector {
+                Some((model, vector)) => turn_search::nearest_turns(
+                    &self.pool,
+                    &request.scope,
+                    model,
+                    vector,
+                    TURN_CANDIDATES,
+                )
+                .await
+                .unwrap_or_else(|error| {
+                    tracing::warn!(%error, "turn vector search failed; lines found by their words");
+                    Vec::new()
+                }),
+                None => Vec::new(),
+            }
+        };
+        let (found, turn_nearest) = tokio::join!(dense_search, nearest_turns);
+        // The lines found by either leg, each with its neighbours.
+        let mut hit_turns: Vec<_> = turn_hits.iter().map(|hit| hit.turn).collect();
+        hit_turns.extend(turn_nearest.iter().map(|hit| hit.turn));
+        let stored_turns =
+            turn_search::turns_around(&self.pool, &request.scope, &hit_turns, 1).await?;
+        match found {
+            Some(Ok(found)) => dense = found,
+            Some(Err(error)) => {
+                tracing::warn!(error = %error, "vector search failed; serving sparse results only");
+                fallback_reasons.push("vector search failed".to_owned());
+            }
+            None => {}
         }
 
         let sparse_hits: usize = sparse.iter().map(Vec::len).sum();
@@ -314,7 +407,10 @@ impl Recall {
             .map(|(sparse, dense)| Legs { sparse, dense })
             .collect();
         let mut trigram_hits = 0;
-        if sparse_hits == 0 {
+        // Words that matched a stored turn count as matched: its lines answer, and the fallbacks
+        // would only pad them with entries that share nothing with the query.
+        let turns_matched = !turn_hits.is_empty();
+        if sparse_hits == 0 && !turns_matched {
             *stage = "trigram";
             fallback_reasons.push("no word of the query matched".to_owned());
             for (legs, filter) in legs.iter_mut().zip(&filters) {
@@ -343,35 +439,24 @@ impl Recall {
             }
         }
         let dense_hits: usize = legs.iter().map(|l| l.dense.len()).sum();
-        let mut recent = false;
-        let nothing_left = legs
-            .iter()
-            .all(|l| l.sparse.is_empty() && l.dense.is_empty());
-        // Serving the most recent entries would bring back what the floor just left out.
-        let emptied_by_floor = nothing_left && below_floor > 0;
-        if emptied_by_floor {
+        // Nothing found answers nothing: entries that share nothing with the query (the most
+        // recent, say) would only fill the assistant's budget with noise (issue 38).
+        let nothing_left = !turns_matched
+            && legs
+                .iter()
+                .all(|l| l.sparse.is_empty() && l.dense.is_empty());
+        if nothing_left && below_floor > 0 {
             fallback_reasons.push("nothing above the relevance floor".to_owned());
         } else if nothing_left {
-            fallback_reasons.push("nothing matched; serving the most recent entries".to_owned());
-            recent = true;
-            *stage = "recent";
-            for (legs, filter) in legs.iter_mut().zip(&filters) {
-                legs.sparse = store::most_recent(&self.pool, filter, limit).await?;
-            }
+            fallback_reasons.push("nothing matched the query".to_owned());
         }
 
-        let path = if emptied_by_floor {
+        let path = if nothing_left {
             "none".to_owned()
-        } else if recent {
-            if legs.iter().all(|l| l.sparse.is_empty()) {
-                "none".to_owned()
-            } else {
-                "recent".to_owned()
-            }
         } else {
             let sparse_leg = if trigram_hits > 0 {
                 Some("trigram")
-            } else if sparse_hits > 0 {
+            } else if sparse_hits > 0 || turns_matched {
                 Some("bm25")
             } else {
                 None
@@ -405,11 +490,18 @@ impl Recall {
             loaded,
             query_embedding,
             kinds,
+            turn_hits,
+            turn_nearest,
+            stored_turns,
             request: request.clone(),
             now,
         };
-        let mut sections = cpu_bound(move || ranking.rank()).await;
-        let episodic = if sections.len() > 1 {
+        let Ranked {
+            mut sections,
+            line_groups,
+            mut episode_candidates,
+        } = cpu_bound(move || ranking.rank()).await;
+        let ranked_episodes = if sections.len() > 1 {
             sections.pop().unwrap_or_default()
         } else {
             Vec::new()
@@ -418,6 +510,19 @@ impl Recall {
         if request.include_history {
             self.attach_history(&request.scope, &mut semantic).await?;
         }
+        // An episode whose lines answer but that no leg found is loaded for its heading.
+        let unloaded: Vec<Uuid> = line_groups
+            .iter()
+            .filter_map(|group| group.episode)
+            .filter(|id| !episode_candidates.contains_key(id))
+            .collect();
+        for candidate in store::load_candidates(&self.pool, &request.scope, &unloaded).await? {
+            episode_candidates.insert(
+                candidate.record.id,
+                (ScoreParts::default(), candidate.record),
+            );
+        }
+        let episodic = episodes_to_show(ranked_episodes, line_groups, episode_candidates);
 
         let rendering = request.clone();
         let retrieval =
@@ -519,7 +624,7 @@ impl Recall {
     }
 }
 
-/// Retrievals by the path that served them (`bm25+vector`, `bm25`, `trigram`, `recent`,
+/// Retrievals by the path that served them (`bm25+vector`, `bm25`, `trigram`,
 /// `none`, `memory_off`, `incognito`, `error`) and whether a fallback answered
 /// (`engram.retrieval.requests`).
 fn record_path(result: &Result<Retrieval, RecallError>) {
@@ -602,18 +707,35 @@ struct SectionsToRank {
     query_embedding: Option<std::sync::Arc<Vec<f32>>>,
     /// The kind of each section, in the order of `fused`.
     kinds: &'static [MemoryKind],
+    /// The stored turns the sparse leg found (BM25 scores), those nearest the query by their
+    /// vectors (cosines), and those turns with their neighbours.
+    turn_hits: Vec<TurnHit>,
+    turn_nearest: Vec<TurnHit>,
+    stored_turns: Vec<StoredTurn>,
     request: RetrieveRequest,
     now: DateTime<Utc>,
 }
 
+/// What the ranking decided.
+struct Ranked {
+    /// The facts, then the episodes when they were asked for.
+    sections: Vec<Vec<RankedMemory>>,
+    /// The lines that answer, by episode, best first.
+    line_groups: Vec<LineGroup>,
+    /// Every episode candidate's score and record (whether or not it was picked).
+    episode_candidates: HashMap<Uuid, (ScoreParts, MemoryRecord)>,
+}
+
 impl SectionsToRank {
-    /// Ranks each section: the facts, then the episodes when they were asked for.
-    fn rank(self) -> Vec<Vec<RankedMemory>> {
+    fn rank(self) -> Ranked {
         let Self {
             fused,
             loaded,
             query_embedding,
             kinds,
+            turn_hits,
+            turn_nearest,
+            stored_turns,
             request,
             now,
         } = self;
@@ -649,18 +771,39 @@ impl SectionsToRank {
             speakers: &speakers,
             conversation: request.conversation.map(|c| c.as_uuid()),
         };
-        evidence
+        let mut episode_candidates = HashMap::new();
+        let scored: Vec<Vec<Scored>> = evidence
+            .into_iter()
+            .map(|candidates| score_section(candidates, &context))
+            .collect();
+        let sections = scored
             .into_iter()
             .zip(kinds)
-            .map(|(candidates, kind)| {
-                let section_limit = if *kind == MemoryKind::Semantic {
-                    request.semantic_limit
+            .map(|(scored, kind)| {
+                if *kind == MemoryKind::Semantic {
+                    select(scored, request.semantic_limit, request.ranking.mmr_lambda)
                 } else {
-                    request.episodic_limit
-                };
-                rank_section(candidates, section_limit, &context)
+                    for (_, parts, candidate) in &scored {
+                        episode_candidates
+                            .insert(candidate.record.id, (*parts, candidate.record.clone()));
+                    }
+                    select(scored, request.episodic_limit, request.ranking.mmr_lambda)
+                }
             })
-            .collect()
+            .collect();
+        let line_groups = answering_lines(
+            &request.query,
+            &turn_hits,
+            &turn_nearest,
+            &stored_turns,
+            &episode_candidates,
+            &context,
+        );
+        Ranked {
+            sections,
+            line_groups,
+            episode_candidates,
+        }
     }
 }
 
@@ -710,16 +853,11 @@ struct RankingContext<'a> {
     conversation: Option<Uuid>,
 }
 
-/// Scores the candidates of one kind on the context's scale, keeps the best few times the limit,
-/// and lets MMR pick `limit` of them in order.
-fn rank_section(
-    candidates: Vec<Evidenced>,
-    limit: usize,
-    context: &RankingContext<'_>,
-) -> Vec<RankedMemory> {
-    if limit == 0 {
-        return Vec::new();
-    }
+/// A candidate with its score.
+type Scored = (Fused, ScoreParts, LoadedCandidate);
+
+/// Scores the candidates of one kind on the context's scale, best first.
+fn score_section(candidates: Vec<Evidenced>, context: &RankingContext<'_>) -> Vec<Scored> {
     let RankingContext {
         scale,
         params,
@@ -768,6 +906,14 @@ fn rank_section(
         })
         .collect();
     scored.sort_by(|a, b| b.1.total.total_cmp(&a.1.total).then(a.0.id.cmp(&b.0.id)));
+    scored
+}
+
+/// Lets MMR pick `limit` of the scored candidates (best first), in order.
+fn select(mut scored: Vec<Scored>, limit: usize, mmr_lambda: f64) -> Vec<RankedMemory> {
+    if limit == 0 {
+        return Vec::new();
+    }
     // MMR only needs to look a little past the limit: entries far down cannot climb above the
     // diverse picks.
     scored.truncate(limit.saturating_mul(4).max(limit));
@@ -784,10 +930,9 @@ fn rank_section(
             tags: &s.2.record.tags,
         })
         .collect();
-    let order = mmr::select(&items, params.mmr_lambda, limit);
+    let order = mmr::select(&items, mmr_lambda, limit);
     drop(items);
-    let mut slots: Vec<Option<(Fused, ScoreParts, LoadedCandidate)>> =
-        scored.into_iter().map(Some).collect();
+    let mut slots: Vec<Option<Scored>> = scored.into_iter().map(Some).collect();
     order
         .into_iter()
         .enumerate()
@@ -838,9 +983,221 @@ fn provenance(record: &MemoryRecord) -> Provenance {
     }
 }
 
-/// Lines of an episode's conversation shown at most when they answer the query (5 over 3 on the
-/// dialogs: docs/eval/README.md).
-const LINES_PER_EPISODE: usize = 5;
+// The defaults of the lines' search, each chosen on the dialogs by what an assistant reads
+// (`make eval-reads`; docs/eval/README.md says how).
+/// Turns each turn leg brings for the lines (each is loaded with its neighbours).
+const TURN_CANDIDATES: i64 = 60;
+/// Lines chosen for what they say, at most, over all episodes (each may bring a neighbour): 40
+/// over 30 and 20 (the budget, not this, then decides how many an assistant reads).
+const LINES_PER_RETRIEVAL: usize = 40;
+/// The share of a line's evidence that is its episode's ranking score (relative to the best
+/// episode's): a line of an episode that ranks well on its whole says more. 0.5 over 1.
+const EPISODE_SHARE: f64 = 0.5;
+/// BM25's weight against the turn vectors' in a line's relevance (the rest is the cosine's).
+/// The static token vectors are coarser than the model's sentence embeddings the facts'
+/// `sparse_weight` (0.3) weighs: 0.85 over 0.7, 0.5 and 0.3.
+const TURN_SPARSE_WEIGHT: f64 = 0.85;
+
+/// The lines of one episode (or, while its segment is open, of one conversation) that answer
+/// the query, in the order they were said.
+#[derive(Debug, Clone)]
+struct LineGroup {
+    /// None: the turns are not in an episode yet.
+    episode: Option<Uuid>,
+    lines: Vec<StoredTurn>,
+}
+
+/// Chooses the lines that answer the query among the stored turns found (with their
+/// neighbours, in conversation order) and groups them by episode, best group first.
+fn answering_lines(
+    query: &str,
+    hits: &[TurnHit],
+    nearest: &[TurnHit],
+    turns: &[StoredTurn],
+    episodes: &HashMap<Uuid, (ScoreParts, MemoryRecord)>,
+    context: &RankingContext<'_>,
+) -> Vec<LineGroup> {
+    if turns.is_empty() {
+        return Vec::new();
+    }
+    let offered = weigh_turns(query, hits, nearest, turns, episodes, context);
+    let chosen = lines::choose_lines(&offered, LINES_PER_RETRIEVAL);
+    group_by_episode(chosen, turns)
+}
+
+/// Each turn's evidence as a line that answers: both turn legs' scores on one scale, as facts'
+/// relevance is (BM25 weighing [`TURN_SPARSE_WEIGHT`]), weighed as a fact's is (a question,
+/// another speaker's line, the days the query names, the request's conversation), plus
+/// [`EPISODE_SHARE`] of its episode's score over the best episode's. A turn no leg found (a
+/// neighbour) has none of its own.
+fn weigh_turns<'a>(
+    query: &str,
+    hits: &[TurnHit],
+    nearest: &[TurnHit],
+    turns: &'a [StoredTurn],
+    episodes: &HashMap<Uuid, (ScoreParts, MemoryRecord)>,
+    context: &RankingContext<'_>,
+) -> Vec<lines::OfferedLine<'a>> {
+    let sparse: HashMap<_, f64> = hits.iter().map(|hit| (hit.turn, hit.score)).collect();
+    let cosine: HashMap<_, f64> = nearest.iter().map(|hit| (hit.turn, hit.score)).collect();
+    let legs: Vec<Option<LegEvidence>> = turns
+        .iter()
+        .map(|turn| {
+            let key = turn.key();
+            (sparse.contains_key(&key) || cosine.contains_key(&key)).then(|| LegEvidence {
+                sparse: sparse.get(&key).copied(),
+                cosine: cosine.get(&key).copied(),
+            })
+        })
+        .collect();
+    let scale = LegScale::of(legs.iter().flatten());
+    let best_episode = episodes
+        .values()
+        .map(|(parts, _)| parts.total)
+        .fold(0.0, f64::max);
+    let speakers = NamedSpeakers::in_query(query, turns.iter().map(|turn| turn.content.as_str()));
+    let params = context.params;
+    let factor = |applies: bool, factor: f64| if applies { factor } else { 1.0 };
+    turns
+        .iter()
+        .zip(&legs)
+        .enumerate()
+        .map(|(position, (turn, legs))| {
+            let follows_previous = position > 0 && {
+                let previous = &turns[position - 1];
+                previous.conversation_id == turn.conversation_id
+                    && previous.turn_index + 1 == turn.turn_index
+            };
+            let evidence = legs.as_ref().map_or(0.0, |legs| {
+                let in_window = context
+                    .window
+                    .is_some_and(|window| window.overlaps(turn.spoken_at, turn.spoken_at));
+                let own = relevance(legs, &scale, TURN_SPARSE_WEIGHT)
+                    * factor(
+                        is_question(&turn.content),
+                        params.question_weight.clamp(0.0, 1.0),
+                    )
+                    * factor(
+                        speakers.spoken_by_another(&turn.content),
+                        params.other_speaker_weight.clamp(0.0, 1.0),
+                    )
+                    * factor(in_window, 1.0 + params.time_match_boost)
+                    * factor(
+                        context.conversation == Some(turn.conversation_id),
+                        1.0 + engram_core::retrieval::ranking::REQUEST_CONVERSATION_BOOST,
+                    );
+                let episode = turn
+                    .episode_id
+                    .and_then(|id| episodes.get(&id))
+                    .filter(|_| best_episode > 0.0)
+                    .map_or(0.0, |(parts, _)| parts.total / best_episode);
+                own + EPISODE_SHARE * episode
+            });
+            lines::OfferedLine {
+                text: &turn.content,
+                evidence,
+                follows_previous,
+            }
+        })
+        .collect()
+}
+
+/// The chosen lines (best first) grouped by the episode that holds each (a conversation's turns
+/// not yet in an episode by conversation), best group first; within a group, in the order they
+/// were said. A line is shown once, in the group of the first line that shows it (a neighbour
+/// shown with a line goes with that line, whatever episode holds it).
+fn group_by_episode(chosen: Vec<lines::ChosenLine>, turns: &[StoredTurn]) -> Vec<LineGroup> {
+    let mut groups: Vec<(Option<Uuid>, Uuid, Vec<usize>)> = Vec::new();
+    let mut shown_already = std::collections::HashSet::new();
+    for line in chosen {
+        let shown: Vec<usize> = line
+            .shown
+            .into_iter()
+            .filter(|&index| shown_already.insert(index))
+            .collect();
+        if shown.is_empty() {
+            continue;
+        }
+        let turn = &turns[line.line];
+        let same = |(episode, conversation, _): &(Option<Uuid>, Uuid, Vec<usize>)| {
+            *episode == turn.episode_id && *conversation == turn.conversation_id
+        };
+        match groups.iter_mut().find(|group| same(group)) {
+            Some(group) => group.2.extend(shown),
+            None => groups.push((turn.episode_id, turn.conversation_id, shown)),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(episode, _, mut shown)| {
+            shown.sort_unstable();
+            LineGroup {
+                episode,
+                lines: shown
+                    .into_iter()
+                    .map(|index| turns[index].clone())
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+/// An entry of the episodes' section: an episode, with the lines that answer if any, or the
+/// lines of a conversation whose segment is still open.
+struct EpisodeEntry {
+    memory: Option<RankedMemory>,
+    lines: Vec<StoredTurn>,
+}
+
+/// The episodes' section: the episodes whose lines answer, best line first, then the ranked
+/// episodes without such lines, numbered in that order.
+fn episodes_to_show(
+    ranked: Vec<RankedMemory>,
+    line_groups: Vec<LineGroup>,
+    mut candidates: HashMap<Uuid, (ScoreParts, MemoryRecord)>,
+) -> Vec<EpisodeEntry> {
+    let mut ranked: Vec<Option<RankedMemory>> = ranked.into_iter().map(Some).collect();
+    let mut entries: Vec<EpisodeEntry> = Vec::new();
+    for group in line_groups {
+        let memory = group.episode.and_then(|id| {
+            ranked
+                .iter_mut()
+                .find(|m| m.as_ref().is_some_and(|m| m.record.id == id))
+                .and_then(Option::take)
+                .or_else(|| {
+                    let (scores, record) = candidates.remove(&id)?;
+                    Some(RankedMemory {
+                        record,
+                        rank: 0,
+                        scores,
+                        sparse: None,
+                        dense: None,
+                        details_shown: false,
+                        lines_shown: Vec::new(),
+                        history: Vec::new(),
+                    })
+                })
+        });
+        // An episode forgotten meanwhile: its lines are not shown.
+        if group.episode.is_some() && memory.is_none() {
+            continue;
+        }
+        entries.push(EpisodeEntry {
+            memory,
+            lines: group.lines,
+        });
+    }
+    entries.extend(ranked.into_iter().flatten().map(|memory| EpisodeEntry {
+        memory: Some(memory),
+        lines: Vec::new(),
+    }));
+    for (position, entry) in entries.iter_mut().enumerate() {
+        if let Some(memory) = &mut entry.memory {
+            memory.rank = position + 1;
+        }
+    }
+    entries
+}
 
 /// What a rendering of an episode shows of it.
 #[derive(Clone, Copy)]
@@ -853,10 +1210,79 @@ enum EpisodeShown {
     Summary,
 }
 
+/// Lines of an episode's excerpt shown at most when they answer the query, where its turns are
+/// not stored (5 over 3 on the dialogs: docs/eval/README.md).
+const LINES_PER_EXCERPT: usize = 5;
+
+/// Where each stored turn shown sits in the episode's excerpt (`memory.messages`), for
+/// `lines_shown`: matched by role and content, in order. A turn the excerpt does not hold (past
+/// its size limit, or the neighbour of a line from the next segment) is left out.
+fn positions_in_excerpt(turns: &[StoredTurn], excerpt: &[Turn]) -> Vec<usize> {
+    let mut positions = Vec::with_capacity(turns.len());
+    let mut from = 0;
+    for turn in turns {
+        let found = excerpt[from..]
+            .iter()
+            .position(|line| line.role == turn.role && line.content == turn.content);
+        if let Some(offset) = found {
+            positions.push(from + offset);
+            from += offset + 1;
+        }
+    }
+    positions
+}
+
+/// The lines each entry shows, and where they sit in its episode's excerpt (`lines_shown`): the
+/// stored turns that answer (found by the turn search), else, for an episode whose turns are not
+/// stored (imported with its excerpt), the excerpt's lines that answer (none at detail NONE).
+fn lines_to_show(
+    episodic: &[EpisodeEntry],
+    excerpts: &[Vec<Turn>],
+    request: &RetrieveRequest,
+) -> Vec<(Vec<Turn>, Vec<usize>)> {
+    let within_excerpts = if request.detail == Detail::None {
+        vec![Vec::new(); episodic.len()]
+    } else {
+        let texts: Vec<Vec<&str>> = episodic
+            .iter()
+            .zip(excerpts)
+            .map(|(entry, turns)| {
+                if entry.lines.is_empty() {
+                    turns.iter().map(|turn| turn.content.as_str()).collect()
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect();
+        lines::lines_within_excerpts(&request.query, &texts, LINES_PER_EXCERPT)
+    };
+    episodic
+        .iter()
+        .zip(excerpts)
+        .zip(within_excerpts)
+        .map(|((entry, excerpt), within)| {
+            if entry.lines.is_empty() {
+                let lines = within.iter().map(|&index| excerpt[index].clone()).collect();
+                (lines, within)
+            } else {
+                let lines = entry
+                    .lines
+                    .iter()
+                    .map(|turn| Turn {
+                        role: turn.role.clone(),
+                        content: turn.content.clone(),
+                    })
+                    .collect();
+                (lines, positions_in_excerpt(&entry.lines, excerpt))
+            }
+        })
+        .collect()
+}
+
 /// Renders both sections, fits them into the budget, and keeps what fit.
 fn render(
     semantic: Vec<RankedMemory>,
-    episodic: Vec<RankedMemory>,
+    episodic: Vec<EpisodeEntry>,
     request: &RetrieveRequest,
     served_by: ServedBy,
     now: DateTime<Utc>,
@@ -880,45 +1306,59 @@ fn render(
             )
         })
         .collect();
-    // The lines of each episode's conversation that answer the query (none at detail NONE).
-    let turns: Vec<Vec<Turn>> = episodic.iter().map(|m| turns_of(&m.record)).collect();
-    let answering = if request.detail == Detail::None {
-        vec![Vec::new(); episodic.len()]
-    } else {
-        let texts: Vec<Vec<&str>> = turns
-            .iter()
-            .map(|turns| turns.iter().map(|turn| turn.content.as_str()).collect())
-            .collect();
-        lines::answering_lines(&request.query, &texts, LINES_PER_EPISODE)
-    };
-    // Each episode's renderings, the fullest first, and what each shows: its whole excerpt, the
-    // lines that answer, or its summary alone.
+    let excerpts: Vec<Vec<Turn>> = episodic
+        .iter()
+        .map(|entry| {
+            entry
+                .memory
+                .as_ref()
+                .map(|m| turns_of(&m.record))
+                .unwrap_or_default()
+        })
+        .collect();
+    let shown_lines = lines_to_show(&episodic, &excerpts, request);
+    // Each entry's renderings, the fullest first, and what each shows: an episode's whole
+    // excerpt, the lines that answer, or its summary.
     let mut shown: Vec<Vec<EpisodeShown>> = Vec::with_capacity(episodic.len());
     let episode_parts: Vec<EpisodePart> = episodic
         .iter()
-        .zip(&turns)
-        .zip(&answering)
-        .map(|((m, turns), answering)| {
-            let view = EpisodeView {
+        .zip(&excerpts)
+        .zip(&shown_lines)
+        .map(|((entry, turns), (lines, _))| {
+            let every_line: Vec<usize> = (0..lines.len()).collect();
+            let mut renderings = Vec::new();
+            let mut shows = Vec::new();
+            let Some(m) = &entry.memory else {
+                // The lines of a segment still open: under the day they were said.
+                let said_at = entry.lines.last().map_or(now, |turn| turn.spoken_at);
+                renderings.push(markdown::open_segment_lines_block(said_at, lines, now));
+                shows.push(EpisodeShown::Lines);
+                shown.push(shows);
+                return EpisodePart { renderings };
+            };
+            let surprise = m.record.surprise.unwrap_or(0.0);
+            let view = |turns| EpisodeView {
                 title: m.record.title.as_deref().unwrap_or(""),
                 rank: m.rank,
                 score: m.scores.total,
-                surprise: m.record.surprise.unwrap_or(0.0),
+                surprise,
                 end_at: m.record.end_at.unwrap_or(m.record.created_at),
                 summary: &m.record.text,
                 turns,
             };
-            let mut renderings = Vec::new();
-            let mut shows = Vec::new();
-            if !turns.is_empty() && request.detail.shows_details(m.rank, view.surprise) {
-                renderings.push(markdown::episode_block(&view, true, now));
+            if !turns.is_empty() && request.detail.shows_details(m.rank, surprise) {
+                renderings.push(markdown::episode_block(&view(turns), true, now));
                 shows.push(EpisodeShown::Excerpt);
             }
-            if !answering.is_empty() {
-                renderings.push(markdown::episode_lines_block(&view, answering, now));
+            if !lines.is_empty() {
+                renderings.push(markdown::episode_lines_block(
+                    &view(lines),
+                    &every_line,
+                    now,
+                ));
                 shows.push(EpisodeShown::Lines);
             }
-            renderings.push(markdown::episode_block(&view, false, now));
+            renderings.push(markdown::episode_block(&view(turns), false, now));
             shows.push(EpisodeShown::Summary);
             shown.push(shows);
             EpisodePart { renderings }
@@ -926,7 +1366,7 @@ fn render(
         .collect();
     let fitted = budget::fit(&fact_lines, &episode_parts, request.token_budget);
     let mut semantic: Vec<Option<RankedMemory>> = semantic.into_iter().map(Some).collect();
-    let mut episodic: Vec<Option<RankedMemory>> = episodic.into_iter().map(Some).collect();
+    let mut episodic: Vec<Option<EpisodeEntry>> = episodic.into_iter().map(Some).collect();
     let semantic = fitted
         .facts
         .iter()
@@ -936,13 +1376,14 @@ fn render(
         .episodes
         .iter()
         .filter_map(|&(i, rendering)| {
-            let mut memory = episodic[i].take()?;
+            let entry = episodic[i].take()?;
+            let mut memory = entry.memory?;
             match shown[i][rendering] {
                 EpisodeShown::Excerpt => {
                     memory.details_shown = true;
-                    memory.lines_shown = (0..turns[i].len()).collect();
+                    memory.lines_shown = (0..excerpts[i].len()).collect();
                 }
-                EpisodeShown::Lines => memory.lines_shown = answering[i].clone(),
+                EpisodeShown::Lines => memory.lines_shown = shown_lines[i].1.clone(),
                 EpisodeShown::Summary => {}
             }
             Some(memory)

@@ -107,15 +107,20 @@ pub async fn check_dimension(pool: &PgPool, embedder: &dyn Embedder) -> anyhow::
     Ok(())
 }
 
-/// The retrieval pipeline over `embedder` (already checked), with its query embedder started on
-/// the current runtime. Without an embedder retrieval serves the sparse leg and says so.
+/// The retrieval pipeline over `embedders` (the text embedder already checked), with its query
+/// embedder started on the current runtime. Without a text embedder retrieval serves the sparse
+/// leg and says so; without turn vectors (`embedders.topic`) the lines of the stored turns are
+/// found by their words alone.
 pub fn start_recall(
     pool: PgPool,
-    embedder: Option<Arc<dyn Embedder>>,
+    embedders: engram_embed::Embedders,
     queries: QueryEmbedderSettings,
     settings: RecallSettings,
 ) -> anyhow::Result<Recall> {
-    let queries = embedder.map(|embedder| QueryEmbedder::start(embedder, queries));
+    let queries = embedders
+        .text
+        .map(|embedder| QueryEmbedder::start(embedder, queries));
     Recall::new(pool, queries, settings)
+        .map(|recall| recall.with_turn_vectors(embedders.topic))
         .map_err(|error| anyhow::anyhow!("invalid recall settings: {error}"))
 }

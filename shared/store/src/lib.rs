@@ -24,6 +24,7 @@ pub mod summary;
 pub mod tombstones;
 pub mod segments;
 pub mod transfer;
+pub mod turn_search;
 pub mod write_path;
 
 use std::time::Duration;

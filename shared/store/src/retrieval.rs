@@ -1,5 +1,5 @@
 //! The statements of retrieval: the sparse leg (Okapi BM25 over `search_document`), the trigram
-//! and most-recent fallbacks, the dense leg (exact or HNSW), loading the candidates, and the
+//! fallback, the dense leg (exact or HNSW), loading the candidates, and the
 //! side effects of a retrieval in one statement. Every statement is bound to one (user, space).
 
 use chrono::{DateTime, Utc};
@@ -141,31 +141,6 @@ pub async fn trigram_search(
     .fetch_all(&mut *transaction)
     .await?;
     transaction.commit().await?;
-    Ok(hits(rows))
-}
-
-/// The newest entries (score 0): what retrieval serves when no search found anything.
-pub async fn most_recent(
-    pool: &PgPool,
-    filter: &SearchFilter<'_>,
-    limit: i64,
-) -> Result<Vec<Hit>, StoreError> {
-    let rows = sqlx::query_as::<_, HitRow>(
-        "SELECT id, 0::float8 AS score FROM memories \
-         WHERE user_id = $1 AND space = $2 AND kind = $3 AND invalid_at IS NULL \
-           AND ($4::uuid IS NULL OR conversation_id = $4) AND ($5::text IS NULL OR category = $5) \
-           AND ($7 OR inactive_since IS NULL) \
-         ORDER BY created_at DESC, id DESC LIMIT $6",
-    )
-    .bind(filter.scope.user_id.as_uuid())
-    .bind(filter.scope.space.as_str())
-    .bind(filter.kind.as_str())
-    .bind(filter.conversation)
-    .bind(filter.category)
-    .bind(limit)
-    .bind(filter.include_inactive)
-    .fetch_all(pool)
-    .await?;
     Ok(hits(rows))
 }
 

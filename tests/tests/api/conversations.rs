@@ -1456,10 +1456,10 @@ async fn the_line_that_answers_reaches_the_assistant_verbatim_within_1000_tokens
         .unwrap()
         .into_inner();
     assert!(answer.tokens <= 1_000);
-    let line = "Nate: I love coconut milk, but I also enjoy chocolate and mixed berry flavors.";
+    let line = "I love coconut milk, but I also enjoy chocolate and mixed berry flavors.";
     assert!(
-        answer.markdown.contains(&format!("\"{line}\"")),
-        "the answering line, verbatim with its speaker:\n{}",
+        answer.markdown.contains(&format!("- Nate: \"{line}\"")),
+        "the answering line, verbatim under its speaker:\n{}",
         answer.markdown
     );
     // Under its episode, with the date the session took place.
@@ -1471,18 +1471,96 @@ async fn the_line_that_answers_reaches_the_assistant_verbatim_within_1000_tokens
         .expect("the line is in an episode's block");
     assert!(block.contains(&said_on), "the episode's date: {block}");
     // The structured results say which of the episode's lines were shown.
-    let shown = answer
-        .episodic
-        .iter()
-        .find(|m| !m.lines_shown.is_empty())
-        .expect("an episode shows lines");
-    let messages = &shown.memory.as_ref().unwrap().messages;
+    let evidence = format!("Nate: {line}");
     assert!(
-        shown
-            .lines_shown
-            .iter()
-            .any(|&index| messages[index as usize].content == line),
+        answer.episodic.iter().any(|m| {
+            let messages = &m.memory.as_ref().unwrap().messages;
+            m.lines_shown
+                .iter()
+                .any(|&index| messages[index as usize].content == evidence)
+        }),
         "lines_shown names the answering line: {:?}",
-        shown.lines_shown
+        answer
+            .episodic
+            .iter()
+            .map(|m| &m.lines_shown)
+            .collect::<Vec<_>>()
+    );
+}
+
+/// The stored turns are searched as soon as AppendMessages acknowledged them (issue 38): before
+/// any segment closes, the line that answers is shown under "Conversation in progress" with the
+/// day it was said; once the conversation is forgotten, no line of it is shown.
+#[tokio::test]
+async fn the_lines_of_an_open_segment_answer_at_once_and_go_with_the_conversation() {
+    let mut sandbox = Sandbox::start().await;
+    let chat = Chat::new("open");
+    let said = days_ago(2, 0);
+    let lines = [
+        "Did you book the flights for the Lisbon offsite?",
+        "Yes, we fly out on the 14th and the hotel is near the river.",
+        "Great, I will tell the team tonight.",
+    ];
+    let messages = lines
+        .iter()
+        .enumerate()
+        .map(|(position, line)| {
+            let at = said + chrono::Duration::minutes(position as i64);
+            if position % 2 == 0 {
+                user(line, at)
+            } else {
+                assistant(line, at)
+            }
+        })
+        .collect();
+    chat.append(&mut sandbox, messages).await;
+    let ask = |sandbox: &mut Sandbox| {
+        let mut retrieval = sandbox.retrieval.clone();
+        let scope = chat.scope.clone();
+        async move {
+            retrieval
+                .retrieve_memory(v1::RetrieveMemoryRequest {
+                    scope: Some(scope),
+                    query: "When do we fly to Lisbon?".to_owned(),
+                    token_budget: Some(1_000),
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner()
+        }
+    };
+    let answer = ask(&mut sandbox).await;
+    assert!(
+        answer
+            .markdown
+            .contains(&format!("- assistant: \"{}\"", lines[1])),
+        "the answering line of the open segment, under its speaker:\n{}",
+        answer.markdown
+    );
+    let block = answer
+        .markdown
+        .split("### ")
+        .find(|block| block.contains(lines[1]))
+        .unwrap();
+    assert!(block.starts_with("Conversation in progress"), "{block}");
+    assert!(
+        block.contains(&said.format("%-d %b %Y").to_string()),
+        "{block}"
+    );
+
+    sandbox
+        .ingest
+        .forget_conversation(v1::ForgetConversationRequest {
+            scope: Some(chat.scope.clone()),
+            conversation_id: chat.id.clone(),
+        })
+        .await
+        .unwrap();
+    let answer = ask(&mut sandbox).await;
+    assert!(
+        !answer.markdown.contains("Lisbon"),
+        "a forgotten conversation's lines are gone:\n{}",
+        answer.markdown
     );
 }

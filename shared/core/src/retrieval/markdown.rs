@@ -163,6 +163,21 @@ fn episode_heading(episode: &EpisodeView<'_>) -> String {
     )
 }
 
+/// One line that answers, as a list item under its speaker: the name the line opens with
+/// ("Nate: I love coconut milk" is Nate's, shown once), else its role.
+fn said_item(turn: &Turn) -> String {
+    match crate::speaker::speaker_label(&turn.content) {
+        Some(name) => {
+            let said = turn.content.trim_start()[name.len()..]
+                .trim_start()
+                .trim_start_matches([':', '：'])
+                .trim_start();
+            format!("- {name}: \"{}\"\n", one_line(said))
+        }
+        None => turn_item(turn),
+    }
+}
+
 /// One line of a conversation as a list item.
 fn turn_item(turn: &Turn) -> String {
     format!("- {}: \"{}\"\n", turn.role, one_line(&turn.content))
@@ -194,7 +209,7 @@ pub fn episode_lines_block(
     now: DateTime<Utc>,
 ) -> String {
     let mut block = format!(
-        "{}**When:** {} ({})\n**What was said:**\n",
+        "{}**When:** {} ({})\n",
         episode_heading(episode),
         relative_time(episode.end_at, now),
         episode.end_at.format("%-d %b %Y"),
@@ -202,7 +217,25 @@ pub fn episode_lines_block(
     lines
         .iter()
         .filter_map(|&index| episode.turns.get(index))
-        .for_each(|turn| block.push_str(&turn_item(turn)));
+        .for_each(|turn| block.push_str(&said_item(turn)));
+    block
+}
+
+/// The lines that answer the query from a conversation whose segment is still open (no episode
+/// holds them yet), under the day the last of them was said.
+pub fn open_segment_lines_block(
+    said_at: DateTime<Utc>,
+    lines: &[Turn],
+    now: DateTime<Utc>,
+) -> String {
+    let mut block = format!(
+        "### Conversation in progress\n**When:** {} ({})\n",
+        relative_time(said_at, now),
+        said_at.format("%-d %b %Y"),
+    );
+    lines
+        .iter()
+        .for_each(|turn| block.push_str(&said_item(turn)));
     block
 }
 

@@ -212,7 +212,7 @@ pub struct CandidateFacts {
 pub const REQUEST_CONVERSATION_BOOST: f64 = 0.25;
 
 /// Why a candidate scored what it did.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct ScoreParts {
     pub rrf: f64,
     /// FSRS retrievability (episodes); 1 for facts.
