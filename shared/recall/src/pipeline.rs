@@ -311,12 +311,20 @@ impl Recall {
                 .as_ref()
                 .filter(|_| search_lines && request.dense)?;
             let texts = [request.query.clone()];
-            match embedder.embed(&texts).await {
-                Ok(mut vectors) => vectors
+            // Bounded: with an embedding endpoint this is a network call, and lines are found by
+            // their words without it.
+            match tokio::time::timeout(TURN_VECTOR_TIMEOUT, embedder.embed(&texts)).await {
+                Ok(Ok(mut vectors)) => vectors
                     .pop()
                     .map(|vector| (embedder.model_id().to_owned(), vector)),
-                Err(error) => {
+                Ok(Err(error)) => {
                     tracing::warn!(%error, "no turn vector for the query; lines found by their words");
+                    None
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        "no turn vector for the query in time; lines found by their words"
+                    );
                     None
                 }
             }
@@ -385,12 +393,23 @@ impl Recall {
                 None => Vec::new(),
             }
         };
-        let (found, turn_nearest) = tokio::join!(dense_search, nearest_turns);
+        let (found, mut turn_nearest) = tokio::join!(dense_search, nearest_turns);
+        // Lines are found by their words: the turn vectors only add turns beside word matches
+        // (without a floor of their own, a query nothing matches would get the nearest lines).
+        if turn_hits.is_empty() {
+            turn_nearest.clear();
+        }
         // The lines found by either leg, each with its neighbours.
         let mut hit_turns: Vec<_> = turn_hits.iter().map(|hit| hit.turn).collect();
         hit_turns.extend(turn_nearest.iter().map(|hit| hit.turn));
-        let stored_turns =
-            turn_search::turns_around(&self.pool, &request.scope, &hit_turns, 1).await?;
+        let stored_turns = turn_search::turns_around(
+            &self.pool,
+            &request.scope,
+            &hit_turns,
+            1,
+            request.include_inactive,
+        )
+        .await?;
         match found {
             Some(Ok(found)) => dense = found,
             Some(Err(error)) => {
@@ -409,7 +428,7 @@ impl Recall {
         let mut trigram_hits = 0;
         // Words that matched a stored turn count as matched: its lines answer, and the fallbacks
         // would only pad them with entries that share nothing with the query.
-        let turns_matched = !turn_hits.is_empty();
+        let turns_matched = !stored_turns.is_empty();
         if sparse_hits == 0 && !turns_matched {
             *stage = "trigram";
             fallback_reasons.push("no word of the query matched".to_owned());
@@ -603,10 +622,13 @@ impl Recall {
         reviewed_memory_ids: Vec<Uuid>,
         now: DateTime<Utc>,
     ) -> Result<(), RecallError> {
+        // An episode shown only for its lines was never scored (no leg found it): no cached score
+        // (a zero would make it retention's first candidate).
         let scores = retrieval
             .semantic
             .iter()
             .chain(&retrieval.episodic)
+            .filter(|m| m.scores != ScoreParts::default())
             .map(|m| {
                 let cached = m.scores.cached(now);
                 let value = serde_json::to_value(cached).unwrap_or(serde_json::Value::Null);
@@ -985,6 +1007,9 @@ fn provenance(record: &MemoryRecord) -> Provenance {
 
 // The defaults of the lines' search, each chosen on the dialogs by what an assistant reads
 // (`make eval-reads`; docs/eval/README.md says how).
+/// The longest wait for the query's turn vector (microseconds with the local token vectors; a
+/// network call with an embedding endpoint).
+const TURN_VECTOR_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(250);
 /// Turns each turn leg brings for the lines (each is loaded with its neighbours).
 const TURN_CANDIDATES: i64 = 60;
 /// Lines chosen for what they say, at most, over all episodes (each may bring a neighbour): 40
@@ -1191,10 +1216,12 @@ fn episodes_to_show(
         memory: Some(memory),
         lines: Vec::new(),
     }));
-    for (position, entry) in entries.iter_mut().enumerate() {
-        if let Some(memory) = &mut entry.memory {
-            memory.rank = position + 1;
-        }
+    for (position, memory) in entries
+        .iter_mut()
+        .filter_map(|entry| entry.memory.as_mut())
+        .enumerate()
+    {
+        memory.rank = position + 1;
     }
     entries
 }

@@ -84,12 +84,16 @@ impl StoredTurn {
 }
 
 /// The given turns and up to `radius` turns either side of each, in conversation order, each
-/// once. Turns retention or a forget deleted are simply not there.
+/// once: those of a segment still open, and those an episode holds (an inactive one only with
+/// `include_inactive`). A closed segment's turn whose episode is gone (forgotten, suppressed,
+/// trimmed) is left out, as is every turn of a conversation that is incognito now; turns
+/// retention or ForgetConversation deleted are simply not there.
 pub async fn turns_around(
     pool: &PgPool,
     scope: &Scope,
     turns: &[TurnKey],
     radius: i32,
+    include_inactive: bool,
 ) -> Result<Vec<StoredTurn>, StoreError> {
     if turns.is_empty() {
         return Ok(Vec::new());
@@ -102,6 +106,7 @@ pub async fn turns_around(
         .bind(&conversations)
         .bind(&indexes)
         .bind(radius)
+        .bind(include_inactive)
         .fetch_all(pool)
         .await?;
     Ok(rows)

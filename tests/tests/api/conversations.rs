@@ -1490,9 +1490,10 @@ async fn the_line_that_answers_reaches_the_assistant_verbatim_within_1000_tokens
 
 /// The stored turns are searched as soon as AppendMessages acknowledged them (issue 38): before
 /// any segment closes, the line that answers is shown under "Conversation in progress" with the
-/// day it was said; once the conversation is forgotten, no line of it is shown.
+/// day it was said; once the segment closes, under its episode. Forgetting the episode (its
+/// turns stay) takes its lines out of every answer, as does forgetting the conversation.
 #[tokio::test]
-async fn the_lines_of_an_open_segment_answer_at_once_and_go_with_the_conversation() {
+async fn the_lines_of_a_conversation_answer_at_once_and_go_when_forgotten() {
     let mut sandbox = Sandbox::start().await;
     let chat = Chat::new("open");
     let said = days_ago(2, 0);
@@ -1547,6 +1548,41 @@ async fn the_lines_of_an_open_segment_answer_at_once_and_go_with_the_conversatio
     assert!(
         block.contains(&said.format("%-d %b %Y").to_string()),
         "{block}"
+    );
+
+    // Closed: the same line, under the episode that now holds it.
+    chat.close(&mut sandbox).await;
+    let episode = chat.wait_for_episodes(&mut sandbox, 1).await.remove(0);
+    chat.wait_for_consolidation(&mut sandbox).await;
+    let answer = ask(&mut sandbox).await;
+    let block = answer
+        .markdown
+        .split("### ")
+        .find(|block| block.contains(lines[1]))
+        .unwrap_or_else(|| panic!("the line under its episode:\n{}", answer.markdown));
+    assert!(!block.starts_with("Conversation in progress"), "{block}");
+    assert!(
+        answer
+            .episodic
+            .iter()
+            .any(|m| m.memory.as_ref().unwrap().id == episode.id),
+        "the episode is in the structured results"
+    );
+
+    // The episode forgotten, its turns kept: none of its lines is shown any more.
+    sandbox
+        .ingest
+        .forget(v1::ForgetRequest {
+            scope: Some(chat.scope.clone()),
+            memory_id: episode.id.clone(),
+        })
+        .await
+        .unwrap();
+    let answer = ask(&mut sandbox).await;
+    assert!(
+        !answer.markdown.contains(lines[0]) && answer.episodic.is_empty(),
+        "a forgotten episode's lines come back through its turns:\n{}",
+        answer.markdown
     );
 
     sandbox

@@ -70,6 +70,7 @@ pub fn choose_lines(lines: &[OfferedLine<'_>], max_lines: usize) -> Vec<ChosenLi
             let question = is_question(lines[index].text);
             // A short answer with what it answers; a question with its answer (below).
             if !question
+                && index > 0
                 && lines[index].follows_previous
                 && lines[index].text.split_whitespace().count() < SHORT_LINE_WORDS
             {
