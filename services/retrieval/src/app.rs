@@ -43,6 +43,18 @@ impl App {
                 "no embedder configured: retrieval serves BM25 and its fallbacks only"
             ),
         }
+        if let Some(turn_vectors) = &embedders.topic {
+            // The turn vectors' shared part is computed once per process (about a second of the
+            // local model): before serving, so that the first retrievals' query embeddings do
+            // not wait behind it on the model's threads.
+            let sample = ["warm up the turn vectors".to_owned()];
+            let warm_up = turn_vectors.embed(&sample);
+            match tokio::time::timeout(std::time::Duration::from_secs(10), warm_up).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(error)) => tracing::warn!(%error, "could not warm up the turn vectors"),
+                Err(_) => tracing::warn!("the turn vectors were not warm after 10 s; serving"),
+            }
+        }
         let recall = engram_recall::start_recall(
             pool.clone(),
             embedders,
