@@ -78,6 +78,12 @@ const NOT_SPEAKERS: &[&str] = &[
 /// without case (CJK names). "Maria: Yes!" is Maria's; "meeting at 10:30" and "note: buy milk"
 /// name nobody.
 pub fn speaker_label(text: &str) -> Option<&str> {
+    split_speaker(text).map(|(label, _)| label)
+}
+
+/// A line's speaker label (as [`speaker_label`] reads it) and what was said after it:
+/// "Maria: Yes!" is `("Maria", "Yes!")`.
+pub fn split_speaker(text: &str) -> Option<(&str, &str)> {
     let text = text.trim_start();
     // Only the head of the line can hold a label: a long text without one is not scanned whole.
     let colon = text
@@ -104,7 +110,7 @@ pub fn speaker_label(text: &str) -> Option<&str> {
         .iter()
         .any(|heading| label.eq_ignore_ascii_case(heading));
     (words.len() <= MAX_LABEL_WORDS && words.iter().all(|word| is_name_word(word)) && !is_heading)
-        .then_some(label)
+        .then_some((label, said))
 }
 
 /// Whether a batch of entries reads as a dialog: most of them (80 %) begin with a speaker label,

@@ -744,7 +744,7 @@ struct Ranked {
     sections: Vec<Vec<RankedMemory>>,
     /// The lines that answer, by episode, best first.
     line_groups: Vec<LineGroup>,
-    /// Every episode candidate's score and record (whether or not it was picked).
+    /// The score and record of each episode candidate that holds a shown line.
     episode_candidates: HashMap<Uuid, (ScoreParts, MemoryRecord)>,
 }
 
@@ -793,34 +793,49 @@ impl SectionsToRank {
             speakers: &speakers,
             conversation: request.conversation.map(|c| c.as_uuid()),
         };
+        let mut sections = Vec::with_capacity(kinds.len());
+        let mut line_groups = Vec::new();
         let mut episode_candidates = HashMap::new();
-        let scored: Vec<Vec<Scored>> = evidence
-            .into_iter()
-            .map(|candidates| score_section(candidates, &context))
-            .collect();
-        let sections = scored
-            .into_iter()
-            .zip(kinds)
-            .map(|(scored, kind)| {
-                if *kind == MemoryKind::Semantic {
-                    select(scored, request.semantic_limit, request.ranking.mmr_lambda)
-                } else {
-                    for (_, parts, candidate) in &scored {
-                        episode_candidates
-                            .insert(candidate.record.id, (*parts, candidate.record.clone()));
-                    }
-                    select(scored, request.episodic_limit, request.ranking.mmr_lambda)
-                }
-            })
-            .collect();
-        let line_groups = answering_lines(
-            &request.query,
-            &turn_hits,
-            &turn_nearest,
-            &stored_turns,
-            &episode_candidates,
-            &context,
-        );
+        for (candidates, kind) in evidence.into_iter().zip(kinds) {
+            let scored = score_section(candidates, &context);
+            if *kind == MemoryKind::Semantic {
+                sections.push(select(
+                    scored,
+                    request.semantic_limit,
+                    request.ranking.mmr_lambda,
+                ));
+                continue;
+            }
+            let episode_scores: HashMap<Uuid, ScoreParts> = scored
+                .iter()
+                .map(|(_, parts, candidate)| (candidate.record.id, *parts))
+                .collect();
+            line_groups = answering_lines(
+                &request.query,
+                &turn_hits,
+                &turn_nearest,
+                &stored_turns,
+                &episode_scores,
+                &context,
+            );
+            // The records of the episodes whose lines are shown, kept before MMR drops the rest.
+            let holding_lines: std::collections::HashSet<Uuid> = line_groups
+                .iter()
+                .filter_map(|group| group.episode)
+                .collect();
+            episode_candidates = scored
+                .iter()
+                .filter(|(_, _, candidate)| holding_lines.contains(&candidate.record.id))
+                .map(|(_, parts, candidate)| {
+                    (candidate.record.id, (*parts, candidate.record.clone()))
+                })
+                .collect();
+            sections.push(select(
+                scored,
+                request.episodic_limit,
+                request.ranking.mmr_lambda,
+            ));
+        }
         Ranked {
             sections,
             line_groups,
@@ -1039,7 +1054,7 @@ fn answering_lines(
     hits: &[TurnHit],
     nearest: &[TurnHit],
     turns: &[StoredTurn],
-    episodes: &HashMap<Uuid, (ScoreParts, MemoryRecord)>,
+    episodes: &HashMap<Uuid, ScoreParts>,
     context: &RankingContext<'_>,
 ) -> Vec<LineGroup> {
     if turns.is_empty() {
@@ -1060,7 +1075,7 @@ fn weigh_turns<'a>(
     hits: &[TurnHit],
     nearest: &[TurnHit],
     turns: &'a [StoredTurn],
-    episodes: &HashMap<Uuid, (ScoreParts, MemoryRecord)>,
+    episodes: &HashMap<Uuid, ScoreParts>,
     context: &RankingContext<'_>,
 ) -> Vec<lines::OfferedLine<'a>> {
     let sparse: HashMap<_, f64> = hits.iter().map(|hit| (hit.turn, hit.score)).collect();
@@ -1078,7 +1093,7 @@ fn weigh_turns<'a>(
     let scale = LegScale::of(legs.iter().flatten());
     let best_episode = episodes
         .values()
-        .map(|(parts, _)| parts.total)
+        .map(|parts| parts.total)
         .fold(0.0, f64::max);
     let speakers = NamedSpeakers::in_query(query, turns.iter().map(|turn| turn.content.as_str()));
     let params = context.params;
@@ -1115,7 +1130,7 @@ fn weigh_turns<'a>(
                     .episode_id
                     .and_then(|id| episodes.get(&id))
                     .filter(|_| best_episode > 0.0)
-                    .map_or(0.0, |(parts, _)| parts.total / best_episode);
+                    .map_or(0.0, |parts| parts.total / best_episode);
                 own + EPISODE_SHARE * episode
             });
             lines::OfferedLine {
@@ -1352,7 +1367,6 @@ fn render(
         .zip(&excerpts)
         .zip(&shown_lines)
         .map(|((entry, turns), (lines, _))| {
-            let every_line: Vec<usize> = (0..lines.len()).collect();
             let mut renderings = Vec::new();
             let mut shows = Vec::new();
             let Some(m) = &entry.memory else {
@@ -1378,11 +1392,7 @@ fn render(
                 shows.push(EpisodeShown::Excerpt);
             }
             if !lines.is_empty() {
-                renderings.push(markdown::episode_lines_block(
-                    &view(lines),
-                    &every_line,
-                    now,
-                ));
+                renderings.push(markdown::episode_lines_block(&view(lines), now));
                 shows.push(EpisodeShown::Lines);
             }
             renderings.push(markdown::episode_block(&view(turns), false, now));

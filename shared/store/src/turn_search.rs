@@ -32,6 +32,20 @@ struct TurnHitRow {
     score: f64,
 }
 
+/// A NaN score (cosine against a zero vector) ranks nothing: it is dropped.
+fn turn_hits(rows: Vec<TurnHitRow>) -> Vec<TurnHit> {
+    rows.into_iter()
+        .filter(|row| row.score.is_finite())
+        .map(|row| TurnHit {
+            turn: TurnKey {
+                conversation_id: row.conversation_id,
+                turn_index: row.turn_index,
+            },
+            score: row.score,
+        })
+        .collect()
+}
+
 /// Okapi BM25 of the space's turns holding any word of the query, best first. N, df and the
 /// average length are the space's turns'.
 pub async fn search_turns(
@@ -50,17 +64,7 @@ pub async fn search_turns(
         .bind(limit)
         .fetch_all(pool)
         .await?;
-    Ok(rows
-        .into_iter()
-        .filter(|row| row.score.is_finite())
-        .map(|row| TurnHit {
-            turn: TurnKey {
-                conversation_id: row.conversation_id,
-                turn_index: row.turn_index,
-            },
-            score: row.score,
-        })
-        .collect())
+    Ok(turn_hits(rows))
 }
 
 /// A stored turn, and the episode whose time span holds it (none while its segment is open).
@@ -134,15 +138,5 @@ pub async fn nearest_turns(
     .bind(limit)
     .fetch_all(pool)
     .await?;
-    Ok(rows
-        .into_iter()
-        .filter(|row| row.score.is_finite())
-        .map(|row| TurnHit {
-            turn: TurnKey {
-                conversation_id: row.conversation_id,
-                turn_index: row.turn_index,
-            },
-            score: row.score,
-        })
-        .collect())
+    Ok(turn_hits(rows))
 }

@@ -143,6 +143,14 @@ impl Chat {
     }
 }
 
+/// The Markdown block (from its `### ` heading on) that shows `text`.
+fn block_holding<'a>(markdown: &'a str, text: &str) -> &'a str {
+    markdown
+        .split("### ")
+        .find(|block| block.contains(text))
+        .unwrap_or_else(|| panic!("no block shows {text:?}:\n{markdown}"))
+}
+
 fn days_ago(days: i64, minutes: i64) -> DateTime<Utc> {
     Utc::now() - chrono::Duration::days(days) + chrono::Duration::minutes(minutes)
 }
@@ -1464,11 +1472,7 @@ async fn the_line_that_answers_reaches_the_assistant_verbatim_within_1000_tokens
     );
     // Under its episode, with the date the session took place.
     let said_on = days_ago(20, 0).format("%-d %b %Y").to_string();
-    let block = answer
-        .markdown
-        .split("### ")
-        .find(|block| block.contains(line))
-        .expect("the line is in an episode's block");
+    let block = block_holding(&answer.markdown, line);
     assert!(block.contains(&said_on), "the episode's date: {block}");
     // The structured results say which of the episode's lines were shown.
     let evidence = format!("Nate: {line}");
@@ -1539,11 +1543,7 @@ async fn the_lines_of_a_conversation_answer_at_once_and_go_when_forgotten() {
         "the answering line of the open segment, under its speaker:\n{}",
         answer.markdown
     );
-    let block = answer
-        .markdown
-        .split("### ")
-        .find(|block| block.contains(lines[1]))
-        .unwrap();
+    let block = block_holding(&answer.markdown, lines[1]);
     assert!(block.starts_with("Conversation in progress"), "{block}");
     assert!(
         block.contains(&said.format("%-d %b %Y").to_string()),
@@ -1555,11 +1555,7 @@ async fn the_lines_of_a_conversation_answer_at_once_and_go_when_forgotten() {
     let episode = chat.wait_for_episodes(&mut sandbox, 1).await.remove(0);
     chat.wait_for_consolidation(&mut sandbox).await;
     let answer = ask(&mut sandbox).await;
-    let block = answer
-        .markdown
-        .split("### ")
-        .find(|block| block.contains(lines[1]))
-        .unwrap_or_else(|| panic!("the line under its episode:\n{}", answer.markdown));
+    let block = block_holding(&answer.markdown, lines[1]);
     assert!(!block.starts_with("Conversation in progress"), "{block}");
     assert!(
         answer

@@ -167,19 +167,13 @@ fn episode_heading(episode: &EpisodeView<'_>) -> String {
 /// ("Nate: I love coconut milk" is Nate's, shown once), else its role.
 fn said_item(turn: &Turn) -> String {
     // A line opening with a role's name ("System: ...") keeps its real role.
-    let named = crate::speaker::speaker_label(&turn.content).filter(|name| {
+    let named = crate::speaker::split_speaker(&turn.content).filter(|(name, _)| {
         !["user", "assistant", "system"]
             .iter()
             .any(|role| name.eq_ignore_ascii_case(role))
     });
     match named {
-        Some(name) => {
-            let said = turn.content.trim_start()[name.len()..]
-                .trim_start()
-                .trim_start_matches([':', '：'])
-                .trim_start();
-            format!("- {name}: \"{}\"\n", one_line(said))
-        }
+        Some((name, said)) => format!("- {name}: \"{}\"\n", one_line(said)),
         None => turn_item(turn),
     }
 }
@@ -207,24 +201,10 @@ pub fn episode_block(episode: &EpisodeView<'_>, with_details: bool, now: DateTim
     block
 }
 
-/// The episode's block showing only the lines of its conversation that answer the query
-/// (`lines`: indexes into its turns, in order), verbatim, under its title and when it took place.
-pub fn episode_lines_block(
-    episode: &EpisodeView<'_>,
-    lines: &[usize],
-    now: DateTime<Utc>,
-) -> String {
-    let mut block = format!(
-        "{}**When:** {} ({})\n",
-        episode_heading(episode),
-        relative_time(episode.end_at, now),
-        episode.end_at.format("%-d %b %Y"),
-    );
-    lines
-        .iter()
-        .filter_map(|&index| episode.turns.get(index))
-        .for_each(|turn| block.push_str(&said_item(turn)));
-    block
+/// The episode's block showing only the lines of its conversation that answer the query (its
+/// `turns`, in order), verbatim, under its title and when it took place.
+pub fn episode_lines_block(episode: &EpisodeView<'_>, now: DateTime<Utc>) -> String {
+    lines_block(episode_heading(episode), episode.end_at, episode.turns, now)
 }
 
 /// The lines that answer the query from a conversation whose segment is still open (no episode
@@ -234,10 +214,20 @@ pub fn open_segment_lines_block(
     lines: &[Turn],
     now: DateTime<Utc>,
 ) -> String {
+    lines_block(
+        "### Conversation in progress\n".to_owned(),
+        said_at,
+        lines,
+        now,
+    )
+}
+
+/// Lines under their speakers, after `heading` and when they were said.
+fn lines_block(heading: String, at: DateTime<Utc>, lines: &[Turn], now: DateTime<Utc>) -> String {
     let mut block = format!(
-        "### Conversation in progress\n**When:** {} ({})\n",
-        relative_time(said_at, now),
-        said_at.format("%-d %b %Y"),
+        "{heading}**When:** {} ({})\n",
+        relative_time(at, now),
+        at.format("%-d %b %Y"),
     );
     lines
         .iter()
