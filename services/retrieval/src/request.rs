@@ -4,7 +4,7 @@
 use engram_core::retrieval::markdown::Detail;
 use engram_core::{ConversationId, MemoryText, Scope, ValidationError};
 use engram_proto::v1;
-use engram_recall::{RankingOverrides, Recall, RetrieveRequest};
+use engram_recall::{RankingOverrides, RankingValues, Recall, RetrieveRequest};
 use engram_server::convert::category_from_proto;
 
 pub use engram_core::retrieval::query::MAX_QUERY_CHARS;
@@ -58,35 +58,55 @@ fn parse_ranking(
     let Some(options) = options else {
         return Ok((RankingOverrides::default(), false));
     };
-    let profile = match v1::RankingProfile::try_from(options.profile) {
+    // Every field named, so that a field added to the contract does not compile until it is
+    // mapped here.
+    let &v1::RankingOptions {
+        profile,
+        candidates_per_leg,
+        rrf_k,
+        mmr_lambda,
+        alpha,
+        beta,
+        gamma,
+        recency_tau_days,
+        sparse_only,
+        min_similarity,
+        time_match_boost,
+        sparse_weight,
+        question_weight,
+        other_speaker_weight,
+    } = options;
+    let profile = match v1::RankingProfile::try_from(profile) {
         Ok(v1::RankingProfile::Unspecified) => None,
         Ok(v1::RankingProfile::Fsrs) => Some("fsrs".to_owned()),
         Ok(v1::RankingProfile::Triscore) => Some("triscore".to_owned()),
         Err(_) => {
             return Err(ValidationError::new(
                 "ranking.profile",
-                format!("{} is not a known ranking profile", options.profile),
+                format!("{profile} is not a known ranking profile"),
             ));
         }
     };
-    Ok((
-        RankingOverrides {
-            profile,
-            candidates_per_leg: options.candidates_per_leg,
-            rrf_k: options.rrf_k,
-            mmr_lambda: options.mmr_lambda,
-            alpha: options.alpha,
-            beta: options.beta,
-            gamma: options.gamma,
-            recency_tau_days: options.recency_tau_days,
-            min_similarity: options.min_similarity,
-            time_match_boost: options.time_match_boost,
-            sparse_weight: options.sparse_weight,
-            question_weight: options.question_weight,
-            other_speaker_weight: options.other_speaker_weight,
-        },
-        options.sparse_only,
-    ))
+    // The names of engram-core's RANKING_SETTINGS, which hold each one's bounds.
+    let values = RankingValues::given([
+        ("rrf_k", rrf_k),
+        ("mmr_lambda", mmr_lambda),
+        ("alpha", alpha),
+        ("beta", beta),
+        ("gamma", gamma),
+        ("recency_tau_days", recency_tau_days),
+        ("min_similarity", min_similarity),
+        ("time_match_boost", time_match_boost),
+        ("sparse_weight", sparse_weight),
+        ("question_weight", question_weight),
+        ("other_speaker_weight", other_speaker_weight),
+    ]);
+    let overrides = RankingOverrides {
+        profile,
+        candidates_per_leg,
+        values,
+    };
+    Ok((overrides, sparse_only))
 }
 
 /// The parts RetrieveMemory and ContextPreRetrieve share.
@@ -173,4 +193,56 @@ pub fn context_pre_retrieve(
     request.include_history = message.include_history;
     request.include_inactive = message.include_inactive;
     Ok(request)
+}
+
+#[cfg(test)]
+mod tests {
+    use engram_core::retrieval::RankingParams;
+    use engram_core::retrieval::ranking::RANKING_SETTINGS;
+
+    use super::*;
+
+    #[test]
+    fn every_ranking_field_overrides_the_setting_of_its_name() {
+        // 1 is within the bounds of every numeric setting.
+        let options = v1::RankingOptions {
+            profile: v1::RankingProfile::Fsrs.into(),
+            candidates_per_leg: Some(1),
+            rrf_k: Some(1.0),
+            mmr_lambda: Some(1.0),
+            alpha: Some(1.0),
+            beta: Some(1.0),
+            gamma: Some(1.0),
+            recency_tau_days: Some(1.0),
+            sparse_only: true,
+            min_similarity: Some(1.0),
+            time_match_boost: Some(1.0),
+            sparse_weight: Some(1.0),
+            question_weight: Some(1.0),
+            other_speaker_weight: Some(1.0),
+        };
+        let (overrides, sparse_only) = parse_ranking(Some(&options)).unwrap();
+        assert!(sparse_only);
+        let params = overrides
+            .apply(RankingParams::default(), "ranking")
+            .unwrap();
+        assert_eq!(params.candidates_per_leg, 1);
+        for setting in RANKING_SETTINGS {
+            assert_eq!((setting.get)(&params), 1.0, "{}", setting.name);
+        }
+    }
+
+    #[test]
+    fn a_ranking_value_out_of_bounds_is_named_in_the_error() {
+        let options = v1::RankingOptions {
+            min_similarity: Some(1.5),
+            ..v1::RankingOptions::default()
+        };
+        let (overrides, _) = parse_ranking(Some(&options)).unwrap();
+        let error = overrides
+            .apply(RankingParams::default(), "ranking")
+            .unwrap_err();
+        assert_eq!(error.field, "ranking.min_similarity");
+        assert_eq!(error.reason, "must be between 0 and 1, got 1.5");
+    }
 }

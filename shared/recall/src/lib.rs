@@ -26,7 +26,7 @@ pub use pipeline::{
     RetrieveRequest, ServedBy, cpu_bound, cpu_bound_over,
 };
 pub use query_embedder::{QueryEmbedder, QueryEmbedderSettings};
-pub use settings::{RankingOverrides, RecallSettings};
+pub use settings::{RankingOverrides, RankingValues, RecallSettings};
 pub use startup::{
     DEFAULT_MODEL_DIR, EmbedConfig, check_dimension, embed_defaults, load_embedder, load_embedders,
     start_recall,

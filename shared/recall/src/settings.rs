@@ -1,33 +1,29 @@
 //! Retrieval's tunables (`recall.*` settings) and the per-request overrides clients may send,
-//! validated against bounds that keep a request from asking for something absurd.
+//! validated against bounds that keep a request from asking for something absurd. The numeric
+//! ranking settings, with their defaults and bounds, are declared once in engram-core
+//! (`RANKING_SETTINGS`); configuration and requests read them from there by name.
+
+use std::collections::BTreeMap;
+use std::fmt;
 
 use engram_core::ValidationError;
 use engram_core::retrieval::budget::DEFAULT_TOKEN_BUDGET;
+use engram_core::retrieval::ranking::{
+    DEFAULT_CANDIDATES_PER_LEG, DEFAULT_PROFILE, MAX_CANDIDATES_PER_LEG, MIN_CANDIDATES_PER_LEG,
+    RANKING_SETTINGS, RankingSetting,
+};
 use engram_core::retrieval::{RankingParams, RankingProfile};
-use serde::Deserialize;
+use serde::de::{self, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct RecallSettings {
     /// `fsrs` or `triscore`.
     pub profile: String,
-    pub rrf_k: f64,
-    pub mmr_lambda: f64,
-    pub alpha: f64,
-    pub beta: f64,
-    pub gamma: f64,
-    pub recency_tau_days: f64,
-    /// The relevance floor for candidates only the vector leg found (their cosine).
-    pub min_similarity: f64,
-    /// How much more an entry from the days a query names scores.
-    pub time_match_boost: f64,
-    /// triscore's relevance: the sparse leg's share (the cosine has the rest).
-    pub sparse_weight: f64,
-    /// triscore's relevance of a fact that is itself a question is multiplied by this.
-    pub question_weight: f64,
-    /// triscore's relevance of a transcript line is multiplied by this when the query names a
-    /// speaker and not the line's.
-    pub other_speaker_weight: f64,
     pub candidates_per_leg: u32,
+    /// The numeric ranking settings, `recall.<name>` for each of `RANKING_SETTINGS`.
+    #[serde(flatten)]
+    pub ranking: RankingValues,
     pub token_budget: u32,
     /// Least pg_trgm word similarity of a trigram fallback hit.
     pub trigram_threshold: f64,
@@ -40,35 +36,22 @@ pub struct RecallSettings {
 }
 
 impl RecallSettings {
-    /// Defaults under `recall.` for the services' settings, chosen by `make eval`. On the
-    /// multi-session dialogs (docs/eval/dialogs.md, "How the ranking defaults were chosen", which
-    /// weighs the turns and the conversation's episodes and facts alike): triscore, its relevance
-    /// 0.4 × BM25 over the best BM25 + 0.6 × cosine over the best cosine among the candidates,
-    /// discounted to 0.6 for a fact that is itself a question and to 0.5 for a transcript line of
-    /// a speaker the query does not name when it names one; importance weighted 1 to
-    /// relevance's 4; MMR at λ = 1 (order by score: diversity cost recall on the dialogs, and the
-    /// write path already merges near-duplicates; requests may still ask for it); a relevance
-    /// floor of 0.2 (the cosine an entry no query word matched needs: it lifted the episodes and
-    /// facts, which low-cosine facts had crowded; higher floors lose paraphrases that share no
-    /// word with the question); and an entry from the days a question names scoring one and a
-    /// half times as much (time_match_boost 0.5). RRF k = 1 orders the fsrs profile. Recency (β = 0.5, τ = 30
-    /// days) and the candidates per leg (20) come from the task set (docs/eval/retrieval.md): the
-    /// dialogs are months old when asked about, so they cannot choose them.
+    /// Defaults under `recall.` for the services' settings; how the ranking's were chosen is told
+    /// beside `RANKING_SETTINGS`.
     pub fn defaults() -> Vec<(&'static str, config::Value)> {
-        vec![
-            ("recall.profile", "triscore".into()),
-            ("recall.rrf_k", 1.0.into()),
-            ("recall.mmr_lambda", 1.0.into()),
-            ("recall.alpha", 4.0.into()),
-            ("recall.beta", 0.5.into()),
-            ("recall.gamma", 1.0.into()),
-            ("recall.recency_tau_days", 30.0.into()),
-            ("recall.min_similarity", 0.2.into()),
-            ("recall.time_match_boost", 0.5.into()),
-            ("recall.sparse_weight", 0.3.into()),
-            ("recall.question_weight", 0.6.into()),
-            ("recall.other_speaker_weight", 0.5.into()),
-            ("recall.candidates_per_leg", 20i64.into()),
+        let mut defaults = vec![
+            ("recall.profile", DEFAULT_PROFILE.as_str().into()),
+            (
+                "recall.candidates_per_leg",
+                i64::from(DEFAULT_CANDIDATES_PER_LEG).into(),
+            ),
+        ];
+        defaults.extend(
+            RANKING_SETTINGS
+                .iter()
+                .map(|setting| (setting.config_key, setting.default.into())),
+        );
+        defaults.extend([
             (
                 "recall.token_budget",
                 i64::from(DEFAULT_TOKEN_BUDGET).into(),
@@ -78,52 +61,89 @@ impl RecallSettings {
             ("recall.hnsw_ef_search", 200i64.into()),
             ("recall.bm25_k1", engram_core::retrieval::bm25::K1.into()),
             ("recall.bm25_b", engram_core::retrieval::bm25::B.into()),
-        ]
+        ]);
+        defaults
     }
 
     /// The configured ranking, checked like a request's (a bad configuration fails at start-up).
     pub fn default_ranking(&self) -> Result<RankingParams, ValidationError> {
         RankingOverrides {
             profile: Some(self.profile.clone()),
-            ..RankingOverrides::default()
+            candidates_per_leg: None,
+            values: self.ranking.clone(),
         }
         .apply(
             RankingParams {
-                profile: RankingProfile::Fsrs,
                 candidates_per_leg: self.candidates_per_leg,
-                rrf_k: self.rrf_k,
-                mmr_lambda: self.mmr_lambda,
-                alpha: self.alpha,
-                beta: self.beta,
-                gamma: self.gamma,
-                recency_tau_days: self.recency_tau_days,
-                min_similarity: self.min_similarity,
-                time_match_boost: self.time_match_boost,
-                sparse_weight: self.sparse_weight,
-                question_weight: self.question_weight,
-                other_speaker_weight: self.other_speaker_weight,
+                ..RankingParams::default()
             },
             "recall",
         )
     }
 }
 
-/// Ranking parameters a request may set; `None` keeps the configured value.
+/// Values of numeric ranking settings by name (one of `RANKING_SETTINGS`); a setting left out
+/// keeps the value it had.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RankingValues(BTreeMap<&'static str, f64>);
+
+impl RankingValues {
+    /// The values given among optional ones, such as a request's fields.
+    pub fn given(values: impl IntoIterator<Item = (&'static str, Option<f64>)>) -> Self {
+        Self(
+            values
+                .into_iter()
+                .filter_map(|(name, value)| Some((name, value?)))
+                .collect(),
+        )
+    }
+
+    pub fn get(&self, name: &str) -> Option<f64> {
+        self.0.get(name).copied()
+    }
+}
+
+/// Reads `recall.<name>` for each of `RANKING_SETTINGS` and leaves the other keys to
+/// `RecallSettings`' own fields.
+impl<'de> Deserialize<'de> for RankingValues {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(RankingValuesVisitor)
+    }
+}
+
+struct RankingValuesVisitor;
+
+impl<'de> Visitor<'de> for RankingValuesVisitor {
+    type Value = RankingValues;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("the recall settings")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RankingValues, A::Error> {
+        let mut values = BTreeMap::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let Some(setting) = RankingSetting::named(&key) else {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            // Parsed as the configuration parses any `f64` field ("0.5" from the environment).
+            let value = map
+                .next_value::<config::Value>()?
+                .into_float()
+                .map_err(|error| de::Error::custom(format!("{}: {error}", setting.config_key)))?;
+            values.insert(setting.name, value);
+        }
+        Ok(RankingValues(values))
+    }
+}
+
+/// Ranking parameters a request may set; `None` (or a value left out) keeps the configured one.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RankingOverrides {
     pub profile: Option<String>,
     pub candidates_per_leg: Option<u32>,
-    pub rrf_k: Option<f64>,
-    pub mmr_lambda: Option<f64>,
-    pub alpha: Option<f64>,
-    pub beta: Option<f64>,
-    pub gamma: Option<f64>,
-    pub recency_tau_days: Option<f64>,
-    pub min_similarity: Option<f64>,
-    pub time_match_boost: Option<f64>,
-    pub sparse_weight: Option<f64>,
-    pub question_weight: Option<f64>,
-    pub other_speaker_weight: Option<f64>,
+    pub values: RankingValues,
 }
 
 fn bounded(field: String, value: f64, min: f64, max: f64) -> Result<f64, ValidationError> {
@@ -138,7 +158,8 @@ fn bounded(field: String, value: f64, min: f64, max: f64) -> Result<f64, Validat
 }
 
 impl RankingOverrides {
-    /// The defaults with these overrides, each within bounds; `prefix` names the fields in errors.
+    /// The defaults with these overrides; every numeric setting, overridden or not, must be within
+    /// its bounds. `prefix` names the fields in errors.
     pub fn apply(
         &self,
         defaults: RankingParams,
@@ -158,61 +179,30 @@ impl RankingOverrides {
             params.candidates_per_leg = bounded(
                 field("candidates_per_leg"),
                 f64::from(candidates),
-                1.0,
-                1000.0,
+                f64::from(MIN_CANDIDATES_PER_LEG),
+                f64::from(MAX_CANDIDATES_PER_LEG),
             )? as u32;
         }
-        let set = |value: Option<f64>, current: f64, name: &str, min: f64, max: f64| match value {
-            Some(value) => bounded(field(name), value, min, max),
-            None => bounded(field(name), current, min, max),
-        };
-        params.rrf_k = set(self.rrf_k, params.rrf_k, "rrf_k", 1.0, 1000.0)?;
-        params.mmr_lambda = set(self.mmr_lambda, params.mmr_lambda, "mmr_lambda", 0.0, 1.0)?;
-        params.alpha = set(self.alpha, params.alpha, "alpha", 0.0, 100.0)?;
-        params.beta = set(self.beta, params.beta, "beta", 0.0, 100.0)?;
-        params.gamma = set(self.gamma, params.gamma, "gamma", 0.0, 100.0)?;
-        params.recency_tau_days = set(
-            self.recency_tau_days,
-            params.recency_tau_days,
-            "recency_tau_days",
-            0.01,
-            3650.0,
-        )?;
-        params.min_similarity = set(
-            self.min_similarity,
-            params.min_similarity,
-            "min_similarity",
-            0.0,
-            1.0,
-        )?;
-        params.time_match_boost = set(
-            self.time_match_boost,
-            params.time_match_boost,
-            "time_match_boost",
-            0.0,
-            10.0,
-        )?;
-        params.sparse_weight = set(
-            self.sparse_weight,
-            params.sparse_weight,
-            "sparse_weight",
-            0.0,
-            1.0,
-        )?;
-        params.question_weight = set(
-            self.question_weight,
-            params.question_weight,
-            "question_weight",
-            0.0,
-            1.0,
-        )?;
-        params.other_speaker_weight = set(
-            self.other_speaker_weight,
-            params.other_speaker_weight,
-            "other_speaker_weight",
-            0.0,
-            1.0,
-        )?;
+        // Only a mistake in the code that builds the overrides gives a name outside the table.
+        if let Some(unknown) = self
+            .values
+            .0
+            .keys()
+            .find(|name| RankingSetting::named(name).is_none())
+        {
+            return Err(ValidationError::new(
+                field(unknown),
+                "is not a ranking setting",
+            ));
+        }
+        for setting in RANKING_SETTINGS {
+            let value = self
+                .values
+                .get(setting.name)
+                .unwrap_or((setting.get)(&params));
+            let value = bounded(field(setting.name), value, setting.min, setting.max)?;
+            (setting.set)(&mut params, value);
+        }
         Ok(params)
     }
 }
@@ -225,23 +215,38 @@ mod tests {
     fn overrides_apply_within_bounds_and_name_the_field_otherwise() {
         let defaults = RankingParams::default();
         let params = RankingOverrides {
-            profile: Some("triscore".into()),
-            alpha: Some(2.0),
+            profile: Some("fsrs".into()),
+            values: RankingValues::given([("alpha", Some(2.0)), ("beta", None)]),
             ..RankingOverrides::default()
         }
         .apply(defaults, "ranking")
         .unwrap();
-        assert_eq!(params.profile, RankingProfile::Triscore);
+        assert_eq!(params.profile, RankingProfile::Fsrs);
         assert_eq!(params.alpha, 2.0);
         assert_eq!(params.beta, defaults.beta);
 
         let error = RankingOverrides {
-            mmr_lambda: Some(1.5),
+            values: RankingValues::given([("mmr_lambda", Some(1.5))]),
             ..RankingOverrides::default()
         }
         .apply(defaults, "ranking")
         .unwrap_err();
-        assert!(error.to_string().contains("ranking.mmr_lambda"), "{error}");
+        assert_eq!(error.field, "ranking.mmr_lambda");
+        assert_eq!(error.reason, "must be between 0 and 1, got 1.5");
+        let error = RankingOverrides {
+            candidates_per_leg: Some(0),
+            ..RankingOverrides::default()
+        }
+        .apply(defaults, "ranking")
+        .unwrap_err();
+        assert_eq!(error.reason, "must be between 1 and 1000, got 0");
+        let error = RankingOverrides {
+            values: RankingValues::given([("alpah", Some(2.0))]),
+            ..RankingOverrides::default()
+        }
+        .apply(defaults, "ranking")
+        .unwrap_err();
+        assert_eq!(error.field, "ranking.alpah");
         let error = RankingOverrides {
             profile: Some("bm25".into()),
             ..RankingOverrides::default()
@@ -251,11 +256,62 @@ mod tests {
         assert!(error.to_string().contains("fsrs or triscore"), "{error}");
         assert!(
             RankingOverrides {
-                rrf_k: Some(f64::NAN),
+                values: RankingValues::given([("rrf_k", Some(f64::NAN))]),
                 ..RankingOverrides::default()
             }
             .apply(defaults, "ranking")
             .is_err()
         );
+    }
+
+    /// The settings as the services load them: the defaults, then `overrides` in place of the
+    /// environment (as strings, as variables are).
+    fn load(overrides: &[(&str, &str)]) -> Result<RecallSettings, config::ConfigError> {
+        let builder = RecallSettings::defaults()
+            .into_iter()
+            .try_fold(config::Config::builder(), |builder, (key, value)| {
+                builder.set_default(key, value)
+            })?;
+        overrides
+            .iter()
+            .try_fold(builder, |builder, (key, value)| {
+                builder.set_override(*key, *value)
+            })?
+            .build()?
+            .get("recall")
+    }
+
+    #[test]
+    fn the_configured_ranking_is_the_tables_defaults_with_what_the_configuration_sets() {
+        let settings = load(&[]).unwrap();
+        assert_eq!(
+            settings.default_ranking().unwrap(),
+            RankingParams::default()
+        );
+        assert_eq!(settings.token_budget, DEFAULT_TOKEN_BUDGET);
+
+        let settings = load(&[
+            ("recall.min_similarity", "0.25"),
+            ("recall.alpha", "2"),
+            ("recall.profile", "fsrs"),
+        ])
+        .unwrap();
+        let ranking = settings.default_ranking().unwrap();
+        assert_eq!(ranking.min_similarity, 0.25);
+        assert_eq!(ranking.alpha, 2.0);
+        assert_eq!(ranking.profile, RankingProfile::Fsrs);
+        assert_eq!(ranking.beta, RankingParams::default().beta);
+    }
+
+    #[test]
+    fn a_bad_configured_ranking_names_its_key() {
+        let error = load(&[("recall.alpha", "101")])
+            .unwrap()
+            .default_ranking()
+            .unwrap_err();
+        assert_eq!(error.field, "recall.alpha");
+        assert_eq!(error.reason, "must be between 0 and 100, got 101");
+        let error = load(&[("recall.gamma", "heavy")]).unwrap_err();
+        assert!(error.to_string().contains("recall.gamma"), "{error}");
     }
 }

@@ -23,9 +23,14 @@
 
 use chrono::{DateTime, NaiveDate, NaiveTime, Utc};
 
-use super::fusion::DEFAULT_RRF_K;
 use crate::capacity::{Scores, exponential_decay};
 use crate::memory_state::{days_since, retrievability};
+
+mod settings;
+pub use settings::{
+    DEFAULT_CANDIDATES_PER_LEG, DEFAULT_PROFILE, MAX_CANDIDATES_PER_LEG, MIN_CANDIDATES_PER_LEG,
+    RANKING_SETTINGS, RankingParams, RankingSetting,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RankingProfile {
@@ -46,56 +51,6 @@ impl RankingProfile {
             "fsrs" => Some(Self::Fsrs),
             "triscore" => Some(Self::Triscore),
             _ => None,
-        }
-    }
-}
-
-/// Everything that shapes ranking, per request (defaults from configuration).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RankingParams {
-    pub profile: RankingProfile,
-    /// Candidates taken from each leg before fusion.
-    pub candidates_per_leg: u32,
-    pub rrf_k: f64,
-    /// MMR trade-off: 1 ranks by score alone, 0 by diversity alone.
-    pub mmr_lambda: f64,
-    pub alpha: f64,
-    pub beta: f64,
-    pub gamma: f64,
-    /// Recency time constant τ, in days.
-    pub recency_tau_days: f64,
-    /// The relevance floor: a candidate no query word matched is left out when its cosine to the
-    /// query is below this (0: none is left out). Word matches always stay.
-    pub min_similarity: f64,
-    /// When the query names days ("in March", "last week"), a candidate about those days scores
-    /// (1 + this) times as much (0: dates in queries change nothing).
-    pub time_match_boost: f64,
-    /// triscore's relevance: the weight of the sparse leg's score; the cosine has the rest.
-    pub sparse_weight: f64,
-    /// triscore's relevance of a fact that is a question ("Did you get a dog?") is multiplied by
-    /// this (1: questions count like any fact).
-    pub question_weight: f64,
-    /// triscore's relevance of a transcript line ("Clara: Wow, Jonas!") is multiplied by this when
-    /// the query names a speaker and not this line's (1: who said it changes nothing).
-    pub other_speaker_weight: f64,
-}
-
-impl Default for RankingParams {
-    fn default() -> Self {
-        Self {
-            profile: RankingProfile::Fsrs,
-            candidates_per_leg: 100,
-            rrf_k: DEFAULT_RRF_K,
-            mmr_lambda: 0.7,
-            alpha: 1.0,
-            beta: 1.0,
-            gamma: 1.0,
-            recency_tau_days: 7.0,
-            min_similarity: 0.0,
-            time_match_boost: 0.0,
-            sparse_weight: 0.5,
-            question_weight: 1.0,
-            other_speaker_weight: 1.0,
         }
     }
 }
@@ -373,7 +328,10 @@ mod tests {
     #[test]
     fn fsrs_profile_discounts_faded_episodes_but_not_facts() {
         let now = Utc::now();
-        let params = RankingParams::default();
+        let params = RankingParams {
+            profile: RankingProfile::Fsrs,
+            ..RankingParams::default()
+        };
         let fresh = CandidateFacts {
             fsrs: Some((2.0, 5.0, now)),
             ..fact_said_at(now)
@@ -402,6 +360,7 @@ mod tests {
             alpha: 2.0,
             beta: 1.0,
             gamma: 0.5,
+            recency_tau_days: 7.0,
             ..RankingParams::default()
         };
         let facts = CandidateFacts {
