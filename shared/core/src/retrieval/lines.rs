@@ -18,6 +18,10 @@ use super::ranking::is_question;
 
 /// A line's own evidence is raised by this share of its best adjacent line's.
 pub const NEIGHBOUR_SHARE: f64 = 0.5;
+/// A line scoring less than this share of the best line's score is left out, however few lines
+/// were chosen: in a small space every turn is near the query by its vector, and without it the
+/// lines of an unrelated session filled the budget beside the one that answers.
+pub const LEAST_SHARE_OF_BEST: f64 = 0.3;
 /// A chosen line with fewer words than this is shown with the line said before it, which it
 /// usually answers ("Yes, last week!"); a chosen question is shown with the line after it.
 const SHORT_LINE_WORDS: usize = 8;
@@ -42,7 +46,8 @@ pub struct ChosenLine {
 }
 
 /// The `max_lines` lines of `lines` that answer best, best first: each line's evidence plus
-/// [`NEIGHBOUR_SHARE`] of its best adjacent line's, above zero.
+/// [`NEIGHBOUR_SHARE`] of its best adjacent line's, above zero and at least
+/// [`LEAST_SHARE_OF_BEST`] of the best line's.
 pub fn choose_lines(lines: &[OfferedLine<'_>], max_lines: usize) -> Vec<ChosenLine> {
     let adjacent = |index: usize| {
         let before = (index > 0 && lines[index].follows_previous).then(|| index - 1);
@@ -62,9 +67,13 @@ pub fn choose_lines(lines: &[OfferedLine<'_>], max_lines: usize) -> Vec<ChosenLi
         .filter(|(_, score)| *score > 0.0 && score.is_finite())
         .collect();
     scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    let least = scored
+        .first()
+        .map_or(0.0, |best| best.1 * LEAST_SHARE_OF_BEST);
     scored
         .into_iter()
         .take(max_lines)
+        .take_while(|(_, score)| *score >= least)
         .map(|(index, score)| {
             let mut shown = Vec::with_capacity(2);
             let question = is_question(lines[index].text);
@@ -210,6 +219,21 @@ mod tests {
         // earlier of the two first).
         assert_eq!(chosen[1].line, 0);
         assert!((chosen[1].score - 0.45).abs() < 1e-9);
+    }
+
+    #[test]
+    fn lines_far_below_the_best_are_left_out() {
+        let mut lines = offered(&[
+            (
+                "Maria: The offsite is in Lisbon, we fly out next Friday.",
+                1.0,
+            ),
+            ("Ana: I bought new running shoes for the marathon.", 0.1),
+        ]);
+        lines[1].follows_previous = false;
+        let chosen = choose_lines(&lines, 5);
+        assert_eq!(chosen.len(), 1, "{chosen:?}");
+        assert_eq!(chosen[0].line, 0);
     }
 
     #[test]

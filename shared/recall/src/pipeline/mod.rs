@@ -1,0 +1,442 @@
+//! One retrieval, from request to Markdown (the crate documentation lists the steps). Each stage
+//! has its module: `search` (the legs, the fallbacks, the relevance floor), `rank` (fusion,
+//! scores, MMR), `turn_lines` (the stored lines that answer, grouped by episode) and `render`
+//! (the Markdown within the token budget); this one runs them and keeps track of what a
+//! retrieval returned.
+
+mod rank;
+mod render;
+mod search;
+mod turn_lines;
+
+use std::time::Instant;
+
+use chrono::{DateTime, Utc};
+use engram_core::retrieval::budget;
+use engram_core::retrieval::markdown::{self, Detail};
+use engram_core::retrieval::{LegHit, RankingParams, ScoreParts};
+use engram_core::{Category, ConversationId, Scope};
+use engram_store::memories::MemoryRecord;
+use engram_store::retrieval::{self as store, RetrievalMetrics, RetrievalRecord};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::{QueryEmbedder, RecallError, RecallSettings};
+
+pub const DEFAULT_EPISODIC_LIMIT: usize = 5;
+pub const DEFAULT_SEMANTIC_LIMIT: usize = 20;
+
+/// A validated retrieval request.
+#[derive(Debug, Clone)]
+pub struct RetrieveRequest {
+    pub scope: Scope,
+    pub conversation: Option<ConversationId>,
+    pub query: String,
+    /// 0 skips episodes (ContextPreRetrieve).
+    pub episodic_limit: usize,
+    pub semantic_limit: usize,
+    pub detail: Detail,
+    pub category: Option<Category>,
+    pub token_budget: usize,
+    pub ranking: RankingParams,
+    /// Whether to run the vector leg (false: BM25 and its fallbacks only, for comparisons).
+    pub dense: bool,
+    /// Pending review, last scores and metrics (RetrieveMemory); none for ContextPreRetrieve.
+    pub side_effects: bool,
+    /// Show the older facts each fact superseded.
+    pub include_history: bool,
+    /// Also search entries retention found inactive.
+    pub include_inactive: bool,
+}
+
+/// An entry returned, with why it ranked where it did.
+#[derive(Debug, Clone)]
+pub struct RankedMemory {
+    pub record: MemoryRecord,
+    /// 1-based position within its section.
+    pub rank: usize,
+    pub scores: ScoreParts,
+    pub sparse: Option<LegHit>,
+    pub dense: Option<LegHit>,
+    /// Whether the Markdown shows the episode's conversation excerpt.
+    pub details_shown: bool,
+    /// The lines of the episode's excerpt (indexes into its messages) the Markdown shows.
+    pub lines_shown: Vec<usize>,
+    /// With `include_history`: the facts this one superseded, newest first.
+    pub history: Vec<MemoryRecord>,
+}
+
+/// Which path served a retrieval.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ServedBy {
+    /// `bm25+vector`, `bm25`, `trigram+vector`, `trigram`, `vector`, `none`,
+    /// `memory_off` or `incognito`.
+    pub path: String,
+    /// Where the results came from: `space` (every search covers it), or `none` for an empty answer.
+    pub searched: String,
+    pub sparse_hits: usize,
+    pub dense_hits: usize,
+    pub trigram_hits: usize,
+    pub used_fallback: bool,
+    /// Why a fallback was used (the embedder failed, no word matched, ...).
+    pub fallback_reason: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Retrieval {
+    pub markdown: String,
+    pub semantic: Vec<RankedMemory>,
+    pub episodic: Vec<RankedMemory>,
+    pub served_by: ServedBy,
+    pub tokens: usize,
+    pub truncated: bool,
+}
+
+/// The retrieval pipeline.
+#[derive(Debug, Clone)]
+pub struct Recall {
+    pool: PgPool,
+    embedder: Option<QueryEmbedder>,
+    settings: RecallSettings,
+    /// The configured ranking, checked once at construction.
+    default_ranking: RankingParams,
+    /// The embedder of the stored turn vectors (segmentation's), whose nearest turns to the
+    /// query join the lines' search.
+    turn_vectors: Option<TurnVectors>,
+}
+
+/// The embedder of the stored turn vectors.
+#[derive(Clone)]
+struct TurnVectors(std::sync::Arc<dyn engram_embed::Embedder>);
+
+impl std::fmt::Debug for TurnVectors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("TurnVectors")
+            .field(&self.0.model_id())
+            .finish()
+    }
+}
+
+impl Recall {
+    /// Fails when the configured ranking is out of bounds (a bad configuration stops start-up).
+    pub fn new(
+        pool: PgPool,
+        embedder: Option<QueryEmbedder>,
+        settings: RecallSettings,
+    ) -> Result<Self, engram_core::ValidationError> {
+        let default_ranking = settings.default_ranking()?;
+        Ok(Self {
+            pool,
+            embedder,
+            settings,
+            default_ranking,
+            turn_vectors: None,
+        })
+    }
+
+    /// Searches the stored turns by their vectors too, embedding the query with `turn_vectors`
+    /// (the embedder whose vectors segmentation stores beside the turns).
+    pub fn with_turn_vectors(
+        mut self,
+        turn_vectors: Option<std::sync::Arc<dyn engram_embed::Embedder>>,
+    ) -> Self {
+        self.turn_vectors = turn_vectors.map(TurnVectors);
+        self
+    }
+
+    pub fn settings(&self) -> &RecallSettings {
+        &self.settings
+    }
+
+    /// A request with the configured defaults (five episodes, twenty facts, auto detail, the
+    /// configured budget and ranking, both legs, side effects on); callers override what their
+    /// request asks for.
+    pub fn default_request(
+        &self,
+        scope: Scope,
+        conversation: Option<ConversationId>,
+        query: String,
+    ) -> RetrieveRequest {
+        RetrieveRequest {
+            scope,
+            conversation,
+            query,
+            episodic_limit: DEFAULT_EPISODIC_LIMIT,
+            semantic_limit: DEFAULT_SEMANTIC_LIMIT,
+            detail: Detail::Auto,
+            category: None,
+            token_budget: self.settings.token_budget as usize,
+            ranking: self.default_ranking,
+            dense: true,
+            side_effects: true,
+            include_history: false,
+            include_inactive: false,
+        }
+    }
+
+    /// Runs a retrieval. A request with side effects that fails still leaves a metrics row
+    /// naming the stage that failed, so `make report` counts errors too.
+    pub async fn retrieve(&self, request: &RetrieveRequest) -> Result<Retrieval, RecallError> {
+        let started = Instant::now();
+        let mut stage = "context";
+        let result = self.retrieve_stages(request, started, &mut stage).await;
+        record_path(&result);
+        if let Err(error) = &result
+            && request.side_effects
+            && stage != "record"
+        {
+            let metrics = RetrievalMetrics {
+                // Before the context is read, whether the conversation is incognito is unknown.
+                query: if stage == "context" {
+                    String::new()
+                } else {
+                    request.query.clone()
+                },
+                retrieval_path: "error".to_owned(),
+                ranking_profile: request.ranking.profile.as_str().to_owned(),
+                latency_retrieval_ms: elapsed_ms(started),
+                error_stage: Some(stage.to_owned()),
+                ..RetrievalMetrics::default()
+            };
+            let record = RetrievalRecord {
+                conversation: None,
+                reviewed_memory_ids: Vec::new(),
+                scores: Vec::new(),
+                metrics,
+            };
+            if let Err(record_error) =
+                store::record(&self.pool, &request.scope, &record, Utc::now()).await
+            {
+                tracing::warn!(error = %record_error, failed = %error, stage, "could not record the failed retrieval's metrics");
+            }
+        }
+        result
+    }
+
+    /// The stages of one retrieval, in order; `stage` names the one running, for the metrics row
+    /// of a failure.
+    async fn retrieve_stages(
+        &self,
+        request: &RetrieveRequest,
+        started: Instant,
+        stage: &mut &'static str,
+    ) -> Result<Retrieval, RecallError> {
+        let now = Utc::now();
+        let context = store::context(&self.pool, &request.scope, request.conversation).await?;
+        *stage = "sparse";
+        if !context.memory_enabled || context.incognito {
+            let path = if context.incognito {
+                "incognito"
+            } else {
+                "memory_off"
+            };
+            // Memory off or incognito leaves no trace: no metrics row, no pending review, no
+            // cached score in the database.
+            return Ok(empty_retrieval(path));
+        }
+        let found = self.search(request, &context, stage).await?;
+        let latency_embed_ms = found.latency_embed_ms;
+        let served_by = found.served_by.clone();
+        *stage = "load";
+        let (semantic, episodic) = self.rank(request, found, now).await?;
+        let rendering = request.clone();
+        let retrieval =
+            cpu_bound(move || render::render(semantic, episodic, &rendering, served_by, now)).await;
+        self.keep_track(request, &retrieval, latency_embed_ms, started, now, stage)
+            .await?;
+        Ok(retrieval)
+    }
+
+    /// What a retrieval leaves behind: what it returned is noted as in use (retention's
+    /// inactivity rule leaves it alone) and, with side effects, its metrics row, the pending
+    /// review of its episodes and their cached scores are written.
+    async fn keep_track(
+        &self,
+        request: &RetrieveRequest,
+        retrieval: &Retrieval,
+        latency_embed_ms: Option<f32>,
+        started: Instant,
+        now: DateTime<Utc>,
+        stage: &mut &'static str,
+    ) -> Result<(), RecallError> {
+        // Its own statement, never waiting on a lock (see `note_returned`), so it cannot deadlock
+        // with the recording statement.
+        let returned: Vec<Uuid> = retrieval
+            .semantic
+            .iter()
+            .chain(&retrieval.episodic)
+            .map(|m| m.record.id)
+            .collect();
+        let note =
+            engram_store::retention::note_returned(&self.pool, &request.scope, &returned, now);
+        if !request.side_effects {
+            log_failed_note(note.await);
+            return Ok(());
+        }
+        let served_by = &retrieval.served_by;
+        let metrics = RetrievalMetrics {
+            query: request.query.clone(),
+            sparse_hits: served_by.sparse_hits as i32,
+            dense_hits: served_by.dense_hits as i32,
+            trigram_hits: served_by.trigram_hits as i32,
+            used_fallback: served_by.used_fallback,
+            retrieval_path: served_by.path.clone(),
+            ranking_profile: request.ranking.profile.as_str().to_owned(),
+            // Searches no longer start in the conversation and widen.
+            scope_widened: false,
+            context_items: (retrieval.semantic.len() + retrieval.episodic.len()) as i32,
+            estimated_tokens: retrieval.tokens as i32,
+            truncated: retrieval.truncated,
+            latency_embed_ms,
+            latency_retrieval_ms: elapsed_ms(started),
+            error_stage: None,
+        };
+        // An inactive episode shown because the request asked for inactive entries is not put up
+        // for review: browsing them is not using them, and a review would make it active again.
+        let reviewed: Vec<Uuid> = retrieval
+            .episodic
+            .iter()
+            .filter(|m| m.record.inactive_since.is_none())
+            .map(|m| m.record.id)
+            .collect();
+        *stage = "record";
+        self.record(request, retrieval, metrics, reviewed, now)
+            .await?;
+        // After the record committed, not beside it: its score updates lock the same retention
+        // rows (through a trigger), and the note would skip them.
+        log_failed_note(note.await);
+        Ok(())
+    }
+
+    async fn attach_history(
+        &self,
+        scope: &Scope,
+        facts: &mut [RankedMemory],
+    ) -> Result<(), RecallError> {
+        let ids: Vec<Uuid> = facts.iter().map(|m| m.record.id).collect();
+        for earlier in store::superseded_by(&self.pool, scope, &ids).await? {
+            if let Some(fact) = facts
+                .iter_mut()
+                .find(|m| Some(m.record.id) == earlier.superseded_by)
+            {
+                fact.history.push(earlier);
+            }
+        }
+        Ok(())
+    }
+
+    async fn record(
+        &self,
+        request: &RetrieveRequest,
+        retrieval: &Retrieval,
+        metrics: RetrievalMetrics,
+        reviewed_memory_ids: Vec<Uuid>,
+        now: DateTime<Utc>,
+    ) -> Result<(), RecallError> {
+        // An episode shown only for its lines was never scored (no leg found it): no cached score
+        // (a zero would make it retention's first candidate).
+        let scores = retrieval
+            .semantic
+            .iter()
+            .chain(&retrieval.episodic)
+            .filter(|m| m.scores != ScoreParts::default())
+            .map(|m| {
+                let cached = m.scores.cached(now);
+                let value = serde_json::to_value(cached).unwrap_or(serde_json::Value::Null);
+                (m.record.id, value)
+            })
+            .collect();
+        let record = RetrievalRecord {
+            conversation: request.conversation.map(|c| c.as_uuid()),
+            reviewed_memory_ids,
+            scores,
+            metrics,
+        };
+        store::record(&self.pool, &request.scope, &record, now).await?;
+        Ok(())
+    }
+}
+
+/// Retrievals by the path that served them (`bm25+vector`, `bm25`, `trigram`,
+/// `none`, `memory_off`, `incognito`, `error`) and whether a fallback answered
+/// (`engram.retrieval.requests`).
+fn record_path(result: &Result<Retrieval, RecallError>) {
+    static REQUESTS: std::sync::OnceLock<opentelemetry::metrics::Counter<u64>> =
+        std::sync::OnceLock::new();
+    let requests = REQUESTS.get_or_init(|| {
+        opentelemetry::global::meter("engram-recall")
+            .u64_counter("engram.retrieval.requests")
+            .with_description(
+                "retrievals by the path that served them and whether a fallback answered",
+            )
+            .build()
+    });
+    let (path, fallback) = match result {
+        Ok(retrieval) => (
+            retrieval.served_by.path.clone(),
+            retrieval.served_by.used_fallback,
+        ),
+        Err(_) => ("error".to_owned(), false),
+    };
+    requests.add(
+        1,
+        &[
+            opentelemetry::KeyValue::new("path", path),
+            opentelemetry::KeyValue::new("fallback", fallback),
+        ],
+    );
+}
+
+fn elapsed_ms(since: Instant) -> f32 {
+    since.elapsed().as_secs_f32() * 1000.0
+}
+
+fn empty_retrieval(path: &str) -> Retrieval {
+    let markdown = markdown::assemble(&[], &[]);
+    Retrieval {
+        tokens: budget::count_tokens(&markdown),
+        markdown,
+        semantic: Vec::new(),
+        episodic: Vec::new(),
+        served_by: ServedBy {
+            path: path.to_owned(),
+            searched: "none".to_owned(),
+            ..ServedBy::default()
+        },
+        truncated: false,
+    }
+}
+
+/// Runs CPU-bound work (ranking, rendering, token counting) on a blocking thread, so that a
+/// request over many long texts does not hold up the async runtime and every request beside it
+/// (issue 37: one retrieval over 200 long facts stalled the service for 20 s).
+pub async fn cpu_bound<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(value) => value,
+        Err(error) => std::panic::resume_unwind(error.into_panic()),
+    }
+}
+
+/// Text work over this many bytes (cleaning, token counting) goes to a blocking thread; up to it,
+/// it costs the runtime well under a millisecond, less than the hand-off would.
+pub(crate) const INLINE_TEXT_BYTES: usize = 8 * 1024;
+
+/// Runs work over `text_bytes` bytes of text where [`INLINE_TEXT_BYTES`] says it belongs.
+pub async fn cpu_bound_over<T: Send + 'static>(
+    text_bytes: usize,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    if text_bytes <= INLINE_TEXT_BYTES {
+        work()
+    } else {
+        cpu_bound(work).await
+    }
+}
+
+/// The note that entries were returned keeps them from turning inactive; the next retrieval
+/// that returns them writes it again, so a failure is logged, not answered.
+fn log_failed_note(noted: Result<(), engram_store::StoreError>) {
+    if let Err(error) = noted {
+        tracing::warn!(%error, "cannot note the returned entries as in use");
+    }
+}
