@@ -5,10 +5,16 @@
 //!                         come from a pool of 10,000 distinct sentences embedded with the local
 //!                         model; each memory's vector is its sentence's model embedding plus a
 //!                         small deterministic perturbation (so a million distinct vectors cost
-//!                         10,000 model calls, and nearest neighbours stay meaningful).
-//! `bench-retrieval run`   sends one mixed query set three ways and reports each at a fixed rate
+//!                         10,000 model calls, and nearest neighbours stay meaningful). Each
+//!                         episode also holds its stored conversation, as segmentation leaves it:
+//!                         8 to 12 turns of pool sentences (its excerpt), a conversation row
+//!                         segmented through the last turn, and a turn vector per turn (the
+//!                         sentence's static token vector plus a perturbation).
+//! `bench-retrieval run`   sends one mixed query set four ways and reports each at a fixed rate
 //!                         and at saturation:
-//!                         (a) RetrieveMemory over gRPC (the whole pipeline);
+//!                         (a) RetrieveMemory over gRPC (the whole pipeline), twice: excerpts on
+//!                             (the default detail, AUTO: the stored turns are searched and
+//!                             their lines shown) and off (detail NONE: no turn search);
 //!                         (b) what a user would write instead: embed the query, then one
 //!                             hand-written SQL statement fusing a tsvector and a pgvector search;
 //!                         (c) the floor: embed the query, then one indexed vector query.
@@ -19,12 +25,15 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use engram_e2e::bench::{machine_summary, space_user};
-use engram_embed::{Embedder, LocalEmbedder, LocalModelSettings};
+use engram_embed::{
+    Embedder, LocalEmbedder, LocalModelSettings, TOKEN_VECTORS_MODEL_ID, TokenVectorEmbedder,
+};
 use engram_proto::v1;
 use engram_proto::v1::retrieval_service_client::RetrievalServiceClient;
 use engram_recall::{QueryEmbedder, QueryEmbedderSettings};
@@ -42,6 +51,14 @@ const SPACE: &str = "bench";
 const NOISE_VECTORS: i64 = 997;
 /// Norm of a perturbation (model embeddings have norm 1).
 const NOISE_NORM: f32 = 0.15;
+/// An episode's conversation has MIN_TURNS + (a number below TURN_COUNT_SPREAD) turns.
+const MIN_TURNS: i64 = 8;
+const TURN_COUNT_SPREAD: i64 = 5;
+/// Turn j of an episode says pool sentence (the episode's own + j·TURN_STRIDE) mod pool: a
+/// prime above any pool size, so the turns of one episode are distinct sentences.
+const TURN_STRIDE: i64 = 104_729;
+/// Spaces per seeding statement.
+const SEED_CHUNK: i64 = 500;
 
 #[derive(Parser)]
 #[command(about = "Engram retrieval benchmark")]
@@ -56,7 +73,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Fill the database.
+    /// Fill the database: memories, and the stored conversations of the episodes.
     Seed {
         #[arg(long, default_value_t = 10_000)]
         spaces: i64,
@@ -65,7 +82,7 @@ enum Command {
         #[arg(long, default_value_t = 10_000)]
         pool: usize,
     },
-    /// Measure the three ways; write the report.
+    /// Measure the four ways; write the report.
     Run {
         #[arg(long, default_value = "http://127.0.0.1:50063")]
         endpoint: String,
@@ -247,25 +264,41 @@ async fn seed(
 ) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut connection = PgConnection::connect(url).await?;
-    // Two statements: a query naming bench_pool fails at parse time on a fresh database, whatever
-    // its WHERE clause says.
-    let pool_exists: bool = sqlx::query_scalar("SELECT to_regclass('bench_pool') IS NOT NULL")
-        .fetch_one(&mut connection)
-        .await?;
-    let pooled: Option<i64> = if pool_exists {
-        Some(
-            sqlx::query_scalar("SELECT count(*) FROM bench_pool")
-                .fetch_one(&mut connection)
-                .await?,
-        )
-    } else {
-        None
-    };
-    if pooled != Some(pool_size as i64) {
+    if table_rows(&mut connection, "bench_pool").await? != Some(pool_size as i64) {
         seed_pool(&mut connection, model_dir, pool_size).await?;
     }
+    if table_rows(&mut connection, "bench_turn_pool").await? != Some(pool_size as i64) {
+        seed_turn_pool(&mut connection, model_dir).await?;
+    }
+    seed_memories(&mut connection, spaces, per_space, pool_size, started).await?;
+    seed_turns(&mut connection, spaces, started).await?;
+    index_and_settle(&mut connection, started).await?;
+    let turns: i64 = sqlx::query_scalar("SELECT count(*) FROM conversation_turns")
+        .fetch_one(&mut connection)
+        .await?;
+    eprintln!(
+        "seeded {} memories and {turns} turns in {:.0?}",
+        spaces * per_space,
+        started.elapsed()
+    );
+    Ok(())
+}
 
-    seed_memories(&mut connection, spaces, per_space, pool_size, started).await
+/// The rows of a table the seed keeps between runs, or `None` when there is no such table.
+async fn table_rows(connection: &mut PgConnection, table: &str) -> anyhow::Result<Option<i64>> {
+    // Two statements: a query naming a missing table fails at parse time, whatever its WHERE
+    // clause says.
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
+        .bind(table)
+        .fetch_one(&mut *connection)
+        .await?;
+    if !exists {
+        return Ok(None);
+    }
+    let rows = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
+        .fetch_one(&mut *connection)
+        .await?;
+    Ok(Some(rows))
 }
 
 /// The sentence pool embedded with the local model, and the perturbation vectors (kept in the
@@ -277,7 +310,8 @@ async fn seed_pool(
 ) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut rng = StdRng::seed_from_u64(42);
-    sqlx::query("DROP TABLE IF EXISTS bench_pool, bench_noise")
+    // The turn vectors are the old pool's sentences': made again below.
+    sqlx::query("DROP TABLE IF EXISTS bench_pool, bench_noise, bench_turn_pool")
         .execute(&mut *connection)
         .await?;
     let mut seen = HashSet::new();
@@ -295,13 +329,7 @@ async fn seed_pool(
         texts.len()
     );
     let vectors = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<Vec<f32>>> {
-        let model = LocalEmbedder::load(&LocalModelSettings {
-            model_dir,
-            max_batch: 32,
-            max_tokens: 256,
-            inference_nice: 0,
-            yield_to_requests: None,
-        })?;
+        let model = load_model(model_dir)?;
         let mut vectors = Vec::with_capacity(texts.len());
         for chunk in texts.chunks(32) {
             vectors.extend(model.embed_blocking(chunk)?);
@@ -339,6 +367,55 @@ async fn seed_pool(
     Ok(())
 }
 
+/// The local model as the seed and the load generator run it.
+fn load_model(model_dir: std::path::PathBuf) -> anyhow::Result<LocalEmbedder> {
+    Ok(LocalEmbedder::load(&LocalModelSettings {
+        model_dir,
+        max_batch: 32,
+        max_tokens: 256,
+        inference_nice: 0,
+        yield_to_requests: None,
+    })?)
+}
+
+/// The pool sentences' turn vectors, of the kind the services store for a turn and the
+/// retrieval service compares the query with: the local model's static token vectors
+/// ([`TokenVectorEmbedder`]), a space of their own, not the model's sentence embeddings.
+async fn seed_turn_pool(
+    connection: &mut PgConnection,
+    model_dir: &std::path::Path,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let pool: Vec<(i64, String)> = sqlx::query_as("SELECT n, text FROM bench_pool ORDER BY n")
+        .fetch_all(&mut *connection)
+        .await?;
+    let texts: Vec<String> = pool.iter().map(|(_, text)| text.clone()).collect();
+    let model_dir = model_dir.to_owned();
+    eprintln!("turn vectors of {} pool sentences", texts.len());
+    let vectors = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<Vec<f32>>> {
+        let turn_vectors = TokenVectorEmbedder::new(load_model(model_dir)?);
+        Ok(turn_vectors.embed_blocking(&texts)?)
+    })
+    .await??;
+    sqlx::query("DROP TABLE IF EXISTS bench_turn_pool")
+        .execute(&mut *connection)
+        .await?;
+    sqlx::query(
+        "CREATE TABLE bench_turn_pool (n bigint PRIMARY KEY, embedding vector(384) NOT NULL)",
+    )
+    .execute(&mut *connection)
+    .await?;
+    let numbers: Vec<i64> = pool.iter().map(|(n, _)| *n).collect();
+    let vectors: Vec<Vector> = vectors.into_iter().map(Vector::from).collect();
+    sqlx::query("INSERT INTO bench_turn_pool SELECT * FROM unnest($1::int8[], $2::vector[])")
+        .bind(&numbers)
+        .bind(&vectors)
+        .execute(&mut *connection)
+        .await?;
+    eprintln!("pool turn vectors made ({:.0?})", started.elapsed());
+    Ok(())
+}
+
 async fn seed_memories(
     connection: &mut PgConnection,
     spaces: i64,
@@ -346,19 +423,23 @@ async fn seed_memories(
     pool_size: usize,
     started: Instant,
 ) -> anyhow::Result<()> {
-    // A seed that failed halfway starts over (the pool is kept).
-    sqlx::query("TRUNCATE memory_embeddings, memories, spaces")
-        .execute(&mut *connection)
-        .await?;
+    // A seed that failed halfway starts over (the pools are kept).
+    sqlx::query(
+        "TRUNCATE conversation_turn_embeddings, conversation_turns, summarized_segments, \
+                  conversations, memory_embeddings, memories, spaces",
+    )
+    .execute(&mut *connection)
+    .await?;
     // Memories, in chunks of spaces. Memory i of space s uses pool sentence (s·per_space + i)·7919
-    // mod pool: 7919 is prime, so the sentences of one space are distinct.
+    // mod pool: 7919 is prime, so the sentences of one space are distinct. An episode's excerpt
+    // (`messages`) is its conversation, alternating user and assistant, one minute a turn up to
+    // its end: its own sentence first, then others of the pool (see TURN_STRIDE).
     sqlx::query("DROP INDEX IF EXISTS memory_embeddings_hnsw")
         .execute(&mut *connection)
         .await?;
-    const CHUNK: i64 = 500;
     let mut first = 0;
     while first < spaces {
-        let last = (first + CHUNK).min(spaces);
+        let last = (first + SEED_CHUNK).min(spaces);
         sqlx::query(
             "INSERT INTO memories (id, user_id, space, kind, conversation_id, text, category, valid_at, \
                  title, messages, surprise, start_at, end_at, stability, difficulty, last_reviewed_at, \
@@ -368,16 +449,23 @@ async fn seed_memories(
                     CASE WHEN episodic THEN gen_random_uuid() END, p.text, \
                     CASE WHEN episodic THEN NULL ELSE 'fact' END, CASE WHEN episodic THEN NULL ELSE created END, \
                     CASE WHEN episodic THEN p.title END, \
-                    CASE WHEN episodic THEN jsonb_build_array(jsonb_build_object('role', 'user', 'content', p.text)) END, \
+                    CASE WHEN episodic THEN \
+                        (SELECT jsonb_agg(jsonb_build_object( \
+                                    'role', CASE WHEN j % 2 = 0 THEN 'user' ELSE 'assistant' END, \
+                                    'content', q.text) ORDER BY j) \
+                         FROM generate_series(0, turns - 1) AS j \
+                         JOIN bench_pool q ON q.n = (p.n + j * $8) % $5) END, \
                     CASE WHEN episodic THEN (i % 10) / 10.0 END, \
-                    CASE WHEN episodic THEN created END, CASE WHEN episodic THEN created END, \
+                    CASE WHEN episodic THEN created - (turns - 1) * interval '1 minute' END, \
+                    CASE WHEN episodic THEN created END, \
                     CASE WHEN episodic THEN 1.0 + i % 30 END, CASE WHEN episodic THEN 5.0 END, \
                     CASE WHEN episodic THEN created END, \
                     (floor(random() * 4294967296)::bigint << 32) | floor(random() * 4294967296)::bigint, \
                     0.2 + (i % 7) / 10.0, false, 'all-MiniLM-L6-v2', now(), created, now() \
              FROM generate_series($1, $2 - 1) AS s, generate_series(0, $4 - 1) AS i, bench_pool p, \
                   LATERAL (SELECT i % 5 = 0 AS episodic, \
-                                  now() - ((s * 31 + i * 17) % 180) * interval '1 day' AS created) r \
+                                  now() - ((s * 31 + i * 17) % 180) * interval '1 day' AS created, \
+                                  $6 + (s + i / 5) % $7 AS turns) r \
              WHERE p.n = ((s * $4 + i) * 7919) % $5",
         )
         .bind(first)
@@ -385,6 +473,9 @@ async fn seed_memories(
         .bind(SPACE)
         .bind(per_space)
         .bind(pool_size as i64)
+        .bind(MIN_TURNS)
+        .bind(TURN_COUNT_SPREAD)
+        .bind(TURN_STRIDE)
         .execute(&mut *connection)
         .await
         .context("seeding memories")?;
@@ -403,6 +494,91 @@ async fn seed_memories(
     .execute(&mut *connection)
     .await
     .context("seeding embeddings")?;
+    Ok(())
+}
+
+/// Each episode's conversation as segmentation leaves it: the conversation row segmented
+/// through the last turn, and the closed segment whose turns retention tracks.
+/// $1..$2 the users of a chunk of spaces.
+const SEED_CONVERSATIONS_SQL: &str = "\
+WITH episode AS ( \
+    SELECT user_id, space, conversation_id, start_at, end_at, \
+           jsonb_array_length(messages) - 1 AS last_turn \
+    FROM memories WHERE kind = 'episodic' AND user_id BETWEEN $1::uuid AND $2::uuid), \
+conversation AS ( \
+    INSERT INTO conversations (user_id, space, conversation_id, created_at, updated_at, \
+                               next_turn_index, segmented_through, last_turn_at, last_appended_at) \
+    SELECT user_id, space, conversation_id, start_at, end_at, last_turn + 1, last_turn, end_at, end_at \
+    FROM episode) \
+INSERT INTO summarized_segments (user_id, space, conversation_id, last_turn_index, closed_at) \
+SELECT user_id, space, conversation_id, last_turn, end_at FROM episode";
+
+/// The turns: the episode's excerpt, spread evenly over its time span (so the episode holds
+/// them), with tokens at about four characters a token.
+const SEED_TURNS_SQL: &str = "\
+INSERT INTO conversation_turns (user_id, space, conversation_id, turn_index, role, content, \
+                                spoken_at, created_at, tokens) \
+SELECT m.user_id, m.space, m.conversation_id, line.number::int - 1, line.message ->> 'role', \
+       line.message ->> 'content', said.at, said.at, length(line.message ->> 'content') / 4 + 1 \
+FROM memories m \
+CROSS JOIN LATERAL jsonb_array_elements(m.messages) WITH ORDINALITY AS line(message, number) \
+CROSS JOIN LATERAL (SELECT m.start_at + (m.end_at - m.start_at) \
+        * ((line.number - 1)::float8 / greatest(jsonb_array_length(m.messages) - 1, 1)) AS at) said \
+WHERE m.kind = 'episodic' AND m.user_id BETWEEN $1::uuid AND $2::uuid";
+
+/// A turn vector per turn: its sentence's token vector plus a perturbation, under the model id
+/// ($3) the retrieval service searches; $4 the number of perturbations.
+const SEED_TURN_VECTORS_SQL: &str = "\
+INSERT INTO conversation_turn_embeddings (user_id, space, conversation_id, turn_index, model, embedding) \
+SELECT t.user_id, t.space, t.conversation_id, t.turn_index, $3, v.embedding + z.embedding \
+FROM conversation_turns t \
+JOIN bench_pool p ON p.text = t.content \
+JOIN bench_turn_pool v ON v.n = p.n \
+JOIN bench_noise z ON z.n = (abs(hashtext(t.conversation_id::text)::bigint) + t.turn_index) % $4 \
+WHERE t.user_id BETWEEN $1::uuid AND $2::uuid";
+
+/// The stored conversations of the episodes (after the memories), in chunks of spaces.
+async fn seed_turns(
+    connection: &mut PgConnection,
+    spaces: i64,
+    started: Instant,
+) -> anyhow::Result<()> {
+    let mut first = 0;
+    while first < spaces {
+        let last = (first + SEED_CHUNK).min(spaces);
+        let (from, to) = (space_user(first), space_user(last - 1));
+        sqlx::query(SEED_CONVERSATIONS_SQL)
+            .bind(&from)
+            .bind(&to)
+            .execute(&mut *connection)
+            .await
+            .context("seeding conversations")?;
+        sqlx::query(SEED_TURNS_SQL)
+            .bind(&from)
+            .bind(&to)
+            .execute(&mut *connection)
+            .await
+            .context("seeding turns")?;
+        sqlx::query(SEED_TURN_VECTORS_SQL)
+            .bind(&from)
+            .bind(&to)
+            .bind(TOKEN_VECTORS_MODEL_ID)
+            .bind(NOISE_VECTORS)
+            .execute(&mut *connection)
+            .await
+            .context("seeding turn vectors")?;
+        first = last;
+        eprintln!(
+            "seeded the conversations of {first}/{spaces} spaces ({:.0?})",
+            started.elapsed()
+        );
+    }
+    Ok(())
+}
+
+/// The HNSW index over every memory vector, built once they are all in (far faster than
+/// inserting into it), then the whole database vacuumed and analyzed.
+async fn index_and_settle(connection: &mut PgConnection, started: Instant) -> anyhow::Result<()> {
     eprintln!("building the HNSW index ({:.0?})", started.elapsed());
     sqlx::query("SET maintenance_work_mem = '6GB'")
         .execute(&mut *connection)
@@ -416,11 +592,6 @@ async fn seed_memories(
     .execute(&mut *connection)
     .await?;
     engram_e2e::bench::settle_seed(&mut *connection).await?;
-    eprintln!(
-        "seeded {} memories in {:.0?}",
-        spaces * per_space,
-        started.elapsed()
-    );
     Ok(())
 }
 
@@ -661,14 +832,54 @@ fn row(name: &str, load: &str, m: &Measurement) -> String {
     )
 }
 
-/// (a): RetrieveMemory over gRPC with default settings; an answer the dense leg did not serve
-/// counts as an error (the benchmark measures the hybrid pipeline, not its fallback).
-async fn retrieve_call(endpoint: &str) -> anyhow::Result<Call> {
+/// What the answers of a RetrieveMemory way held: how many came back, how many showed lines of
+/// a conversation (an episode's whole excerpt, or the lines that answer), and their Markdown's
+/// tokens; so the report shows what excerpts on changed besides the time.
+#[derive(Default)]
+struct AnswerCounts {
+    answers: AtomicU64,
+    with_lines: AtomicU64,
+    tokens: AtomicU64,
+}
+
+impl AnswerCounts {
+    fn count(&self, response: &v1::RetrieveMemoryResponse) {
+        let shows_lines = response.episodic.iter().any(|m| !m.lines_shown.is_empty());
+        self.answers.fetch_add(1, Ordering::Relaxed);
+        self.with_lines
+            .fetch_add(u64::from(shows_lines), Ordering::Relaxed);
+        self.tokens
+            .fetch_add(u64::from(response.tokens), Ordering::Relaxed);
+    }
+
+    fn describe(&self) -> String {
+        let answers = self.answers.load(Ordering::Relaxed);
+        let with_lines = self.with_lines.load(Ordering::Relaxed);
+        let tokens = self.tokens.load(Ordering::Relaxed);
+        let per_answer = |n: u64| n as f64 / answers.max(1) as f64;
+        format!(
+            "{with_lines} of {answers} answers ({:.0} %) showed lines of a conversation, {:.0} \
+             Markdown tokens an answer",
+            100.0 * per_answer(with_lines),
+            per_answer(tokens)
+        )
+    }
+}
+
+/// (a): RetrieveMemory over gRPC at `detail`, everything else at its defaults, each answer
+/// counted in `counts`; an answer the dense leg did not serve counts as an error (the benchmark
+/// measures the hybrid pipeline, not its fallback).
+async fn retrieve_call(
+    endpoint: &str,
+    detail: v1::DetailLevel,
+    counts: Arc<AnswerCounts>,
+) -> anyhow::Result<Call> {
     let channel = tonic::transport::Channel::from_shared(endpoint.to_owned())?
         .connect()
         .await?;
     Ok(Arc::new(move |query: Query| {
         let mut client = RetrievalServiceClient::new(channel.clone());
+        let counts = counts.clone();
         Box::pin(async move {
             let response = client
                 .retrieve_memory(v1::RetrieveMemoryRequest {
@@ -677,6 +888,7 @@ async fn retrieve_call(endpoint: &str) -> anyhow::Result<Call> {
                         space: SPACE.into(),
                     }),
                     query: query.text,
+                    detail: detail.into(),
                     ..Default::default()
                 })
                 .await?
@@ -684,23 +896,159 @@ async fn retrieve_call(endpoint: &str) -> anyhow::Result<Call> {
             anyhow::ensure!(
                 response
                     .served_by
+                    .as_ref()
                     .is_some_and(|s| !s.used_fallback || s.dense_hits > 0),
                 "the dense leg did not serve"
             );
+            counts.count(&response);
             Ok(())
         })
     }))
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The query embedder of (b) and (c): the same micro-batching, caching embedder and model as
+/// the service's.
+async fn query_embedder(model_dir: &std::path::Path) -> anyhow::Result<QueryEmbedder> {
+    let model_dir = model_dir.to_owned();
+    let model = tokio::task::spawn_blocking(move || load_model(model_dir)).await??;
+    Ok(QueryEmbedder::start(
+        Arc::new(model) as Arc<dyn Embedder>,
+        QueryEmbedderSettings {
+            max_batch: 32,
+            cache_entries: 10_000,
+            timeout: Duration::from_secs(10),
+        },
+    ))
+}
+
+const EXCERPTS_ON: &str = "(a) RetrieveMemory over gRPC, excerpts on (detail AUTO, the default)";
+const EXCERPTS_OFF: &str = "(a) RetrieveMemory over gRPC, excerpts off (detail NONE)";
+const HAND_WRITTEN: &str = "(b) hand-written hybrid SQL";
+const FLOOR: &str = "(c) floor: embed + one vector query";
+
+/// Issue 38: RetrieveMemory's p95 with excerpts on, at 50 QPS, at most this many times the
+/// floor's.
+const EXCERPTS_TARGET: f64 = 1.5;
+const EXCERPTS_TARGET_RATE: u32 = 50;
+
+/// A way of answering the query set.
+struct Way {
+    name: &'static str,
+    call: Call,
+}
+
+/// A way measured at the fixed load and at saturation.
+struct Measured {
+    name: &'static str,
+    fixed: Measurement,
+    full: Measurement,
+}
+
+/// The load of `run`: the fixed rate, seconds per measurement, clients at saturation.
+struct RunLoad {
+    rate: u32,
+    seconds: u64,
+    concurrency: usize,
+}
+
+/// Each way at the fixed load, then at saturation, each measurement over a slice of `queries`
+/// of its own (no way is handed another way's cached embeddings).
+async fn measure_ways(ways: &[Way], queries: &[Query], load: &RunLoad) -> Vec<Measured> {
+    let size = queries.len() / (2 * ways.len());
+    let slice = |n: usize| &queries[n * size..(n + 1) * size];
+    let mut measured = Vec::with_capacity(ways.len());
+    for (index, way) in ways.iter().enumerate() {
+        eprintln!("{}: {} QPS for {} s", way.name, load.rate, load.seconds);
+        let fixed = at_rate(&way.call, slice(index * 2), load.rate, load.seconds).await;
+        eprintln!("  p95 {}", millis(fixed.histogram.value_at_quantile(0.95)));
+        eprintln!(
+            "{}: saturation with {} clients for {} s",
+            way.name, load.concurrency, load.seconds
+        );
+        let full = saturated(
+            &way.call,
+            slice(index * 2 + 1),
+            load.concurrency,
+            load.seconds,
+        )
+        .await;
+        eprintln!("  {:.0} QPS", full.qps());
+        measured.push(Measured {
+            name: way.name,
+            fixed,
+            full,
+        });
+    }
+    measured
+}
+
+/// What the benchmark database holds, as the report states it.
+struct Seeded {
+    spaces: i64,
+    memories: i64,
+    episodes: i64,
+    turns: i64,
+    /// Turn vectors of the retrieval service's turn embedder (the only ones it searches).
+    turn_vectors: i64,
+    /// Memories whose cached scores were less than an hour old when the run started.
+    fresh_scores: i64,
+}
+
+async fn seeded(pool: &PgPool) -> anyhow::Result<Seeded> {
+    // Fresh scores tell whether requests will also rewrite cached scores: a fresh seed has none,
+    // and a retrieval rewrites missing, hour-old or lower scores of the entries it returns.
+    let (spaces, memories, episodes, turns, turn_vectors, fresh_scores) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM spaces), (SELECT count(*) FROM memories), \
+                (SELECT count(*) FROM memories WHERE kind = 'episodic'), \
+                (SELECT count(*) FROM conversation_turns), \
+                (SELECT count(*) FROM conversation_turn_embeddings WHERE model = $1), \
+                (SELECT count(*) FROM memories \
+                 WHERE engram_cached_at(last_scores) > now() - interval '1 hour')",
+    )
+    .bind(TOKEN_VECTORS_MODEL_ID)
+    .fetch_one(pool)
+    .await?;
+    // Without them the turn search runs over nothing, and the report would say otherwise.
+    anyhow::ensure!(
+        turns > 0 && turn_vectors > 0,
+        "the benchmark database holds {turns} stored turns and {turn_vectors} turn vectors of \
+         {TOKEN_VECTORS_MODEL_ID}: an older build seeded it; seed it again (without BENCH_REUSE=1)"
+    );
+    Ok(Seeded {
+        spaces,
+        memories,
+        episodes,
+        turns,
+        turn_vectors,
+        fresh_scores,
+    })
+}
+
+/// The plan of the floor query in one space.
+async fn floor_plan(pool: &PgPool) -> anyhow::Result<Vec<String>> {
+    Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY ON) {}",
+        FLOOR_SQL
+            .replace("$1", &format!("'{}'", space_user(1)))
+            .replace("$2", &format!("'{SPACE}'"))
+            .replace("$3", "(SELECT embedding FROM bench_pool WHERE n = 1)")
+    )))
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Queries sent before the measurements, to warm the caches of Postgres and of the model; none
+/// of them is measured.
+const WARM_UP_QUERIES: usize = 200;
+/// Queries measured: a slice of 3,000 for each way and load.
+const MEASURED_QUERIES: usize = 24_000;
+
 async fn run(
     url: &str,
     model_dir: &std::path::Path,
     endpoint: &str,
     spaces: i64,
-    rate: u32,
-    seconds: u64,
-    concurrency: usize,
+    load: RunLoad,
     report: &std::path::Path,
     command_line: &str,
 ) -> anyhow::Result<()> {
@@ -708,127 +1056,209 @@ async fn run(
         .max_connections(16)
         .connect(url)
         .await?;
-    let memories: i64 = sqlx::query_scalar("SELECT count(*) FROM memories")
-        .fetch_one(&pool)
-        .await?;
-    // Whether requests will also rewrite cached scores: a fresh seed has none, and a retrieval
-    // rewrites missing, hour-old or lower scores of the entries it returns.
-    let fresh_scores: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM memories WHERE engram_cached_at(last_scores) > now() - interval '1 hour'",
-    )
-    .fetch_one(&pool)
-    .await?;
-    let queries = query_set(&pool, spaces, 20_000).await?;
+    let seeded = seeded(&pool).await?;
+    let queries = query_set(&pool, spaces, WARM_UP_QUERIES + MEASURED_QUERIES).await?;
+    let (warm_up, queries) = queries.split_at(WARM_UP_QUERIES);
     let distinct = queries
         .iter()
         .map(|q| q.text.as_str())
         .collect::<HashSet<_>>()
         .len();
 
-    let service = retrieve_call(endpoint).await?;
-
-    let model_dir = model_dir.to_owned();
-    let model = tokio::task::spawn_blocking(move || {
-        LocalEmbedder::load(&LocalModelSettings {
-            model_dir,
-            max_batch: 32,
-            max_tokens: 256,
-            inference_nice: 0,
-            yield_to_requests: None,
-        })
-    })
-    .await??;
-    let embedder = QueryEmbedder::start(
-        Arc::new(model) as Arc<dyn Embedder>,
-        QueryEmbedderSettings {
-            max_batch: 32,
-            cache_entries: 10_000,
-            timeout: Duration::from_secs(10),
+    let excerpts_on = Arc::new(AnswerCounts::default());
+    let excerpts_off = Arc::new(AnswerCounts::default());
+    let embedder = query_embedder(model_dir).await?;
+    let ways = [
+        Way {
+            name: EXCERPTS_ON,
+            call: retrieve_call(endpoint, v1::DetailLevel::Auto, excerpts_on.clone()).await?,
         },
-    );
-    let hand_written = embed_then_sql(pool.clone(), embedder.clone(), HAND_WRITTEN_SQL, true);
-    let floor = embed_then_sql(pool.clone(), embedder.clone(), FLOOR_SQL, false);
+        Way {
+            name: EXCERPTS_OFF,
+            call: retrieve_call(endpoint, v1::DetailLevel::None, excerpts_off.clone()).await?,
+        },
+        Way {
+            name: HAND_WRITTEN,
+            call: embed_then_sql(pool.clone(), embedder.clone(), HAND_WRITTEN_SQL, true),
+        },
+        Way {
+            name: FLOOR,
+            call: embed_then_sql(pool.clone(), embedder, FLOOR_SQL, false),
+        },
+    ];
 
-    // Warm the caches of Postgres and of the model once, then measure each way at the fixed load
-    // and at saturation, each over a different slice of the query set (no way is handed another
-    // way's cached embeddings).
+    // The caches of Postgres and of the model are warmed once, by queries no measurement uses.
     eprintln!("warming up");
-    let _ = at_rate(&service, &queries[..200], 50, 4).await;
-    let slice = |n: usize| -> Vec<Query> {
-        let size = queries.len() / 6;
-        queries[n * size..(n + 1) * size].to_vec()
-    };
-    let mut rows = Vec::new();
-    for (index, (name, call)) in [
-        ("(a) RetrieveMemory over gRPC", &service),
-        ("(b) hand-written hybrid SQL", &hand_written),
-        ("(c) floor: embed + one vector query", &floor),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        eprintln!("{name}: {rate} QPS for {seconds} s");
-        let fixed = at_rate(call, &slice(index * 2), rate, seconds).await;
-        eprintln!("  p95 {}", millis(fixed.histogram.value_at_quantile(0.95)));
-        rows.push(row(name, &format!("{rate} QPS offered"), &fixed));
-        eprintln!("{name}: saturation with {concurrency} clients for {seconds} s");
-        let full = saturated(call, &slice(index * 2 + 1), concurrency, seconds).await;
-        eprintln!("  {:.0} QPS", full.qps());
-        rows.push(row(
-            name,
-            &format!("saturation ({concurrency} clients)"),
-            &full,
-        ));
-    }
-
-    let plan: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY ON) {}",
-        FLOOR_SQL
-            .replace("$1", &format!("'{}'", space_user(1)))
-            .replace("$2", &format!("'{SPACE}'"))
-            .replace("$3", "(SELECT embedding FROM bench_pool WHERE n = 1)")
-    )))
-    .fetch_all(&pool)
+    let warm_up_call = retrieve_call(
+        endpoint,
+        v1::DetailLevel::Auto,
+        Arc::new(AnswerCounts::default()),
+    )
     .await?;
-    let text = format!(
-        "# Retrieval benchmark\n\n\
-         Produced by `{command_line}` on {date}.\n\n\
-         Machine: {machine}.\n\n\
-         ## Data\n\n\
-         {memories} memories in {spaces} spaces of 100 (one user each): 80 % facts, 20 % episodes with FSRS \
-         state; one text in ten is Chinese. Texts come from a pool of 10,000 distinct sentences embedded with \
-         the local model (all-MiniLM-L6-v2); each memory's vector is its sentence's model embedding plus a \
-         deterministic perturbation of norm {NOISE_NORM} (one of {NOISE_VECTORS}), so a million distinct \
-         vectors cost 10,000 model calls and neighbours stay meaningful. The HNSW index covers all of them; \
-         spaces this small are searched exactly through the scope index, as the service does.\n\n\
-         ## Queries\n\n\
-         {count} generated queries ({distinct} distinct texts), each against a random space: 40 % words of one of \
-         the space's own memories, 30 % questions in other words, 20 % ten popular repeated questions, 10 % \
-         Chinese. Queries are embedded with the real model at request time; repeated texts come from the \
-         embedding cache, as in the service. Each measurement uses its own slice of the set.\n\n\
-         ## Results\n\n\
-         (a) is the whole RetrieveMemory pipeline with default settings (BM25 and vector legs over facts and \
-         episodes, RRF, the default ranking profile, MMR, the Markdown and its token count, pending reviews, \
-         cached scores and a metrics row written per request) over gRPC from this process. When the run \
-         started, {fresh_scores} of the {memories} memories had cached scores less than an hour old \
-         (a retrieval rewrites the missing, older or lower scores of the entries it returns: with none \
-         fresh, every request rewrites them all). (b) is what a user would write \
-         instead: the same query embedder, then one SQL statement (websearch tsquery ranked by ts_rank, \
-         pgvector cosine, RRF in SQL). (c) is the floor: the query embedding plus one indexed vector query. \
-         Fixed load is open loop (latency from when each query was due); saturation is closed loop.\n\n\
-         | way | load | queries | QPS | p50 | p95 | p99 | max | errors |\n|---|---|---|---|---|---|---|---|---|\n{rows}\n\n\
-         Plan of the floor query in one space:\n\n```\n{plan}\n```\n",
-        date = chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
-        machine = machine_summary(
-            "Postgres, the retrieval service (release build), the model and the load generator"
-        ),
-        count = queries.len(),
-        rows = rows.join("\n"),
-        plan = plan.join("\n"),
-    );
+    let _ = at_rate(&warm_up_call, warm_up, 50, 4).await;
+    let measured = measure_ways(&ways, queries, &load).await;
+
+    let text = RunReport {
+        command_line,
+        seeded,
+        queries: queries.len(),
+        distinct,
+        load: &load,
+        measured,
+        excerpts_on: &excerpts_on,
+        excerpts_off: &excerpts_off,
+        plan: floor_plan(&pool).await?,
+    }
+    .markdown();
     std::fs::write(report, text).with_context(|| format!("writing {}", report.display()))?;
     eprintln!("report written to {}", report.display());
     Ok(())
+}
+
+/// What `run` found, for its report.
+struct RunReport<'a> {
+    command_line: &'a str,
+    seeded: Seeded,
+    queries: usize,
+    distinct: usize,
+    load: &'a RunLoad,
+    measured: Vec<Measured>,
+    excerpts_on: &'a AnswerCounts,
+    excerpts_off: &'a AnswerCounts,
+    plan: Vec<String>,
+}
+
+impl RunReport<'_> {
+    fn fixed_p95(&self, name: &str) -> u64 {
+        self.measured
+            .iter()
+            .find(|m| m.name == name)
+            .map_or(0, |m| m.fixed.histogram.value_at_quantile(0.95))
+    }
+
+    /// Issue 38's target: p95 with excerpts on over the floor's, at the fixed load.
+    fn target_line(&self) -> String {
+        let (on, off, floor) = (
+            self.fixed_p95(EXCERPTS_ON),
+            self.fixed_p95(EXCERPTS_OFF),
+            self.fixed_p95(FLOOR),
+        );
+        let ratio = |p95: u64| p95 as f64 / floor.max(1) as f64;
+        let verdict = if self.load.rate != EXCERPTS_TARGET_RATE {
+            format!("not judged: the target is at {EXCERPTS_TARGET_RATE} QPS")
+        } else if ratio(on) <= EXCERPTS_TARGET {
+            "met".to_owned()
+        } else {
+            "**missed**".to_owned()
+        };
+        format!(
+            "**Target** (issue 38): RetrieveMemory's p95 at {EXCERPTS_TARGET_RATE} QPS with excerpts \
+             on within {EXCERPTS_TARGET}× the floor's. Measured at {rate} QPS: (a) excerpts on {on_ms} \
+             / (c) floor {floor_ms} = **×{on_ratio:.2}** ({verdict}). Before the turn search, \
+             (a) excerpts off: {off_ms}, ×{off_ratio:.2}.",
+            rate = self.load.rate,
+            on_ms = millis(on),
+            floor_ms = millis(floor),
+            on_ratio = ratio(on),
+            off_ms = millis(off),
+            off_ratio = ratio(off),
+        )
+    }
+
+    fn rows(&self) -> String {
+        let mut rows = Vec::new();
+        for m in &self.measured {
+            rows.push(row(
+                m.name,
+                &format!("{} QPS offered", self.load.rate),
+                &m.fixed,
+            ));
+            rows.push(row(
+                m.name,
+                &format!("saturation ({} clients)", self.load.concurrency),
+                &m.full,
+            ));
+        }
+        rows.join("\n")
+    }
+
+    fn markdown(&self) -> String {
+        let seeded = &self.seeded;
+        format!(
+            "# Retrieval benchmark\n\n\
+             Produced by `{command_line}` on {date}.\n\n\
+             Machine: {machine}.\n\n\
+             ## Data\n\n\
+             {memories} memories in {spaces} spaces of 100 (one user each): 80 % facts, 20 % episodes \
+             with FSRS state; one text in ten is Chinese. Texts come from a pool of 10,000 distinct \
+             sentences embedded with the local model (all-MiniLM-L6-v2); each memory's vector is its \
+             sentence's model embedding plus a deterministic perturbation of norm {NOISE_NORM} (one of \
+             {NOISE_VECTORS}), so a million distinct vectors cost 10,000 model calls and neighbours stay \
+             meaningful. The HNSW index covers all of them; spaces this small are searched exactly \
+             through the scope index, as the service does.\n\n\
+             Each of the {episodes} episodes holds its stored conversation as segmentation leaves it, \
+             {turns} turns in all ({min_turns} to {max_turns} an episode, about {turns_per_space:.0} a \
+             space): the episode's own sentence, then other sentences of the pool, alternating user \
+             and assistant, one minute apart over the episode's time span; the same lines are the \
+             episode's excerpt. Its conversation row is segmented through the last turn, so every turn \
+             is held by its episode and may be shown. Each turn has a turn vector ({turn_vectors} in \
+             all) under `{TOKEN_VECTORS_MODEL_ID}`, the id of the retrieval service's turn vectors: the \
+             sentence's static token vector plus a perturbation, as for the memories. The service \
+             searches a space's turns by BM25 over their words (GIN index) and by an exact scan of its \
+             turn vectors.\n\n\
+             ## Queries\n\n\
+             {queries} generated queries ({distinct} distinct texts), each against a random space: 40 % \
+             words of one of the space's own memories, 30 % questions in other words, 20 % ten popular \
+             repeated questions, 10 % Chinese. Queries are embedded with the real model at request \
+             time; repeated texts come from the embedding cache, as in the service. Each measurement \
+             uses its own slice of the set, after {WARM_UP_QUERIES} warm-up queries of their own, so \
+             no way is handed embeddings another cached: the rows with excerpts on and off answer \
+             different queries of the same mix.\n\n\
+             ## Results\n\n\
+             (a) is the whole RetrieveMemory pipeline over gRPC from this process (BM25 and vector legs \
+             over facts and episodes, RRF, the default ranking profile, MMR, the Markdown and its token \
+             count, pending reviews, cached scores and a metrics row written per request), measured \
+             twice. With excerpts on, the default request (detail AUTO), it also searches the space's \
+             stored turns (BM25 over their words, and the query's mean of static token vectors against \
+             the stored turn vectors: no model pass over turns), loads the turns found with a neighbour \
+             either side and the episode holding each, and shows the lines that answer (and a \
+             surprising episode's whole excerpt): {on_counts}. With excerpts off (detail NONE) the \
+             turns are not searched and no lines are shown: {off_counts}. That is the pipeline without \
+             the turn search, the \"before\"; a little lighter than the default was before the turn \
+             search existed, as it also leaves out surprising episodes' whole excerpts. When the run started, {fresh_scores} of the {memories} \
+             memories had cached scores less than an hour old (a retrieval rewrites the missing, older \
+             or lower scores of the entries it returns: with none fresh, every request rewrites them \
+             all). (b) is what a user would write instead: the same query embedder, then one SQL \
+             statement (websearch tsquery ranked by ts_rank, pgvector cosine, RRF in SQL). (c) is the \
+             floor: the query embedding plus one indexed vector query. Fixed load is open loop \
+             (latency from when each query was due); saturation is closed loop.\n\n\
+             | way | load | queries | QPS | p50 | p95 | p99 | max | errors |\n\
+             |---|---|---|---|---|---|---|---|---|\n{rows}\n\n\
+             {target}\n\n\
+             Plan of the floor query in one space:\n\n```\n{plan}\n```\n",
+            command_line = self.command_line,
+            date = chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
+            machine = machine_summary(
+                "Postgres, the retrieval service (release build), the model and the load generator"
+            ),
+            memories = seeded.memories,
+            spaces = seeded.spaces,
+            episodes = seeded.episodes,
+            turns = seeded.turns,
+            min_turns = MIN_TURNS,
+            max_turns = MIN_TURNS + TURN_COUNT_SPREAD - 1,
+            turns_per_space = seeded.turns as f64 / seeded.spaces.max(1) as f64,
+            turn_vectors = seeded.turn_vectors,
+            queries = self.queries,
+            distinct = self.distinct,
+            on_counts = self.excerpts_on.describe(),
+            off_counts = self.excerpts_off.describe(),
+            fresh_scores = seeded.fresh_scores,
+            rows = self.rows(),
+            target = self.target_line(),
+            plan = self.plan.join("\n"),
+        )
+    }
 }
 
 /// The load of the retention benchmark.
@@ -881,7 +1311,7 @@ async fn retention(
     anyhow::ensure!(due > 0, "nothing is due: is the database seeded?");
 
     let queries = query_set(&pool, spaces, 6_000).await?;
-    let service = retrieve_call(endpoint).await?;
+    let service = retrieve_call(endpoint, v1::DetailLevel::Auto, Arc::default()).await?;
     // The copy's files are new to Postgres' buffer cache, and a fresh seed has no cached scores:
     // the first queries of a copy are slower than the service ever is once warm, so the
     // baseline starts after a warm-up of its own.
@@ -953,7 +1383,8 @@ async fn retention(
          Machine: {machine}.\n\n\
          ## Data\n\n\
          A copy of the retrieval benchmark's database (`make bench-retrieval`: {memories} memories in {spaces} \
-         spaces of 100, facts and episodes, with embeddings and the HNSW index). Every space gets \
+         spaces of 100, facts and episodes, with embeddings and the HNSW index, and each episode's stored \
+         conversation: its turns, their turn vectors and its closed segment, which the turn rule reads). Every space gets \
          `max_age_days = {MAX_AGE_DAYS}`; {percent} % of the memories neither pinned nor saved (chosen by a hash \
          of their id) were made {DUE_AGE_DAYS} days old: **{due} due**. The other rules are at their defaults \
          (turns 180 days, inactivity after 90 days with a 90-day grace), so the run also looks for \
@@ -976,7 +1407,8 @@ async fn retention(
          | before the run ({seconds} s) | {before_n} | {before_p50} | {before_p95} | {before_p99} | {before_max} | {before_errors} |\n\
          | during the run | {during_n} | {during_p50} | {during_p95} | {during_p99} | {during_max} | {during_errors} |\n\n\
          After the run: {left} due memories left, {tombstones} tombstones, {audited} `retention_delete` audit \
-         events; {spaces_touched} spaces had something done; {marked} entries were found inactive.\n",
+         events; {spaces_touched} spaces had something done; {marked} entries were found inactive; \
+         {turns_deleted} stored turns were deleted.\n",
         date = chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
         machine = machine_summary(
             "Postgres, the retrieval service (release build), the query model, the retention job and the load generator"
@@ -1003,6 +1435,7 @@ async fn retention(
         during_max = millis(during.histogram.max()),
         during_errors = during.errors,
         spaces_touched = outcome.spaces.len(),
+        turns_deleted = outcome.turns_deleted(),
     );
     std::fs::write(report, text).with_context(|| format!("writing {}", report.display()))?;
     eprintln!("report written to {}", report.display());
@@ -1032,9 +1465,11 @@ async fn main() -> anyhow::Result<()> {
                 &cli.model_dir,
                 &endpoint,
                 spaces,
-                rate,
-                seconds,
-                concurrency,
+                RunLoad {
+                    rate,
+                    seconds,
+                    concurrency,
+                },
                 &report,
                 &command_line,
             )
