@@ -298,7 +298,8 @@ mod tests {
 
     fn request(token_budget: usize) -> RetrieveRequest {
         RetrieveRequest {
-            scope: Scope::parse("scope", "00000000-0000-4000-8000-000000000001", "default").unwrap(),
+            scope: Scope::parse("scope", "00000000-0000-4000-8000-000000000001", "default")
+                .unwrap(),
             conversation: None,
             query: "When does the Lisbon offsite start?".to_owned(),
             episodic_limit: 5,
