@@ -1,9 +1,10 @@
 //! The token budget of a retrieval's Markdown, counted with a real BPE tokenizer (o200k_base, the
 //! encoding of current OpenAI models; other LLMs' tokenizers land within a few percent of it).
 //!
-//! Parts are taken by how well they answer the query (each part's relevance on [0, 1]), facts and
-//! episodes alike, so that the budget goes to the evidence whichever section holds it (issue 38:
-//! taken alternately, twenty facts of noise came before the second episode's lines). An episode
+//! Parts are taken by how well they answer the query (each part's relevance on [0, 1]): the
+//! sections, each in its ranking's order, are merged by relevance, so that the budget goes to the
+//! evidence whichever section holds it (issue 38: taken alternately, twenty facts of noise came
+//! before the second episode's lines). An episode
 //! has several renderings, the fullest first (its excerpt, the lines that answer the query, its
 //! best line, its summary) and gets the first that fits. (Giving every episode its best line
 //! first and spending what is left on fuller renderings lost 9 points of evidence at 1,000
@@ -115,23 +116,28 @@ enum Part {
     Episode(usize),
 }
 
-/// Fits facts and episodes (each section in the order the Markdown shows them) into `budget`
-/// tokens, taking the most relevant part first; of parts that answer as well, episodes first,
-/// then the earlier in their section.
+/// Fits facts and episodes (each section best first, in the order the Markdown shows them) into
+/// `budget` tokens. The two sections are merged by relevance: the next part taken is whichever
+/// section's next part answers better (an episode on a tie), so each section keeps its own
+/// ranking's order and neither crowds out the other's better answers.
 pub fn fit(facts: &[FactPart], episodes: &[EpisodePart], budget: usize) -> Fitted {
-    let relevance = |part: &Part| {
-        let value = match *part {
-            Part::Fact(index) => facts[index].relevance,
-            Part::Episode(index) => episodes[index].relevance,
+    let finite = |value: f64| if value.is_finite() { value } else { 0.0 };
+    let mut order: Vec<Part> = Vec::with_capacity(facts.len() + episodes.len());
+    let (mut fact, mut episode) = (0, 0);
+    while fact < facts.len() || episode < episodes.len() {
+        let episode_first = match (facts.get(fact), episodes.get(episode)) {
+            (Some(f), Some(e)) => finite(e.relevance) >= finite(f.relevance),
+            (None, _) => true,
+            (_, None) => false,
         };
-        if value.is_finite() { value } else { 0.0 }
-    };
-    let mut order: Vec<Part> = (0..episodes.len())
-        .map(Part::Episode)
-        .chain((0..facts.len()).map(Part::Fact))
-        .collect();
-    // Stable: ties keep episodes first, each section in its order.
-    order.sort_by(|a, b| relevance(b).total_cmp(&relevance(a)));
+        if episode_first {
+            order.push(Part::Episode(episode));
+            episode += 1;
+        } else {
+            order.push(Part::Fact(fact));
+            fact += 1;
+        }
+    }
     let mut taking = Taking {
         budget,
         used: 0,
@@ -287,22 +293,34 @@ mod tests {
     }
 
     #[test]
-    fn the_budget_goes_to_the_most_relevant_parts_of_either_section() {
+    fn the_budget_goes_to_the_parts_that_answer_best_each_section_in_its_order() {
         let mut answering = episode(10, 0);
         answering.relevance = 0.9;
         let mut weak = episode(10, 0);
         weak.relevance = 0.1;
-        let budget = count_tokens(&answering.renderings[1]) + count_tokens(EPISODIC_HEADING) + 40;
-        // The weak episode comes first in its section but is taken last: it does not fit.
-        let fitted = fit(&facts(3), &[weak, answering], budget);
-        let taken: Vec<usize> = fitted.episodes.iter().map(|&(index, _)| index).collect();
-        assert_eq!(taken, vec![1], "{}", fitted.markdown);
+        // Facts of relevance 1, 0.67 and 0.33: the answering episode comes second, before the
+        // weaker facts; the weak episode after them, and the budget is spent by then.
+        let facts = facts(3);
+        let budget = count_tokens(SEMANTIC_HEADING)
+            + count_tokens(&facts[0].line)
+            + count_tokens(&answering.renderings[0])
+            + count_tokens(EPISODIC_HEADING)
+            + 2
+            + 5;
+        let fitted = fit(&facts, &[answering, weak], budget);
+        assert_eq!(fitted.facts, vec![0], "{}", fitted.markdown);
+        assert_eq!(fitted.episodes, vec![(0, 0)], "{}", fitted.markdown);
         assert!(fitted.truncated);
+        // Within a section its ranking's order holds, whatever the relevance says.
+        let mut reversed = facts.clone();
+        reversed.reverse();
+        let one_fact = count_tokens(SEMANTIC_HEADING) + count_tokens(&reversed[0].line) + 2;
+        assert_eq!(fit(&reversed, &[], one_fact).facts, vec![0]);
         // Ties: the episode first.
         let mut tied = episode(10, 0);
         tied.relevance = 1.0;
         let only_one = count_tokens(&tied.renderings[1]) + count_tokens(EPISODIC_HEADING) + 2;
-        let fitted = fit(&facts(1), &[tied], only_one);
+        let fitted = fit(&facts[..1], &[tied], only_one);
         assert_eq!((fitted.episodes.len(), fitted.facts.len()), (1, 0));
     }
 

@@ -49,7 +49,7 @@ enum EpisodeShown {
     /// Its whole conversation excerpt (the detail level asked for it).
     Excerpt,
     /// Lines of its conversation that answer the query: which of its [`LinesShown`] (0 all of
-    /// them, 1 its best line with those shown with it).
+    /// them, then fewer: see `lines_to_show`).
     Lines(usize),
     /// Its title and summary alone.
     Summary,
@@ -101,7 +101,8 @@ fn positions_in_excerpt(turns: &[StoredTurn], excerpt: &[Turn]) -> Vec<usize> {
 }
 
 /// The lines each entry may show, the most first: the stored turns that answer (found by the
-/// turn search), then, when that is fewer, its best line with those shown with it; else, for an
+/// turn search), then fewer (those of its better half of chosen lines, then its best line, each
+/// with the lines shown with them) where that is fewer; else, for an
 /// episode whose turns are not stored (imported with its excerpt), the excerpt's lines that
 /// answer (none at detail NONE).
 fn lines_to_show(
@@ -141,9 +142,12 @@ fn lines_to_show(
                 }];
             }
             let mut shown = vec![LinesShown::of_stored(&entry.lines, excerpt)];
-            if entry.best_lines.len() < entry.lines.len() {
-                shown.push(LinesShown::of_stored(&entry.best_lines, excerpt));
-            }
+            shown.extend(
+                entry
+                    .shorter
+                    .iter()
+                    .map(|lines| LinesShown::of_stored(lines, excerpt)),
+            );
             shown
         })
         .collect()
@@ -346,7 +350,7 @@ mod tests {
         EpisodeEntry {
             memory: None,
             lines,
-            best_lines: vec![best],
+            shorter: vec![vec![best]],
             score: 1.0,
             relevance: 1.0,
         }

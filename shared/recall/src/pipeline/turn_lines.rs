@@ -37,9 +37,10 @@ pub(super) struct LineGroup {
     /// None: the turns are not in an episode yet.
     pub(super) episode: Option<Uuid>,
     lines: Vec<StoredTurn>,
-    /// Its best line with the lines shown with it (all of `lines` when that is all): what a
-    /// budget too small for every line still shows.
-    best_lines: Vec<StoredTurn>,
+    /// Fewer of its lines, for a budget too small for all of them, the most first: those of its
+    /// better half of chosen lines, then its best line, each with the lines shown with them
+    /// (only the sets shorter than `lines`).
+    shorter: Vec<Vec<StoredTurn>>,
     /// The best score of its lines (`lines::ChosenLine::score`).
     score: f64,
 }
@@ -148,7 +149,8 @@ fn group_by_episode(chosen: Vec<lines::ChosenLine>, turns: &[StoredTurn]) -> Vec
         episode: Option<Uuid>,
         conversation: Uuid,
         shown: Vec<usize>,
-        best: Vec<usize>,
+        /// The lines each chosen line brought, best first.
+        by_choice: Vec<Vec<usize>>,
         score: f64,
     }
     let mut groups: Vec<Gathering> = Vec::new();
@@ -167,18 +169,21 @@ fn group_by_episode(chosen: Vec<lines::ChosenLine>, turns: &[StoredTurn]) -> Vec
             group.episode == turn.episode_id && group.conversation == turn.conversation_id
         });
         match group {
-            Some(group) => group.shown.extend(shown),
+            Some(group) => {
+                group.shown.extend(&shown);
+                group.by_choice.push(shown);
+            }
             // Lines come best first: a group's first line is its best.
             None => groups.push(Gathering {
                 episode: turn.episode_id,
                 conversation: turn.conversation_id,
-                best: shown.clone(),
+                by_choice: vec![shown.clone()],
                 shown,
                 score: line.score,
             }),
         }
     }
-    let of = |mut indexes: Vec<usize>| {
+    let of = |mut indexes: Vec<usize>| -> Vec<StoredTurn> {
         indexes.sort_unstable();
         indexes
             .into_iter()
@@ -187,11 +192,22 @@ fn group_by_episode(chosen: Vec<lines::ChosenLine>, turns: &[StoredTurn]) -> Vec
     };
     groups
         .into_iter()
-        .map(|group| LineGroup {
-            episode: group.episode,
-            score: group.score,
-            lines: of(group.shown),
-            best_lines: of(group.best),
+        .map(|group| {
+            let chosen = group.by_choice.len();
+            let mut shorter: Vec<Vec<StoredTurn>> = Vec::new();
+            for keep in [chosen.div_ceil(2), 1] {
+                let lines = of(group.by_choice[..keep].concat());
+                let longest = shorter.last().map_or(group.shown.len(), Vec::len);
+                if lines.len() < longest {
+                    shorter.push(lines);
+                }
+            }
+            LineGroup {
+                episode: group.episode,
+                score: group.score,
+                lines: of(group.shown),
+                shorter,
+            }
         })
         .collect()
 }
@@ -201,8 +217,8 @@ fn group_by_episode(chosen: Vec<lines::ChosenLine>, turns: &[StoredTurn]) -> Vec
 pub(super) struct EpisodeEntry {
     pub(super) memory: Option<RankedMemory>,
     pub(super) lines: Vec<StoredTurn>,
-    /// Its best line with the lines shown with it (see `LineGroup::best_lines`).
-    pub(super) best_lines: Vec<StoredTurn>,
+    /// Fewer of its lines, for a small budget (see `LineGroup::shorter`).
+    pub(super) shorter: Vec<Vec<StoredTurn>>,
     /// What it was placed by: its best line's score where it has lines, else its episode's
     /// ranking score (the heading shows it).
     pub(super) score: f64,
@@ -251,7 +267,7 @@ pub(super) fn episodes_to_show(
         entries.push(EpisodeEntry {
             memory,
             lines: group.lines,
-            best_lines: group.best_lines,
+            shorter: group.shorter,
             score: group.score,
             relevance: if best_lines > 0.0 {
                 group.score / best_lines
@@ -265,7 +281,7 @@ pub(super) fn episodes_to_show(
         relevance: memory.scores.relevance,
         memory: Some(memory),
         lines: Vec::new(),
-        best_lines: Vec::new(),
+        shorter: Vec::new(),
     }));
     for (position, memory) in entries
         .iter_mut()
