@@ -2,12 +2,14 @@
 //! episode in its renderings (its whole excerpt, the lines that answer, its summary), fitted by
 //! relevance; what the structured results say was shown follows what fit.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 use engram_core::retrieval::budget::{self, EpisodePart, FactPart};
 use engram_core::retrieval::lines;
 use engram_core::retrieval::markdown::{self, Detail, Earlier, EpisodeView, Provenance, Turn};
 use engram_store::memories::MemoryRecord;
-use engram_store::turn_search::StoredTurn;
+use engram_store::turn_search::{StoredTurn, TurnKey};
 
 use super::turn_lines::EpisodeEntry;
 use super::{RankedMemory, Retrieval, RetrieveRequest, ServedBy};
@@ -61,10 +63,14 @@ enum EpisodeShown {
 struct LinesShown {
     lines: Vec<Turn>,
     positions: Vec<usize>,
+    /// When the last of the stored lines was said (none for an excerpt's lines).
+    said_at: Option<DateTime<Utc>>,
 }
 
 impl LinesShown {
-    fn of_stored(turns: &[StoredTurn], excerpt: &[Turn]) -> Self {
+    /// Stored turns, placed in the excerpt by `positions` (those of all the entry's lines, so
+    /// that a shorter set places a repeated line where the full set does).
+    fn of_stored(turns: &[StoredTurn], positions: &HashMap<TurnKey, usize>) -> Self {
         Self {
             lines: turns
                 .iter()
@@ -73,7 +79,11 @@ impl LinesShown {
                     content: turn.content.clone(),
                 })
                 .collect(),
-            positions: positions_in_excerpt(turns, excerpt),
+            positions: turns
+                .iter()
+                .filter_map(|turn| positions.get(&turn.key()).copied())
+                .collect(),
+            said_at: turns.last().map(|turn| turn.spoken_at),
         }
     }
 }
@@ -82,18 +92,19 @@ impl LinesShown {
 /// not stored (5 over 3 on the dialogs: docs/eval/README.md).
 const LINES_PER_EXCERPT: usize = 5;
 
-/// Where each stored turn shown sits in the episode's excerpt (`memory.messages`), for
-/// `lines_shown`: matched by role and content, in order. A turn the excerpt does not hold (past
-/// its size limit, or the neighbour of a line from the next segment) is left out.
-fn positions_in_excerpt(turns: &[StoredTurn], excerpt: &[Turn]) -> Vec<usize> {
-    let mut positions = Vec::with_capacity(turns.len());
+/// Where each stored turn (in conversation order) sits in the episode's excerpt
+/// (`memory.messages`), for `lines_shown`: matched by role and content, in order. A turn the
+/// excerpt does not hold (past its size limit, or the neighbour of a line from the next segment)
+/// has no place.
+fn positions_in_excerpt(turns: &[StoredTurn], excerpt: &[Turn]) -> HashMap<TurnKey, usize> {
+    let mut positions = HashMap::with_capacity(turns.len());
     let mut from = 0;
     for turn in turns {
         let found = excerpt[from..]
             .iter()
             .position(|line| line.role == turn.role && line.content == turn.content);
         if let Some(offset) = found {
-            positions.push(from + offset);
+            positions.insert(turn.key(), from + offset);
             from += offset + 1;
         }
     }
@@ -139,14 +150,16 @@ fn lines_to_show(
                 return vec![LinesShown {
                     lines,
                     positions: within,
+                    said_at: None,
                 }];
             }
-            let mut shown = vec![LinesShown::of_stored(&entry.lines, excerpt)];
+            let positions = positions_in_excerpt(&entry.lines, excerpt);
+            let mut shown = vec![LinesShown::of_stored(&entry.lines, &positions)];
             shown.extend(
                 entry
                     .shorter
                     .iter()
-                    .map(|lines| LinesShown::of_stored(lines, excerpt)),
+                    .map(|lines| LinesShown::of_stored(lines, &positions)),
             );
             shown
         })
@@ -250,10 +263,9 @@ fn episode_part(
     let mut renderings = Vec::new();
     let mut shows = Vec::new();
     let Some(m) = &entry.memory else {
-        let said_at = entry.lines.last().map_or(now, |turn| turn.spoken_at);
         for (which, shown) in lines.iter().enumerate() {
             renderings.push(markdown::open_segment_lines_block(
-                said_at,
+                shown.said_at.unwrap_or(now),
                 &shown.lines,
                 now,
             ));

@@ -149,7 +149,7 @@ fn group_by_episode(chosen: Vec<lines::ChosenLine>, turns: &[StoredTurn]) -> Vec
         episode: Option<Uuid>,
         conversation: Uuid,
         shown: Vec<usize>,
-        /// The lines each chosen line brought, best first.
+        /// The lines each chosen line brought with itself, best first.
         by_choice: Vec<Vec<usize>>,
         score: f64,
     }
@@ -165,19 +165,22 @@ fn group_by_episode(chosen: Vec<lines::ChosenLine>, turns: &[StoredTurn]) -> Vec
             continue;
         }
         let turn = &turns[line.line];
+        // A chosen line already shown as another's neighbour brings only its own neighbour: not
+        // a set the shorter renderings may stand on.
+        let holds_its_line = shown.contains(&line.line);
         let group = groups.iter_mut().find(|group| {
             group.episode == turn.episode_id && group.conversation == turn.conversation_id
         });
         match group {
             Some(group) => {
                 group.shown.extend(&shown);
-                group.by_choice.push(shown);
+                group.by_choice.extend(holds_its_line.then_some(shown));
             }
             // Lines come best first: a group's first line is its best.
             None => groups.push(Gathering {
                 episode: turn.episode_id,
                 conversation: turn.conversation_id,
-                by_choice: vec![shown.clone()],
+                by_choice: holds_its_line.then(|| shown.clone()).into_iter().collect(),
                 shown,
                 score: line.score,
             }),
@@ -195,7 +198,10 @@ fn group_by_episode(chosen: Vec<lines::ChosenLine>, turns: &[StoredTurn]) -> Vec
         .map(|group| {
             let chosen = group.by_choice.len();
             let mut shorter: Vec<Vec<StoredTurn>> = Vec::new();
-            for keep in [chosen.div_ceil(2), 1] {
+            for keep in [chosen.div_ceil(2), 1]
+                .into_iter()
+                .filter(|&keep| keep > 0 && keep <= chosen)
+            {
                 let lines = of(group.by_choice[..keep].concat());
                 let longest = shorter.last().map_or(group.shown.len(), Vec::len);
                 if lines.len() < longest {
@@ -236,10 +242,6 @@ pub(super) fn episodes_to_show(
 ) -> Vec<EpisodeEntry> {
     let mut ranked: Vec<Option<RankedMemory>> = ranked.into_iter().map(Some).collect();
     let mut entries: Vec<EpisodeEntry> = Vec::new();
-    let best_lines = line_groups
-        .iter()
-        .map(|group| group.score)
-        .fold(0.0, f64::max);
     for group in line_groups {
         let memory = group.episode.and_then(|id| {
             ranked
@@ -269,12 +271,15 @@ pub(super) fn episodes_to_show(
             lines: group.lines,
             shorter: group.shorter,
             score: group.score,
-            relevance: if best_lines > 0.0 {
-                group.score / best_lines
-            } else {
-                0.0
-            },
+            // Set below, against the best of the groups shown.
+            relevance: 0.0,
         });
+    }
+    let best_lines = entries.iter().map(|entry| entry.score).fold(0.0, f64::max);
+    if best_lines > 0.0 {
+        for entry in &mut entries {
+            entry.relevance = entry.score / best_lines;
+        }
     }
     entries.extend(ranked.into_iter().flatten().map(|memory| EpisodeEntry {
         score: memory.scores.total,
