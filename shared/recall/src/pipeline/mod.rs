@@ -56,6 +56,9 @@ pub struct RankedMemory {
     /// 1-based position within its section.
     pub rank: usize,
     pub scores: ScoreParts,
+    /// Whether the ranking scored it: an episode shown only for its lines, which no leg found,
+    /// was not (its scores are zeros, and no cached score is written for it).
+    pub scored: bool,
     pub sparse: Option<LegHit>,
     pub dense: Option<LegHit>,
     /// Whether the Markdown shows the episode's conversation excerpt.
@@ -339,7 +342,7 @@ impl Recall {
             .semantic
             .iter()
             .chain(&retrieval.episodic)
-            .filter(|m| m.scores != ScoreParts::default())
+            .filter(|m| m.scored)
             .map(|m| {
                 let cached = m.scores.cached(now);
                 let value = serde_json::to_value(cached).unwrap_or(serde_json::Value::Null);

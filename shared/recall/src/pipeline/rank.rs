@@ -69,10 +69,7 @@ impl Recall {
             .filter(|id| !episode_candidates.contains_key(id))
             .collect();
         for candidate in store::load_candidates(&self.pool, &request.scope, &unloaded).await? {
-            episode_candidates.insert(
-                candidate.record.id,
-                (ScoreParts::default(), candidate.record),
-            );
+            episode_candidates.insert(candidate.record.id, (None, candidate.record));
         }
         let episodic = episodes_to_show(ranked_episodes, line_groups, episode_candidates);
         Ok((semantic, episodic))
@@ -99,7 +96,8 @@ struct Ranked {
     /// The lines that answer, by episode, best first.
     line_groups: Vec<LineGroup>,
     /// The score and record of each episode candidate that holds a shown line.
-    episode_candidates: HashMap<Uuid, (ScoreParts, MemoryRecord)>,
+    /// (None: not scored, loaded for its lines alone.)
+    episode_candidates: HashMap<Uuid, (Option<ScoreParts>, MemoryRecord)>,
 }
 
 impl SectionsToRank {
@@ -172,7 +170,10 @@ impl SectionsToRank {
                 .iter()
                 .filter(|(_, _, candidate)| holding_lines.contains(&candidate.record.id))
                 .map(|(_, parts, candidate)| {
-                    (candidate.record.id, (*parts, candidate.record.clone()))
+                    (
+                        candidate.record.id,
+                        (Some(*parts), candidate.record.clone()),
+                    )
                 })
                 .collect();
             sections.push(select(
@@ -324,6 +325,7 @@ fn select(mut scored: Vec<Scored>, limit: usize, mmr_lambda: f64) -> Vec<RankedM
                 record: candidate.record,
                 rank: position + 1,
                 scores,
+                scored: true,
                 sparse: fused.sparse,
                 dense: fused.dense,
                 details_shown: false,

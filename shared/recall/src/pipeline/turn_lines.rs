@@ -238,7 +238,7 @@ pub(super) struct EpisodeEntry {
 pub(super) fn episodes_to_show(
     ranked: Vec<RankedMemory>,
     line_groups: Vec<LineGroup>,
-    mut candidates: HashMap<Uuid, (ScoreParts, MemoryRecord)>,
+    mut candidates: HashMap<Uuid, (Option<ScoreParts>, MemoryRecord)>,
 ) -> Vec<EpisodeEntry> {
     let mut ranked: Vec<Option<RankedMemory>> = ranked.into_iter().map(Some).collect();
     let mut entries: Vec<EpisodeEntry> = Vec::new();
@@ -253,7 +253,8 @@ pub(super) fn episodes_to_show(
                     Some(RankedMemory {
                         record,
                         rank: 0,
-                        scores,
+                        scored: scores.is_some(),
+                        scores: scores.unwrap_or_default(),
                         sparse: None,
                         dense: None,
                         details_shown: false,
