@@ -41,9 +41,11 @@ wait_for_port 127.0.0.1 "$retrieval_port" 120 || die "the retrieval service did 
 mkdir -p "$repo/docs/eval"
 if [[ "${1:-}" == "--reads-only" ]]; then
     # make eval-reads: only what an assistant reads from the dialogs, printed, no report written.
+    # EVAL_DUMP_READS=<file> also writes every read (question, evidence, Markdown) as JSON lines.
     env "${segmentation_env[@]}" "$bin/eval-dialogs" --dialogs "$repo/tests/eval/dialogs" \
         --ingest "http://127.0.0.1:$ingest_port" --retrieval "http://127.0.0.1:$retrieval_port" \
-        --database-url "$url" --report /dev/null --reads-only
+        --database-url "$url" --report /dev/null --reads-only \
+        ${EVAL_DUMP_READS:+--dump-reads "$EVAL_DUMP_READS"}
     exit 0
 fi
 "$bin/eval" --tasks "$repo/tests/eval/tasks.json" \

@@ -22,6 +22,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -94,6 +95,10 @@ struct Cli {
     /// the report: a few minutes instead of ten, for trying a change to retrieval.
     #[arg(long)]
     reads_only: bool,
+    /// Write every assistant read (storage way, budget, question, evidence, share read verbatim,
+    /// Markdown) to this file as JSON lines, to see what a way misses.
+    #[arg(long)]
+    dump_reads: Option<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -1128,6 +1133,7 @@ async fn evaluate(
     loaded: &[Loaded],
     config: Config,
     asks: &[Ask],
+    dump: &mut Option<std::io::BufWriter<std::fs::File>>,
 ) -> anyhow::Result<ConfigResult> {
     let mut result = ConfigResult {
         config: config.clone(),
@@ -1245,6 +1251,23 @@ async fn evaluate(
                     }
                     let (verbatim, in_words) =
                         read_shares(&answered.markdown, &dialog.prepared.turns, evidence);
+                    if let Some(dump) = dump.as_mut() {
+                        let line = serde_json::json!({
+                            "storage": config.label,
+                            "tokens": tokens,
+                            "dialog": dialog.prepared.dialog.id,
+                            "question_index": q,
+                            "question": question.question,
+                            "category": question.category,
+                            "evidence": evidence
+                                .iter()
+                                .map(|&t| dialog.prepared.turns[t].content.clone())
+                                .collect::<Vec<_>>(),
+                            "verbatim": verbatim,
+                            "markdown": answered.markdown,
+                        });
+                        writeln!(dump, "{line}")?;
+                    }
                     let groups = result.read.entry(*tokens).or_default();
                     for key in [question.category.as_str(), "all"] {
                         let group = groups.entry(key.to_owned()).or_default();
@@ -1464,9 +1487,9 @@ async fn sweep(
                 label: format!("sweep {} = {value}", step.setting),
                 ranking,
             };
-            let turns = evaluate(retrieval, loaded, config(Storage::Turns), &[Ask::Deep]).await?;
+            let turns = evaluate(retrieval, loaded, config(Storage::Turns), &[Ask::Deep], &mut None).await?;
             let conversation =
-                evaluate(retrieval, loaded, config(Storage::Both), &[Ask::Deep]).await?;
+                evaluate(retrieval, loaded, config(Storage::Both), &[Ask::Deep], &mut None).await?;
             let t = Tried {
                 value,
                 ranked: turns.ranked,
@@ -2376,6 +2399,15 @@ async fn main() -> anyhow::Result<()> {
         .map(|served| served.ranking_profile)
         .unwrap_or_default();
 
+    let mut dump = cli
+        .dump_reads
+        .as_ref()
+        .map(|path| {
+            std::fs::File::create(path)
+                .map(std::io::BufWriter::new)
+                .with_context(|| format!("creating {}", path.display()))
+        })
+        .transpose()?;
     let step = Instant::now();
     let mut results = Vec::new();
     for config in configurations(&default_profile, other_contexts) {
@@ -2393,7 +2425,7 @@ async fn main() -> anyhow::Result<()> {
         } else if cli.reads_only {
             continue;
         }
-        let result = evaluate(&retrieval, &loaded, config, &asks).await?;
+        let result = evaluate(&retrieval, &loaded, config, &asks, &mut dump).await?;
         let all = result.ranked.get("all").copied().unwrap_or_default();
         eprintln!(
             "dialogs: {:<48} recall@10 {} nDCG@10 {:.3}",
@@ -2402,6 +2434,9 @@ async fn main() -> anyhow::Result<()> {
             all.ndcg_10.value()
         );
         results.push(result);
+    }
+    if let Some(dump) = dump.as_mut() {
+        dump.flush()?;
     }
     if cli.reads_only {
         let mut table = String::new();
