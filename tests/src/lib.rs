@@ -118,6 +118,8 @@ pub struct SandboxOptions {
     pub embedder: TestEmbedder,
     /// The RabbitMQ bus (off unless a test needs it), under a topology prefix of its own.
     pub bus: Option<TestBus>,
+    /// How often the retrieval service writes retrievals' traces; `None` keeps the default.
+    pub trace_flush_ms: Option<u64>,
 }
 
 /// A proxy in front of the test database's server, and the database's URL through it.
@@ -197,6 +199,9 @@ pub struct Sandbox {
     pub retention: engram_ingest::retention::RetentionJob,
     pub review_metrics: Arc<engram_review::metrics::ReviewMetrics>,
     pub pool: PgPool,
+    /// The retrieval service's pipeline: [`Sandbox::write_read_traces`] writes what its
+    /// retrievals left behind, as its graceful shutdown does.
+    pub recall: engram_recall::Recall,
     pub services: Vec<RunningService>,
     pub options: SandboxOptions,
     /// The proxy between the services and Postgres, with `SandboxOptions::database_proxy`.
@@ -334,6 +339,9 @@ fn retrieval_settings(database_url: &str, options: &SandboxOptions) -> Retrieval
             engram_embed::EmbedProvider::Openai
         }
     };
+    if let Some(millis) = options.trace_flush_ms {
+        settings.recall.trace_flush_ms = millis;
+    }
     settings
 }
 
@@ -419,6 +427,7 @@ impl Sandbox {
         let retrieval_app = engram_retrieval::App::build(retrieval_settings)
             .await
             .expect("retrieval starts");
+        let recall = retrieval_app.recall().clone();
         let retrieval = RunningService::spawn(
             (retrieval_app.local_addr(), retrieval_app.metrics_addr()),
             |stopped| retrieval_app.run_until(stopped),
@@ -442,12 +451,20 @@ impl Sandbox {
             retention,
             review_metrics,
             pool,
+            recall,
             services: vec![ingest, retrieval, review],
             options,
             database_proxy,
             services_database_url,
             database,
         }
+    }
+
+    /// Writes what the retrieval service's retrievals left behind so far (cached scores, notes
+    /// that entries were returned, metrics rows), which it otherwise writes within
+    /// `recall.trace_flush_ms`: before a test reads them.
+    pub async fn write_read_traces(&self) {
+        self.recall.flush_traces().await;
     }
 
     /// Starts one more ingest service over the same database and bus (a second replica, or a

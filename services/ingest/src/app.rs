@@ -244,6 +244,7 @@ impl App {
         }
 
         let commit_pool = self.writer.commit_pool().clone();
+        let recall = self.writer.recall.clone();
         let routes = Routes::new(IngestServiceServer::new(IngestApi::new(
             self.writer,
             self.retention,
@@ -262,6 +263,10 @@ impl App {
         purger.abort();
         if let Some(watch) = outbox_watch {
             watch.abort();
+        }
+        // What the last "what do you remember" retrievals left behind is written.
+        if let Some(recall) = recall {
+            recall.flush_traces().await;
         }
         // Batches under way finish (their callers may have gone; what they commit stays).
         commit_pool.close().await;

@@ -85,15 +85,22 @@ impl App {
         &self.pool
     }
 
+    /// The retrieval pipeline the service runs (tests flush its traces through it).
+    pub fn recall(&self) -> &Recall {
+        &self.recall
+    }
+
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let routes = Routes::new(RetrievalServiceServer::new(RetrievalApi::new(
             self.pool.clone(),
-            self.recall,
+            self.recall.clone(),
         )));
         let served = self
             .server
             .serve(routes, &[SERVICE_NAME], self.tokens, shutdown)
             .await;
+        // What the last retrievals left behind is written before the pool closes.
+        self.recall.flush_traces().await;
         self.pool.close().await;
         served
     }

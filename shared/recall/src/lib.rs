@@ -10,13 +10,16 @@
 //!    matches gets nothing;
 //! 5. the ranking profile scores, MMR diversifies; the lines of the stored turns that answer are
 //!    chosen and grouped by episode; the token budget cuts, Markdown renders;
-//! 6. the side effects (pending review, last scores, metrics) are written in one statement.
+//! 6. the pending review is written before the response returns; the rest a retrieval leaves
+//!    behind (the note that its entries were returned, their cached scores, its metrics row)
+//!    goes to a writer task that writes many retrievals' at once (`read_traces`).
 
 #![forbid(unsafe_code)]
 
 mod error;
 mod pipeline;
 mod query_embedder;
+mod read_traces;
 mod settings;
 mod startup;
 

@@ -16,6 +16,13 @@ use engram_core::retrieval::{RankingParams, RankingProfile};
 use serde::de::{self, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
+/// Retrievals' traces are written every quarter second by default: a crash loses at most that
+/// much of them, and one write serves every retrieval of the interval.
+pub const DEFAULT_TRACE_FLUSH_MS: u32 = 250;
+
+/// The longest flush interval accepted (a minute).
+const MAX_TRACE_FLUSH_MS: u64 = 60_000;
+
 #[derive(Debug, Clone, Deserialize)]
 pub struct RecallSettings {
     /// `fsrs` or `triscore`.
@@ -33,6 +40,9 @@ pub struct RecallSettings {
     pub hnsw_ef_search: u32,
     pub bm25_k1: f64,
     pub bm25_b: f64,
+    /// How often retrievals' traces (cached scores, notes that entries were returned, metrics
+    /// rows) are written, in milliseconds: the most a crash can lose (`read_traces`).
+    pub trace_flush_ms: u64,
 }
 
 impl RecallSettings {
@@ -61,8 +71,20 @@ impl RecallSettings {
             ("recall.hnsw_ef_search", 200i64.into()),
             ("recall.bm25_k1", engram_core::retrieval::bm25::K1.into()),
             ("recall.bm25_b", engram_core::retrieval::bm25::B.into()),
+            ("recall.trace_flush_ms", i64::from(DEFAULT_TRACE_FLUSH_MS).into()),
         ]);
         defaults
+    }
+
+    /// How often retrievals' traces are written; fails outside 1 ms to a minute.
+    pub fn trace_flush_interval(&self) -> Result<std::time::Duration, ValidationError> {
+        let millis = bounded(
+            "recall.trace_flush_ms".to_owned(),
+            self.trace_flush_ms as f64,
+            1.0,
+            MAX_TRACE_FLUSH_MS as f64,
+        )?;
+        Ok(std::time::Duration::from_millis(millis as u64))
     }
 
     /// The configured ranking, checked like a request's (a bad configuration fails at start-up).

@@ -436,45 +436,9 @@ pub async fn reactivate_all(
 }
 
 /// How long a retrieval's note that it returned an entry stays good enough: it is rewritten only
-/// when older, so a busy entry costs at most one write a day. The inactivity rule counts in days.
+/// when older, so a busy entry costs at most one write a day (`retrieval::write_read_traces`).
+/// The inactivity rule counts in days.
 pub(crate) const RETURNED_REFRESH_SECS: f64 = 86_400.0;
-
-/// Notes that a retrieval returned these entries of the space at `now` (see
-/// [`RETURNED_REFRESH_SECS`]): they are in use, so the inactivity rule leaves them alone.
-///
-/// Its own statement, and it skips rows another transaction holds instead of waiting for them:
-/// whoever holds such a row is a concurrent retrieval's note or its score update (through the
-/// `memories_retention_after_update` trigger) of about the same moment, and that retrieval notes
-/// the entry too. Call it after the caller's own recording statement committed, whose score
-/// updates lock these rows. Waiting here, or folding this into the recording statement that
-/// also locks the conversation's row, let two parallel retrievals of one conversation deadlock.
-pub async fn note_returned(
-    pool: &PgPool,
-    scope: &Scope,
-    ids: &[Uuid],
-    now: DateTime<Utc>,
-) -> Result<(), StoreError> {
-    if ids.is_empty() {
-        return Ok(());
-    }
-    sqlx::query(
-        "UPDATE memory_retention SET last_returned_at = $4 \
-         WHERE user_id = $1 AND memory_id IN ( \
-             SELECT memory_id FROM memory_retention \
-             WHERE user_id = $1 AND space = $2 AND memory_id = ANY($3) \
-               AND (last_returned_at IS NULL \
-                    OR last_returned_at < $4 - make_interval(secs => $5)) \
-             FOR UPDATE SKIP LOCKED)",
-    )
-    .bind(scope.user_id.as_uuid())
-    .bind(scope.space.as_str())
-    .bind(ids)
-    .bind(now)
-    .bind(RETURNED_REFRESH_SECS)
-    .execute(pool)
-    .await?;
-    Ok(())
-}
 
 /// What a run would do to a space (counts), as [`preview`] reports it.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -1,6 +1,7 @@
 //! The statements of retrieval: the sparse leg (Okapi BM25 over `search_document`), the trigram
-//! fallback, the dense leg (exact or HNSW), loading the candidates, and the
-//! side effects of a retrieval in one statement. Every statement is bound to one (user, space).
+//! fallback, the dense leg (exact or HNSW), loading the candidates, a retrieval's pending review,
+//! and what retrievals leave behind, written in batches. Every search is bound to one (user,
+//! space); a batched write carries each row's.
 
 use chrono::{DateTime, Utc};
 use engram_core::{ConversationId, MemoryKind, Scope};
@@ -307,86 +308,191 @@ pub struct RetrievalMetrics {
     pub error_stage: Option<String>,
 }
 
-/// What a retrieval leaves behind, written in one statement: the review it leaves pending for
-/// the conversation (appended under the row lock, so concurrent retrievals never lose one), the
-/// returned entries' scores, and the metrics row. The note that they were returned (retention)
-/// is `retention::note_returned`'s own statement.
-#[derive(Debug, Clone, Default)]
-pub struct RetrievalRecord {
-    pub conversation: Option<Uuid>,
-    /// Episodes to review when the conversation segment closes.
-    pub reviewed_memory_ids: Vec<Uuid>,
-    /// `last_scores` of the returned entries.
-    pub scores: Vec<(Uuid, serde_json::Value)>,
-    pub metrics: RetrievalMetrics,
-}
-
-/// How old cached scores may get before a retrieval that returns the entry rewrites them. A
-/// rewrite is cheap (a HOT update of the row and an update of its narrow `memory_retention` row)
-/// but not free; the capacity policy only needs scores fresher than a day, and a higher total than
-/// the cached one is always written, so the best relevance an entry showed is kept.
-const SCORES_REFRESH: std::time::Duration = std::time::Duration::from_secs(3600);
-
-pub async fn record(
+/// Leaves the review of the episodes a retrieval returned pending for the conversation, appended
+/// under the conversation's row lock so that concurrent retrievals never lose one. The review
+/// service needs it when the segment closes: it is written before the response returns.
+pub async fn record_pending_review(
     pool: &PgPool,
     scope: &Scope,
-    record: &RetrievalRecord,
+    conversation: Uuid,
+    query: &str,
+    memory_ids: &[Uuid],
     retrieved_at: DateTime<Utc>,
 ) -> Result<(), StoreError> {
-    let (score_ids, scores): (Vec<Uuid>, Vec<serde_json::Value>) =
-        record.scores.iter().cloned().unzip();
-    let metrics = &record.metrics;
+    if memory_ids.is_empty() {
+        return Ok(());
+    }
     sqlx::query(
-        "WITH review AS ( \
-             INSERT INTO conversations (user_id, space, conversation_id, pending_reviews) \
-             SELECT $1, $2, $3, jsonb_build_array(jsonb_build_object( \
-                 'query', $4::text, 'memory_ids', to_jsonb($5::uuid[]), 'retrieved_at', $8::timestamptz)) \
-             WHERE $3::uuid IS NOT NULL AND cardinality($5::uuid[]) > 0 \
-             ON CONFLICT (user_id, space, conversation_id) DO UPDATE SET \
-                 pending_reviews = COALESCE(conversations.pending_reviews, '[]'::jsonb) || EXCLUDED.pending_reviews, \
-                 updated_at = now() \
-             RETURNING 1), \
-         scored AS ( \
-             UPDATE memories m SET last_scores = s.scores \
-             FROM unnest($6::uuid[], $7::jsonb[]) AS s(id, scores) \
-             WHERE m.user_id = $1 AND m.id = s.id AND m.id IN ( \
-                 SELECT c.id FROM memories c JOIN unnest($6::uuid[], $7::jsonb[]) AS n(id, scores) ON n.id = c.id \
-                 JOIN memory_retention r ON r.user_id = c.user_id AND r.memory_id = c.id \
-                 WHERE c.user_id = $1 AND c.space = $2 \
-                   AND (r.last_scored_at IS NULL OR r.last_total IS NULL \
-                        OR r.last_scored_at < $8::timestamptz - make_interval(secs => $22) \
-                        OR r.last_total < (n.scores ->> 'total')::float8) \
-                 FOR UPDATE OF c SKIP LOCKED) \
-             RETURNING 1) \
-         INSERT INTO retrieval_metrics (user_id, space, conversation_id, created_at, query, sparse_hits, \
-             dense_hits, trigram_hits, used_fallback, retrieval_path, ranking_profile, scope_widened, \
-             context_items, estimated_tokens, truncated, latency_embed_ms, latency_retrieval_ms, error_stage) \
-         VALUES ($1, $2, $3, $8, $4, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)",
+        "INSERT INTO conversations (user_id, space, conversation_id, pending_reviews) \
+         SELECT $1, $2, $3, jsonb_build_array(jsonb_build_object( \
+             'query', $4::text, 'memory_ids', to_jsonb($5::uuid[]), 'retrieved_at', $6::timestamptz)) \
+         ON CONFLICT (user_id, space, conversation_id) DO UPDATE SET \
+             pending_reviews = COALESCE(conversations.pending_reviews, '[]'::jsonb) || EXCLUDED.pending_reviews, \
+             updated_at = now()",
     )
     .bind(scope.user_id.as_uuid())
     .bind(scope.space.as_str())
-    .bind(record.conversation)
-    .bind(&metrics.query)
-    .bind(&record.reviewed_memory_ids)
-    .bind(&score_ids)
-    .bind(&scores)
+    .bind(conversation)
+    .bind(query)
+    .bind(memory_ids)
     .bind(retrieved_at)
-    .bind(metrics.sparse_hits)
-    .bind(metrics.dense_hits)
-    .bind(metrics.trigram_hits)
-    .bind(metrics.used_fallback)
-    .bind(&metrics.retrieval_path)
-    .bind(&metrics.ranking_profile)
-    .bind(metrics.scope_widened)
-    .bind(metrics.context_items)
-    .bind(metrics.estimated_tokens)
-    .bind(metrics.truncated)
-    .bind(metrics.latency_embed_ms)
-    .bind(metrics.latency_retrieval_ms)
-    .bind(metrics.error_stage.as_deref())
-    .bind(SCORES_REFRESH.as_secs_f64())
     .execute(pool)
     .await?;
+    Ok(())
+}
+
+/// What one retrieval leaves behind besides its pending review: the note that it returned these
+/// entries (retention leaves entries in use alone), their new cached scores, and its metrics row.
+/// Written in batches of many retrievals by [`write_read_traces`].
+#[derive(Debug, Clone)]
+pub struct ReadTrace {
+    pub scope: Scope,
+    pub retrieved_at: DateTime<Utc>,
+    /// Every entry returned.
+    pub returned: Vec<Uuid>,
+    /// `last_scores` of the returned entries whose cached scores are missing, stale or lower.
+    pub scores: Vec<(Uuid, serde_json::Value)>,
+    /// The metrics row, with the conversation asked from (none for ContextPreRetrieve).
+    pub metrics: Option<(Option<Uuid>, RetrievalMetrics)>,
+}
+
+/// Writes the traces of many retrievals: three statements whatever their number. None waits for
+/// a row lock: a row another transaction holds is skipped (its holder is about as fresh), so the
+/// writes never deadlock with each other or with the write path.
+pub async fn write_read_traces(pool: &PgPool, traces: &[ReadTrace]) -> Result<(), StoreError> {
+    write_cached_scores(pool, traces).await?;
+    // After the scores: their update locks the same retention rows (through a trigger), and the
+    // note would skip them.
+    write_returned_notes(pool, traces).await?;
+    write_metrics_rows(pool, traces).await
+}
+
+/// The batch's scores, the highest total per entry when several retrievals returned it.
+async fn write_cached_scores(pool: &PgPool, traces: &[ReadTrace]) -> Result<(), StoreError> {
+    let mut best: std::collections::HashMap<(Uuid, Uuid), (&str, &serde_json::Value)> =
+        std::collections::HashMap::new();
+    let total = |scores: &serde_json::Value| scores.get("total").and_then(|t| t.as_f64());
+    for trace in traces {
+        for (id, scores) in &trace.scores {
+            let key = (trace.scope.user_id.as_uuid(), *id);
+            let entry = best.entry(key).or_insert((trace.scope.space.as_str(), scores));
+            if total(scores) > total(entry.1) {
+                *entry = (trace.scope.space.as_str(), scores);
+            }
+        }
+    }
+    if best.is_empty() {
+        return Ok(());
+    }
+    let mut users = Vec::with_capacity(best.len());
+    let mut spaces = Vec::with_capacity(best.len());
+    let mut ids = Vec::with_capacity(best.len());
+    let mut scores = Vec::with_capacity(best.len());
+    for ((user, id), (space, value)) in best {
+        users.push(user);
+        spaces.push(space);
+        ids.push(id);
+        scores.push(value.clone());
+    }
+    sqlx::query(include_str!("retrieval/write_cached_scores.sql"))
+        .bind(&users)
+        .bind(&spaces)
+        .bind(&ids)
+        .bind(&scores)
+        .bind(engram_core::capacity::SCORES_REFRESH.as_secs_f64())
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// The batch's notes that entries were returned, at the latest time each was.
+async fn write_returned_notes(pool: &PgPool, traces: &[ReadTrace]) -> Result<(), StoreError> {
+    let mut latest: std::collections::HashMap<(Uuid, Uuid), (&str, DateTime<Utc>)> =
+        std::collections::HashMap::new();
+    for trace in traces {
+        for id in &trace.returned {
+            let key = (trace.scope.user_id.as_uuid(), *id);
+            let entry = latest
+                .entry(key)
+                .or_insert((trace.scope.space.as_str(), trace.retrieved_at));
+            entry.1 = entry.1.max(trace.retrieved_at);
+        }
+    }
+    if latest.is_empty() {
+        return Ok(());
+    }
+    let mut users = Vec::with_capacity(latest.len());
+    let mut spaces = Vec::with_capacity(latest.len());
+    let mut ids = Vec::with_capacity(latest.len());
+    let mut times = Vec::with_capacity(latest.len());
+    for ((user, id), (space, at)) in latest {
+        users.push(user);
+        spaces.push(space);
+        ids.push(id);
+        times.push(at);
+    }
+    sqlx::query(include_str!("retrieval/write_returned_notes.sql"))
+        .bind(&users)
+        .bind(&spaces)
+        .bind(&ids)
+        .bind(&times)
+        .bind(crate::retention::RETURNED_REFRESH_SECS)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// The batch's metrics rows, one per retrieval with side effects.
+async fn write_metrics_rows(pool: &PgPool, traces: &[ReadTrace]) -> Result<(), StoreError> {
+    let rows: Vec<(&ReadTrace, Option<Uuid>, &RetrievalMetrics)> = traces
+        .iter()
+        .filter_map(|trace| {
+            let (conversation, metrics) = trace.metrics.as_ref()?;
+            Some((trace, *conversation, metrics))
+        })
+        .collect();
+    if rows.is_empty() {
+        return Ok(());
+    }
+    // One array per column, in the statement's order.
+    let metric = |field: fn(&RetrievalMetrics) -> i32| -> Vec<i32> {
+        rows.iter().map(|(_, _, m)| field(m)).collect()
+    };
+    let flag = |field: fn(&RetrievalMetrics) -> bool| -> Vec<bool> {
+        rows.iter().map(|(_, _, m)| field(m)).collect()
+    };
+    let text = |field: fn(&RetrievalMetrics) -> &str| -> Vec<&str> {
+        rows.iter().map(|(_, _, m)| field(m)).collect()
+    };
+    let users: Vec<Uuid> = rows.iter().map(|(t, _, _)| t.scope.user_id.as_uuid()).collect();
+    let spaces: Vec<&str> = rows.iter().map(|(t, _, _)| t.scope.space.as_str()).collect();
+    let conversations: Vec<Option<Uuid>> = rows.iter().map(|(_, c, _)| *c).collect();
+    let times: Vec<DateTime<Utc>> = rows.iter().map(|(t, _, _)| t.retrieved_at).collect();
+    let embed_ms: Vec<Option<f32>> = rows.iter().map(|(_, _, m)| m.latency_embed_ms).collect();
+    let retrieval_ms: Vec<f32> = rows.iter().map(|(_, _, m)| m.latency_retrieval_ms).collect();
+    let error_stages: Vec<Option<&str>> =
+        rows.iter().map(|(_, _, m)| m.error_stage.as_deref()).collect();
+    sqlx::query(include_str!("retrieval/write_metrics_rows.sql"))
+        .bind(&users)
+        .bind(&spaces)
+        .bind(&conversations)
+        .bind(&times)
+        .bind(text(|m| &m.query))
+        .bind(metric(|m| m.sparse_hits))
+        .bind(metric(|m| m.dense_hits))
+        .bind(metric(|m| m.trigram_hits))
+        .bind(flag(|m| m.used_fallback))
+        .bind(text(|m| &m.retrieval_path))
+        .bind(text(|m| &m.ranking_profile))
+        .bind(flag(|m| m.scope_widened))
+        .bind(metric(|m| m.context_items))
+        .bind(metric(|m| m.estimated_tokens))
+        .bind(flag(|m| m.truncated))
+        .bind(&embed_ms)
+        .bind(&retrieval_ms)
+        .bind(&error_stages)
+        .execute(pool)
+        .await?;
     Ok(())
 }
 

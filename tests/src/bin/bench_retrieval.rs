@@ -1217,8 +1217,10 @@ impl RunReport<'_> {
              ## Results\n\n\
              (a) is the whole RetrieveMemory pipeline over gRPC from this process (BM25 and vector legs \
              over facts and episodes, RRF, the default ranking profile, MMR, the Markdown and its token \
-             count, pending reviews, cached scores and a metrics row written per request), measured \
-             twice. With excerpts on, the default request (detail AUTO), it also searches the space's \
+             count; what each request leaves behind, its cached scores, the note that its entries \
+             were returned and its metrics row, goes to the service's trace writer, which writes \
+             every request's of the last 250 ms in three statements; the queries carry no \
+             conversation, so no pending review), measured twice. With excerpts on, the default request (detail AUTO), it also searches the space's \
              stored turns (BM25 over their words, and the query's mean of static token vectors against \
              the stored turn vectors: no model pass over turns), loads the turns found with a neighbour \
              either side and the episode holding each, and shows the lines that answer (and a \

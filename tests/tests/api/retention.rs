@@ -497,6 +497,8 @@ async fn unused_entries_become_inactive_and_are_deleted_after_the_grace_period()
         ferry.episodic[0].memory.as_ref().unwrap().id,
         id("the Porto ferry ride")
     );
+    // Its note that the ferry ride was returned is written.
+    sandbox.write_read_traces().await;
 
     let previewed = preview(&mut sandbox, &scope).await;
     assert_eq!(previewed.entries_becoming_inactive, 3);

@@ -444,6 +444,7 @@ async fn parallel_retrievals_in_one_conversation_all_reach_its_pending_reviews()
     .await
     .unwrap();
     assert_eq!(reviews as usize, CALLS, "every retrieval is pending review");
+    sandbox.write_read_traces().await;
     let metrics: i64 =
         sqlx::query_scalar("SELECT count(*) FROM retrieval_metrics WHERE conversation_id = $1")
             .bind(conversation)
@@ -451,6 +452,106 @@ async fn parallel_retrievals_in_one_conversation_all_reach_its_pending_reviews()
             .await
             .unwrap();
     assert_eq!(metrics as usize, CALLS);
+}
+
+/// What a crash right after a response loses: a pending review never (it is written before the
+/// response returns), the retrieval's cached scores, returned note and metrics row at most (they
+/// wait for the trace writer's next interval, `recall.trace_flush_ms`); a graceful stop writes
+/// them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_reviews_are_written_before_the_response_and_traces_by_a_graceful_stop() {
+    let mut sandbox = Sandbox::start_with(engram_e2e::SandboxOptions {
+        // Longer than the test: nothing is written on the interval meanwhile.
+        trace_flush_ms: Some(60_000),
+        ..Default::default()
+    })
+    .await;
+    let scope = new_scope("work");
+    let conversation = load_life(&mut sandbox, &scope).await;
+    let traces = |pool: sqlx::PgPool| async move {
+        sqlx::query_as::<_, (i64, i64, i64)>(
+            "SELECT (SELECT coalesce(sum(jsonb_array_length(pending_reviews)), 0) FROM conversations), \
+                    (SELECT count(*) FROM retrieval_metrics), \
+                    (SELECT count(*) FROM memories WHERE last_scores IS NOT NULL)",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    const CALLS: i64 = 3;
+    for _ in 0..CALLS {
+        let mut request = query(&scope, "editor theme launch");
+        request.conversation_id = conversation.to_string();
+        let response = retrieve(&mut sandbox, request).await;
+        assert!(!response.episodic.is_empty());
+    }
+    // The moment a crash could come: every review is there, no trace yet.
+    assert_eq!(traces(sandbox.pool.clone()).await, (CALLS, 0, 0));
+    let retrieval = sandbox.services.remove(1);
+    retrieval.stop().await.unwrap();
+    let (reviews, metrics, scored) = traces(sandbox.pool.clone()).await;
+    assert_eq!((reviews, metrics), (CALLS, CALLS), "the stop wrote every metrics row");
+    assert!(scored > 0, "and the returned entries' scores");
+    crate::helpers::assert_retention_in_step(&sandbox.pool).await;
+}
+
+/// A retrieval's metrics row waiting for its batch does not bring a forgotten conversation's
+/// query back after ForgetConversation deleted its rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_forgotten_before_its_traces_are_written_leaves_no_metrics_row() {
+    let mut sandbox = Sandbox::start_with(engram_e2e::SandboxOptions {
+        trace_flush_ms: Some(60_000),
+        ..Default::default()
+    })
+    .await;
+    let scope = new_scope("work");
+    let conversation = load_life(&mut sandbox, &scope).await;
+    let mut request = query(&scope, "editor theme launch");
+    request.conversation_id = conversation.to_string();
+    retrieve(&mut sandbox, request).await;
+    // One without a conversation beside it, whose row stays.
+    retrieve(&mut sandbox, query(&scope, "editor theme")).await;
+    sandbox
+        .ingest
+        .forget_conversation(v1::ForgetConversationRequest {
+            scope: Some(scope.clone()),
+            conversation_id: conversation.to_string(),
+        })
+        .await
+        .unwrap();
+    sandbox.write_read_traces().await;
+    let rows: Vec<Option<Uuid>> =
+        sqlx::query_scalar("SELECT conversation_id FROM retrieval_metrics")
+            .fetch_all(&sandbox.pool)
+            .await
+            .unwrap();
+    assert_eq!(rows, vec![None]);
+}
+
+/// Without a stop, the traces are written within the interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traces_are_written_within_the_flush_interval() {
+    let mut sandbox = Sandbox::start_with(engram_e2e::SandboxOptions {
+        trace_flush_ms: Some(50),
+        ..Default::default()
+    })
+    .await;
+    let scope = new_scope("work");
+    load_life(&mut sandbox, &scope).await;
+    retrieve(&mut sandbox, query(&scope, "editor theme")).await;
+    let mut rows = 0i64;
+    // Polled for far longer than the interval: a loaded CI machine may be slow to schedule.
+    for _ in 0..100 {
+        rows = sqlx::query_scalar("SELECT count(*) FROM retrieval_metrics")
+            .fetch_one(&sandbox.pool)
+            .await
+            .unwrap();
+        if rows == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(rows, 1, "the metrics row is written without a flush");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -483,6 +584,7 @@ async fn retrieval_records_scores_and_metrics_but_never_touches_fsrs_state() {
         .into_inner();
     assert!(!context.semantic.is_empty());
     assert!(!context.markdown.contains("## Episodic Memories"));
+    sandbox.write_read_traces().await;
     let traces: (i64, i64, i64) = sqlx::query_as(
         "SELECT (SELECT count(*) FROM retrieval_metrics), \
                 (SELECT count(*) FROM memories WHERE last_scores IS NOT NULL), \
@@ -502,6 +604,7 @@ async fn retrieval_records_scores_and_metrics_but_never_touches_fsrs_state() {
         .chain(&response.episodic)
         .map(|r| r.memory.as_ref().unwrap().id.parse().unwrap())
         .collect();
+    sandbox.write_read_traces().await;
     let scored: Vec<Uuid> =
         sqlx::query_scalar("SELECT id FROM memories WHERE last_scores ? 'computed_at' ORDER BY id")
             .fetch_all(&sandbox.pool)

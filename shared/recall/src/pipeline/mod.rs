@@ -12,15 +12,17 @@ mod turn_lines;
 use std::time::Instant;
 
 use chrono::{DateTime, Utc};
+use engram_core::capacity::Scores;
 use engram_core::retrieval::budget;
 use engram_core::retrieval::markdown::{self, Detail};
 use engram_core::retrieval::{LegHit, RankingParams, ScoreParts};
 use engram_core::{Category, ConversationId, Scope};
 use engram_store::memories::MemoryRecord;
-use engram_store::retrieval::{self as store, RetrievalMetrics, RetrievalRecord};
+use engram_store::retrieval::{self as store, ReadTrace, RetrievalMetrics};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::read_traces::ReadTraces;
 use crate::{QueryEmbedder, RecallError, RecallSettings};
 
 pub const DEFAULT_EPISODIC_LIMIT: usize = 5;
@@ -41,7 +43,7 @@ pub struct RetrieveRequest {
     pub ranking: RankingParams,
     /// Whether to run the vector leg (false: BM25 and its fallbacks only, for comparisons).
     pub dense: bool,
-    /// Pending review, last scores and metrics (RetrieveMemory); none for ContextPreRetrieve.
+    /// Pending review, cached scores and metrics (RetrieveMemory); none for ContextPreRetrieve.
     pub side_effects: bool,
     /// Show the older facts each fact superseded.
     pub include_history: bool,
@@ -106,6 +108,8 @@ pub struct Recall {
     /// The embedder of the stored turn vectors (segmentation's), whose nearest turns to the
     /// query join the lines' search.
     turn_vectors: Option<TurnVectors>,
+    /// Where retrievals leave what they returned, their scores and metrics, written in batches.
+    traces: ReadTraces,
 }
 
 /// The embedder of the stored turn vectors.
@@ -122,18 +126,21 @@ impl std::fmt::Debug for TurnVectors {
 
 impl Recall {
     /// Fails when the configured ranking is out of bounds (a bad configuration stops start-up).
+    /// Starts the task that writes retrievals' traces, on the current Tokio runtime.
     pub fn new(
         pool: PgPool,
         embedder: Option<QueryEmbedder>,
         settings: RecallSettings,
     ) -> Result<Self, engram_core::ValidationError> {
         let default_ranking = settings.default_ranking()?;
+        let traces = ReadTraces::start(pool.clone(), settings.trace_flush_interval()?);
         Ok(Self {
             pool,
             embedder,
             settings,
             default_ranking,
             turn_vectors: None,
+            traces,
         })
     }
 
@@ -149,6 +156,13 @@ impl Recall {
 
     pub fn settings(&self) -> &RecallSettings {
         &self.settings
+    }
+
+    /// Writes what the retrievals so far left behind (cached scores, notes that entries were
+    /// returned, metrics rows), which is otherwise written within `recall.trace_flush_ms`: for a
+    /// graceful shutdown, and for a caller that reads them at once.
+    pub async fn flush_traces(&self) {
+        self.traces.flush().await;
     }
 
     /// A request with the configured defaults (five episodes, twenty facts, auto detail, the
@@ -188,6 +202,7 @@ impl Recall {
             && request.side_effects
             && stage != "record"
         {
+            tracing::debug!(%error, stage, "retrieval failed");
             let metrics = RetrievalMetrics {
                 // Before the context is read, whether the conversation is incognito is unknown.
                 query: if stage == "context" {
@@ -201,17 +216,15 @@ impl Recall {
                 error_stage: Some(stage.to_owned()),
                 ..RetrievalMetrics::default()
             };
-            let record = RetrievalRecord {
-                conversation: None,
-                reviewed_memory_ids: Vec::new(),
-                scores: Vec::new(),
-                metrics,
-            };
-            if let Err(record_error) =
-                store::record(&self.pool, &request.scope, &record, Utc::now()).await
-            {
-                tracing::warn!(error = %record_error, failed = %error, stage, "could not record the failed retrieval's metrics");
-            }
+            self.traces
+                .send(ReadTrace {
+                    scope: request.scope.clone(),
+                    retrieved_at: Utc::now(),
+                    returned: Vec::new(),
+                    scores: Vec::new(),
+                    metrics: Some((None, metrics)),
+                })
+                .await;
         }
         result
     }
@@ -250,9 +263,11 @@ impl Recall {
         Ok(retrieval)
     }
 
-    /// What a retrieval leaves behind: what it returned is noted as in use (retention's
-    /// inactivity rule leaves it alone) and, with side effects, its metrics row, the pending
-    /// review of its episodes and their cached scores are written.
+    /// What a retrieval leaves behind. With side effects, the review of its episodes is left
+    /// pending for the conversation before the response returns; the rest goes to the trace
+    /// writer: the note that its entries were returned (retention's inactivity rule leaves
+    /// entries in use alone) and, with side effects, their cached scores where those changed
+    /// and its metrics row.
     async fn keep_track(
         &self,
         request: &RetrieveRequest,
@@ -262,52 +277,31 @@ impl Recall {
         now: DateTime<Utc>,
         stage: &mut &'static str,
     ) -> Result<(), RecallError> {
-        // Its own statement, never waiting on a lock (see `note_returned`), so it cannot deadlock
-        // with the recording statement.
         let returned: Vec<Uuid> = retrieval
             .semantic
             .iter()
             .chain(&retrieval.episodic)
             .map(|m| m.record.id)
             .collect();
-        let note =
-            engram_store::retention::note_returned(&self.pool, &request.scope, &returned, now);
-        if !request.side_effects {
-            log_failed_note(note.await);
-            return Ok(());
-        }
-        let served_by = &retrieval.served_by;
-        let metrics = RetrievalMetrics {
-            query: request.query.clone(),
-            sparse_hits: served_by.sparse_hits as i32,
-            dense_hits: served_by.dense_hits as i32,
-            trigram_hits: served_by.trigram_hits as i32,
-            used_fallback: served_by.used_fallback,
-            retrieval_path: served_by.path.clone(),
-            ranking_profile: request.ranking.profile.as_str().to_owned(),
-            // Searches no longer start in the conversation and widen.
-            scope_widened: false,
-            context_items: (retrieval.semantic.len() + retrieval.episodic.len()) as i32,
-            estimated_tokens: retrieval.tokens as i32,
-            truncated: retrieval.truncated,
-            latency_embed_ms,
-            latency_retrieval_ms: elapsed_ms(started),
-            error_stage: None,
+        let mut trace = ReadTrace {
+            scope: request.scope.clone(),
+            retrieved_at: now,
+            returned,
+            scores: Vec::new(),
+            metrics: None,
         };
-        // An inactive episode shown because the request asked for inactive entries is not put up
-        // for review: browsing them is not using them, and a review would make it active again.
-        let reviewed: Vec<Uuid> = retrieval
-            .episodic
-            .iter()
-            .filter(|m| m.record.inactive_since.is_none())
-            .map(|m| m.record.id)
-            .collect();
-        *stage = "record";
-        self.record(request, retrieval, metrics, reviewed, now)
-            .await?;
-        // After the record committed, not beside it: its score updates lock the same retention
-        // rows (through a trigger), and the note would skip them.
-        log_failed_note(note.await);
+        if request.side_effects {
+            *stage = "record";
+            self.record_pending_review(request, retrieval, now).await?;
+            trace.scores = changed_scores(retrieval, now);
+            trace.metrics = Some((
+                request.conversation.map(|c| c.as_uuid()),
+                metrics_row(request, retrieval, latency_embed_ms, started),
+            ));
+        }
+        if !trace.returned.is_empty() || trace.metrics.is_some() {
+            self.traces.send(trace).await;
+        }
         Ok(())
     }
 
@@ -328,35 +322,85 @@ impl Recall {
         Ok(())
     }
 
-    async fn record(
+    /// The review of the episodes returned, pending for the conversation asked from. An inactive
+    /// episode shown because the request asked for inactive entries is not put up for review:
+    /// browsing them is not using them, and a review would make it active again.
+    async fn record_pending_review(
         &self,
         request: &RetrieveRequest,
         retrieval: &Retrieval,
-        metrics: RetrievalMetrics,
-        reviewed_memory_ids: Vec<Uuid>,
         now: DateTime<Utc>,
     ) -> Result<(), RecallError> {
-        // An episode shown only for its lines was never scored (no leg found it): no cached score
-        // (a zero would make it retention's first candidate).
-        let scores = retrieval
-            .semantic
-            .iter()
-            .chain(&retrieval.episodic)
-            .filter(|m| m.scored)
-            .map(|m| {
-                let cached = m.scores.cached(now);
-                let value = serde_json::to_value(cached).unwrap_or(serde_json::Value::Null);
-                (m.record.id, value)
-            })
-            .collect();
-        let record = RetrievalRecord {
-            conversation: request.conversation.map(|c| c.as_uuid()),
-            reviewed_memory_ids,
-            scores,
-            metrics,
+        let Some(conversation) = request.conversation else {
+            return Ok(());
         };
-        store::record(&self.pool, &request.scope, &record, now).await?;
+        let reviewed: Vec<Uuid> = retrieval
+            .episodic
+            .iter()
+            .filter(|m| m.record.inactive_since.is_none())
+            .map(|m| m.record.id)
+            .collect();
+        store::record_pending_review(
+            &self.pool,
+            &request.scope,
+            conversation.as_uuid(),
+            &request.query,
+            &reviewed,
+            now,
+        )
+        .await?;
         Ok(())
+    }
+}
+
+/// The returned entries' scores where they would replace the cached ones (missing, stale or
+/// lower: `Scores::replace`). An episode shown only for its lines was never scored (no leg found
+/// it): no cached score (a zero would make it retention's first candidate).
+fn changed_scores(retrieval: &Retrieval, now: DateTime<Utc>) -> Vec<(Uuid, serde_json::Value)> {
+    retrieval
+        .semantic
+        .iter()
+        .chain(&retrieval.episodic)
+        .filter(|m| m.scored)
+        .filter_map(|m| {
+            let fresh = m.scores.cached(now);
+            let cached: Option<Scores> = m
+                .record
+                .last_scores
+                .as_ref()
+                .and_then(|value| serde_json::from_value(value.clone()).ok());
+            if !fresh.replace(cached.as_ref()) {
+                return None;
+            }
+            let value = serde_json::to_value(fresh).unwrap_or(serde_json::Value::Null);
+            Some((m.record.id, value))
+        })
+        .collect()
+}
+
+fn metrics_row(
+    request: &RetrieveRequest,
+    retrieval: &Retrieval,
+    latency_embed_ms: Option<f32>,
+    started: Instant,
+) -> RetrievalMetrics {
+    let served_by = &retrieval.served_by;
+    RetrievalMetrics {
+        query: request.query.clone(),
+        sparse_hits: served_by.sparse_hits as i32,
+        dense_hits: served_by.dense_hits as i32,
+        trigram_hits: served_by.trigram_hits as i32,
+        used_fallback: served_by.used_fallback,
+        retrieval_path: served_by.path.clone(),
+        ranking_profile: request.ranking.profile.as_str().to_owned(),
+        // Searches no longer start in the conversation and widen.
+        scope_widened: false,
+        context_items: (retrieval.semantic.len() + retrieval.episodic.len()) as i32,
+        estimated_tokens: retrieval.tokens as i32,
+        truncated: retrieval.truncated,
+        latency_embed_ms,
+        latency_retrieval_ms: elapsed_ms(started),
+        error_stage: None,
     }
 }
 
@@ -438,8 +482,3 @@ pub async fn cpu_bound_over<T: Send + 'static>(
 
 /// The note that entries were returned keeps them from turning inactive; the next retrieval
 /// that returns them writes it again, so a failure is logged, not answered.
-fn log_failed_note(noted: Result<(), engram_store::StoreError>) {
-    if let Err(error) = noted {
-        tracing::warn!(%error, "cannot note the returned entries as in use");
-    }
-}
