@@ -31,21 +31,21 @@ enum Message {
 
 /// The handle retrievals hand their traces to; cloned into every copy of the pipeline.
 #[derive(Debug, Clone)]
-pub struct ReadTraces {
+pub(crate) struct ReadTraces {
     sender: mpsc::Sender<Message>,
 }
 
 impl ReadTraces {
     /// Starts the writer task (on the current Tokio runtime). It writes every `interval`, and
     /// stops once every handle is dropped, after writing what was queued.
-    pub fn start(pool: PgPool, interval: Duration) -> Self {
+    pub(crate) fn start(pool: PgPool, interval: Duration) -> Self {
         let (sender, receiver) = mpsc::channel(QUEUE);
         tokio::spawn(write_traces(pool, receiver, interval));
         Self { sender }
     }
 
     /// Queues a retrieval's trace; waits only when the queue is full.
-    pub async fn send(&self, trace: ReadTrace) {
+    pub(crate) async fn send(&self, trace: ReadTrace) {
         if self.sender.send(Message::Trace(Box::new(trace))).await.is_err() {
             tracing::warn!("the read trace writer has stopped; a retrieval's trace is lost");
         }
@@ -53,7 +53,7 @@ impl ReadTraces {
 
     /// Writes every trace queued so far and returns once they are written (or failed to be):
     /// for a graceful shutdown, and for tests that read what retrievals left behind.
-    pub async fn flush(&self) {
+    pub(crate) async fn flush(&self) {
         let (done, written) = oneshot::channel();
         if self.sender.send(Message::Flush(done)).await.is_ok() {
             let _ = written.await;

@@ -18,7 +18,7 @@ use serde::{Deserialize, Deserializer};
 
 /// Retrievals' traces are written every quarter second by default: a crash loses at most that
 /// much of them, and one write serves every retrieval of the interval.
-pub const DEFAULT_TRACE_FLUSH_MS: u32 = 250;
+pub(crate) const DEFAULT_TRACE_FLUSH_MS: u32 = 250;
 
 /// The longest flush interval accepted (a minute).
 const MAX_TRACE_FLUSH_MS: u64 = 60_000;

@@ -98,17 +98,27 @@ fn served_by(response: &v1::RetrieveMemoryResponse) -> &v1::ServedBy {
     response.served_by.as_ref().expect("served_by is set")
 }
 
-/// The Markdown with the calendar dates of "**When:**" lines (the test's data is dated relative
-/// to now) written as "(date)".
+/// The Markdown with the calendar dates of "**When:**" lines and of line blocks' headings
+/// ("### Title — 25 Nov 2026 (3 days ago)") written as "(date)": the test's data is dated
+/// relative to now.
 fn without_calendar_dates(markdown: &str) -> String {
     markdown
         .lines()
-        .map(
-            |line| match (line.starts_with("**When:** "), line.rfind(" (")) {
-                (true, Some(open)) if line.ends_with(')') => format!("{} (date)", &line[..open]),
-                _ => line.to_owned(),
-            },
-        )
+        .map(|line| {
+            if line.starts_with("**When:** ")
+                && line.ends_with(')')
+                && let Some(open) = line.rfind(" (")
+            {
+                return format!("{} (date)", &line[..open]);
+            }
+            if line.starts_with("### ")
+                && let Some((title, when)) = line.split_once(" — ")
+                && let Some(open) = when.find(" (")
+            {
+                return format!("{title} — (date){}", &when[open..]);
+            }
+            line.to_owned()
+        })
         .map(|line| line + "\n")
         .collect()
 }

@@ -479,6 +479,3 @@ pub async fn cpu_bound_over<T: Send + 'static>(
         cpu_bound(work).await
     }
 }
-
-/// The note that entries were returned keeps them from turning inactive; the next retrieval
-/// that returns them writes it again, so a failure is logged, not answered.

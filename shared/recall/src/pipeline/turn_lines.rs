@@ -23,8 +23,9 @@ use super::search::FoundTurns;
 /// over 30 and 20 (the budget, not this, then decides how many an assistant reads).
 const LINES_PER_RETRIEVAL: usize = 40;
 /// The share of a line's evidence that is its episode's ranking score (relative to the best
-/// episode's): a line of an episode that ranks well on its whole says more. 0.5 over 1.
-const EPISODE_SHARE: f64 = 0.5;
+/// episode's): a line of an episode that ranks well on its whole says more. 0.4 over 0.25, 0.3,
+/// 0.35, 0.5 and 0.65 once the lines' blocks lost their rank and score (0.5 over 1 before).
+const EPISODE_SHARE: f64 = 0.4;
 /// BM25's weight against the turn vectors' in a line's relevance (the rest is the cosine's).
 /// The static token vectors are coarser than the model's sentence embeddings the facts'
 /// `sparse_weight` (0.3) weighs: 0.85 over 0.7, 0.5 and 0.3.
