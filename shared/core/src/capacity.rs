@@ -72,7 +72,8 @@ impl Scores {
     /// nothing (the database checks again when it writes).
     pub fn replace(&self, cached: Option<&Scores>) -> bool {
         cached.is_none_or(|cached| {
-            let refresh = chrono::Duration::from_std(SCORES_REFRESH).unwrap_or(chrono::Duration::MAX);
+            let refresh =
+                chrono::Duration::from_std(SCORES_REFRESH).unwrap_or(chrono::Duration::MAX);
             cached.computed_at < self.computed_at - refresh || cached.total < self.total
         })
     }

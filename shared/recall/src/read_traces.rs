@@ -46,7 +46,12 @@ impl ReadTraces {
 
     /// Queues a retrieval's trace; waits only when the queue is full.
     pub(crate) async fn send(&self, trace: ReadTrace) {
-        if self.sender.send(Message::Trace(Box::new(trace))).await.is_err() {
+        if self
+            .sender
+            .send(Message::Trace(Box::new(trace)))
+            .await
+            .is_err()
+        {
             tracing::warn!("the read trace writer has stopped; a retrieval's trace is lost");
         }
     }

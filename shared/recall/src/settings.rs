@@ -71,7 +71,10 @@ impl RecallSettings {
             ("recall.hnsw_ef_search", 200i64.into()),
             ("recall.bm25_k1", engram_core::retrieval::bm25::K1.into()),
             ("recall.bm25_b", engram_core::retrieval::bm25::B.into()),
-            ("recall.trace_flush_ms", i64::from(DEFAULT_TRACE_FLUSH_MS).into()),
+            (
+                "recall.trace_flush_ms",
+                i64::from(DEFAULT_TRACE_FLUSH_MS).into(),
+            ),
         ]);
         defaults
     }

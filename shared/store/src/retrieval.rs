@@ -375,7 +375,9 @@ async fn write_cached_scores(pool: &PgPool, traces: &[ReadTrace]) -> Result<(), 
     for trace in traces {
         for (id, scores) in &trace.scores {
             let key = (trace.scope.user_id.as_uuid(), *id);
-            let entry = best.entry(key).or_insert((trace.scope.space.as_str(), scores));
+            let entry = best
+                .entry(key)
+                .or_insert((trace.scope.space.as_str(), scores));
             if total(scores) > total(entry.1) {
                 *entry = (trace.scope.space.as_str(), scores);
             }
@@ -464,14 +466,25 @@ async fn write_metrics_rows(pool: &PgPool, traces: &[ReadTrace]) -> Result<(), S
     let text = |field: fn(&RetrievalMetrics) -> &str| -> Vec<&str> {
         rows.iter().map(|(_, _, m)| field(m)).collect()
     };
-    let users: Vec<Uuid> = rows.iter().map(|(t, _, _)| t.scope.user_id.as_uuid()).collect();
-    let spaces: Vec<&str> = rows.iter().map(|(t, _, _)| t.scope.space.as_str()).collect();
+    let users: Vec<Uuid> = rows
+        .iter()
+        .map(|(t, _, _)| t.scope.user_id.as_uuid())
+        .collect();
+    let spaces: Vec<&str> = rows
+        .iter()
+        .map(|(t, _, _)| t.scope.space.as_str())
+        .collect();
     let conversations: Vec<Option<Uuid>> = rows.iter().map(|(_, c, _)| *c).collect();
     let times: Vec<DateTime<Utc>> = rows.iter().map(|(t, _, _)| t.retrieved_at).collect();
     let embed_ms: Vec<Option<f32>> = rows.iter().map(|(_, _, m)| m.latency_embed_ms).collect();
-    let retrieval_ms: Vec<f32> = rows.iter().map(|(_, _, m)| m.latency_retrieval_ms).collect();
-    let error_stages: Vec<Option<&str>> =
-        rows.iter().map(|(_, _, m)| m.error_stage.as_deref()).collect();
+    let retrieval_ms: Vec<f32> = rows
+        .iter()
+        .map(|(_, _, m)| m.latency_retrieval_ms)
+        .collect();
+    let error_stages: Vec<Option<&str>> = rows
+        .iter()
+        .map(|(_, _, m)| m.error_stage.as_deref())
+        .collect();
     sqlx::query(include_str!("retrieval/write_metrics_rows.sql"))
         .bind(&users)
         .bind(&spaces)

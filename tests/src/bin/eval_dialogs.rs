@@ -1487,9 +1487,22 @@ async fn sweep(
                 label: format!("sweep {} = {value}", step.setting),
                 ranking,
             };
-            let turns = evaluate(retrieval, loaded, config(Storage::Turns), &[Ask::Deep], &mut None).await?;
-            let conversation =
-                evaluate(retrieval, loaded, config(Storage::Both), &[Ask::Deep], &mut None).await?;
+            let turns = evaluate(
+                retrieval,
+                loaded,
+                config(Storage::Turns),
+                &[Ask::Deep],
+                &mut None,
+            )
+            .await?;
+            let conversation = evaluate(
+                retrieval,
+                loaded,
+                config(Storage::Both),
+                &[Ask::Deep],
+                &mut None,
+            )
+            .await?;
             let t = Tried {
                 value,
                 ranked: turns.ranked,

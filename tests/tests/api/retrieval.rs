@@ -500,7 +500,11 @@ async fn pending_reviews_are_written_before_the_response_and_traces_by_a_gracefu
     let retrieval = sandbox.services.remove(1);
     retrieval.stop().await.unwrap();
     let (reviews, metrics, scored) = traces(sandbox.pool.clone()).await;
-    assert_eq!((reviews, metrics), (CALLS, CALLS), "the stop wrote every metrics row");
+    assert_eq!(
+        (reviews, metrics),
+        (CALLS, CALLS),
+        "the stop wrote every metrics row"
+    );
     assert!(scored > 0, "and the returned entries' scores");
     crate::helpers::assert_retention_in_step(&sandbox.pool).await;
 }
