@@ -1,6 +1,7 @@
 //! ApplyCommand: natural-language memory commands, carried out with the same operations as the
 //! explicit RPCs.
 
+use chrono::{DateTime, Utc};
 use engram_core::commands::{MemoryCommand, parse_command};
 use engram_core::{ConversationId, MemoryId, MemoryText, Scope};
 use engram_store::audit::{self, LastWritten};
@@ -74,11 +75,15 @@ impl MemoryWriter {
     }
 
     #[tracing::instrument(skip_all, fields(user_id = %scope.user_id, space = %scope.space, conversation = %conversation), err(Display))]
+    /// `said_at`: when the user said it (a turn's `at` in AppendMessages; none: now). What a
+    /// "remember" saves became true then, and its relative dates ("next Wednesday") mean days
+    /// counted from then.
     pub async fn apply_command(
         &self,
         scope: &Scope,
         conversation: ConversationId,
         message: &str,
+        said_at: Option<DateTime<Utc>>,
     ) -> Result<CommandOutcome, IngestError> {
         let Some(command) = parse_command(message) else {
             return Ok(CommandOutcome {
@@ -155,6 +160,7 @@ impl MemoryWriter {
                     .remember(RememberCommand {
                         manually_saved: true,
                         conversation: Some(conversation),
+                        valid_at: said_at,
                         ..RememberCommand::plain(scope.clone(), text)
                     })
                     .await?;

@@ -489,7 +489,7 @@ impl IngestService for IngestApi {
         .map_err(IngestError::from)?;
         let outcome = self
             .writer
-            .apply_command(&scope, conversation, text.as_str())
+            .apply_command(&scope, conversation, text.as_str(), None)
             .await?;
         Ok(Response::new(command_to_proto(outcome)))
     }

@@ -604,7 +604,9 @@ pub struct Superseding<'a> {
 
 /// Sets `invalid_at` (and `superseded_by`) on the older valid facts each new fact contradicts:
 /// same subject, another value. They stay, as history; each is audited as `supersede`. Returns
-/// (superseded, by) pairs.
+/// (superseded, by) pairs. An older fact stops being true when the new one was said (its
+/// `valid_at`; now when that is unknown), not when it was written; a fact said after the new one
+/// (a history imported out of order) is not superseded by it.
 pub async fn supersede_facts(
     connection: &mut PgConnection,
     facts: &[Superseding<'_>],
@@ -626,11 +628,14 @@ pub async fn supersede_facts(
              SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::text[], $5::text[], $6::uuid[]) \
                  AS i(user_id, space, new_fact, subject, value, conversation_id)), \
          superseded AS ( \
-             UPDATE memories m SET invalid_at = now(), superseded_by = i.new_fact, updated_at = now() \
+             UPDATE memories m SET invalid_at = said.at, superseded_by = i.new_fact, updated_at = now() \
              FROM incoming i \
+             CROSS JOIN LATERAL (SELECT COALESCE((SELECT n.valid_at FROM memories n \
+                 WHERE n.user_id = i.user_id AND n.id = i.new_fact), now()) AS at) said \
              WHERE m.user_id = i.user_id AND m.space = i.space AND m.kind = 'semantic' \
                AND m.fact_subject = i.subject AND m.invalid_at IS NULL AND m.id <> i.new_fact \
                AND m.fact_value IS DISTINCT FROM i.value \
+               AND COALESCE(m.valid_at, m.created_at) <= said.at \
              RETURNING m.id, m.user_id, m.space, i.new_fact, i.subject, i.conversation_id), \
          audited AS ( \
              INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \
@@ -651,8 +656,9 @@ pub async fn supersede_facts(
 }
 
 /// Supersedes facts an LLM judged contradicted by newer ones: `(older, newer)` pairs of the
-/// space. Only valid facts change; each is audited as `supersede` with who judged it. Returns the
-/// pairs applied.
+/// space. Only valid facts change, each from when the newer one was said (as
+/// [`supersede_facts`]); each is audited as `supersede` with who judged it. Returns the pairs
+/// applied.
 pub async fn supersede_judged(
     connection: &mut PgConnection,
     scope: &Scope,
@@ -667,12 +673,12 @@ pub async fn supersede_judged(
     let applied = sqlx::query_as(
         "WITH judged AS (SELECT * FROM unnest($3::uuid[], $4::uuid[]) AS j(older, newer)), \
          superseded AS ( \
-             UPDATE memories m SET invalid_at = now(), superseded_by = j.newer, updated_at = now() \
+             UPDATE memories m SET invalid_at = COALESCE(n.valid_at, now()), superseded_by = j.newer, \
+                 updated_at = now() \
              FROM judged j \
+             JOIN memories n ON n.user_id = $1 AND n.space = $2 AND n.id = j.newer AND n.invalid_at IS NULL \
              WHERE m.user_id = $1 AND m.space = $2 AND m.id = j.older AND m.kind = 'semantic' \
                AND m.invalid_at IS NULL AND m.id <> j.newer \
-               AND EXISTS (SELECT 1 FROM memories n WHERE n.user_id = $1 AND n.space = $2 \
-                           AND n.id = j.newer AND n.invalid_at IS NULL) \
              RETURNING m.id, j.newer, m.conversation_id), \
          audited AS ( \
              INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \

@@ -276,6 +276,11 @@ async fn a_conversation_becomes_episodes_and_facts_and_a_newer_fact_supersedes_a
     assert!(alice.invalid_at.is_some());
     let bob = all.iter().find(|m| m.text.contains("Bob Smith")).unwrap();
     assert_eq!(alice.superseded_by, bob.id);
+    // It stopped being true when the newer statement was said (a day ago), not when consolidation
+    // wrote the newer fact.
+    assert_eq!(micros(&alice.invalid_at), micros(&bob.valid_at));
+    let said = engram_server::time::from_proto("valid_at", bob.valid_at.as_ref().unwrap()).unwrap();
+    assert!(said < Utc::now() - chrono::Duration::hours(12), "{said}");
 
     let answer = sandbox
         .retrieval
@@ -801,6 +806,48 @@ async fn a_closed_segment_takes_its_pending_reviews_and_announces_them() {
     assert_eq!(event.pending_reviews[0].memory_ids, vec![retrieved]);
     assert!(event.reviewed_at.is_some() && !event.episode_id.is_empty());
     assert_eq!(event.segment_id, event.episode_id);
+}
+
+/// A "remember" said inside AppendMessages became true when it was said, and its relative dates
+/// count from then, not from when the service wrote it.
+#[tokio::test]
+async fn a_memory_command_in_a_conversation_is_dated_by_its_turn() {
+    let mut sandbox = Sandbox::start().await;
+    let chat = Chat::new("dentist");
+    // Postgres keeps microseconds.
+    let said_at = chrono::SubsecRound::trunc_subsecs(days_ago(26, 0), 6);
+    let appended = chat
+        .append(
+            &mut sandbox,
+            vec![user("Remember that the dentist is next Wednesday", said_at)],
+        )
+        .await;
+    let command = appended.turns[0].command.as_ref().expect("a command");
+    assert!(command.applied, "{command:?}");
+    let saved = entries(&mut sandbox, &chat.scope)
+        .await
+        .into_iter()
+        .find(|m| m.text.contains("dentist"))
+        .expect("the saved memory");
+    let micros =
+        |t: &Option<prost_types::Timestamp>| t.as_ref().map(|t| (t.seconds, t.nanos / 1_000));
+    assert_eq!(
+        micros(&saved.valid_at),
+        micros(&Some(engram_server::time::to_proto(said_at)))
+    );
+    let answer = sandbox
+        .retrieval
+        .retrieve_memory(v1::RetrieveMemoryRequest {
+            scope: Some(chat.scope.clone()),
+            query: "when is the dentist?".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let meant = engram_core::when::resolve("the dentist is next Wednesday", said_at);
+    let label = format!("\"{}\" = {}", meant[0].phrase, meant[0].describe());
+    assert!(answer.markdown.contains(&label), "{label} in:\n{}", answer.markdown);
 }
 
 #[tokio::test]

@@ -113,6 +113,7 @@ impl MemoryWriter {
                 .flatten();
             let last = position + 1 == total;
             let text = message.content.as_str().to_owned();
+            let said_at = message.at;
             run.push(message);
             if command.is_none() && !last {
                 continue;
@@ -130,7 +131,9 @@ impl MemoryWriter {
                 .await?,
             );
             if command.is_some() {
-                let outcome = self.apply_command(scope, conversation, &text).await?;
+                let outcome = self
+                    .apply_command(scope, conversation, &text, said_at)
+                    .await?;
                 if let Some(turn) = appended.last_mut() {
                     turn.command = Some(outcome);
                 }
