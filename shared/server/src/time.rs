@@ -18,6 +18,12 @@ pub fn to_proto_opt(timestamp: Option<DateTime<Utc>>) -> Option<prost_types::Tim
 const MIN_SECONDS: i64 = -62_135_596_800;
 const MAX_SECONDS: i64 = 253_402_300_799;
 
+/// The earliest time requests and stored data hold (year 1): a lower bound Postgres accepts,
+/// where chrono's `MIN_UTC` is out of its range.
+pub fn earliest_supported() -> DateTime<Utc> {
+    DateTime::from_timestamp(MIN_SECONDS, 0).expect("year 1 is a valid time")
+}
+
 /// Whether a time lies within the years 1 to 9999, the range requests and stored data hold.
 pub fn is_supported(timestamp: DateTime<Utc>) -> bool {
     (MIN_SECONDS..=MAX_SECONDS).contains(&timestamp.timestamp())
@@ -64,5 +70,7 @@ mod tests {
             nanos: 1_000_000_000,
         };
         assert!(from_proto("t", &bad_nanos).is_err());
+        assert!(is_supported(earliest_supported()));
+        assert_eq!(earliest_supported().format("%Y").to_string(), "0001");
     }
 }

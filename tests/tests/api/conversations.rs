@@ -847,7 +847,11 @@ async fn a_memory_command_in_a_conversation_is_dated_by_its_turn() {
         .into_inner();
     let meant = engram_core::when::resolve("the dentist is next Wednesday", said_at);
     let label = format!("\"{}\" = {}", meant[0].phrase, meant[0].describe());
-    assert!(answer.markdown.contains(&label), "{label} in:\n{}", answer.markdown);
+    assert!(
+        answer.markdown.contains(&label),
+        "{label} in:\n{}",
+        answer.markdown
+    );
 }
 
 #[tokio::test]

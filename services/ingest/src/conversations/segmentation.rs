@@ -860,7 +860,9 @@ impl Segmenter {
         let since = if self.writer.hooks.publish_events {
             None
         } else {
-            Some(changed_since.unwrap_or(DateTime::<Utc>::MIN_UTC))
+            // Not chrono's MIN_UTC: Postgres refuses it ("timestamp out of range"), and the
+            // first sweep of every start failed on it.
+            Some(changed_since.unwrap_or_else(engram_server::time::earliest_supported))
         };
         let due = segments::due_conversations(&self.pool, idle_before, since, SWEEP_BATCH).await?;
         let due: Vec<(Scope, ConversationId)> = due
