@@ -19,6 +19,7 @@ use engram_core::retrieval::{LegHit, RankingParams, ScoreParts};
 use engram_core::{Category, ConversationId, Scope};
 use engram_store::memories::MemoryRecord;
 use engram_store::retrieval::{self as store, ReadTrace, RetrievalMetrics};
+use serde::Deserialize as _;
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -368,7 +369,7 @@ fn changed_scores(retrieval: &Retrieval, now: DateTime<Utc>) -> Vec<(Uuid, serde
                 .record
                 .last_scores
                 .as_ref()
-                .and_then(|value| serde_json::from_value(value.clone()).ok());
+                .and_then(|value| Scores::deserialize(value).ok());
             if !fresh.replace(cached.as_ref()) {
                 return None;
             }
