@@ -4,6 +4,7 @@
 //! space); a batched write carries each row's.
 
 use chrono::{DateTime, Utc};
+use engram_core::capacity::Scores;
 use engram_core::{ConversationId, MemoryKind, Scope};
 use pgvector::Vector;
 use sqlx::PgPool;
@@ -351,7 +352,7 @@ pub struct ReadTrace {
     /// Every entry returned.
     pub returned: Vec<Uuid>,
     /// `last_scores` of the returned entries whose cached scores are missing, stale or lower.
-    pub scores: Vec<(Uuid, serde_json::Value)>,
+    pub scores: Vec<(Uuid, Scores)>,
     /// The metrics row, with the conversation asked from (none for ContextPreRetrieve).
     pub metrics: Option<(Option<Uuid>, RetrievalMetrics)>,
 }
@@ -367,35 +368,66 @@ pub async fn write_read_traces(pool: &PgPool, traces: &[ReadTrace]) -> Result<()
     write_metrics_rows(pool, traces).await
 }
 
-/// The batch's scores, the highest total per entry when several retrievals returned it.
-async fn write_cached_scores(pool: &PgPool, traces: &[ReadTrace]) -> Result<(), StoreError> {
-    let mut best: std::collections::HashMap<(Uuid, Uuid), (&str, &serde_json::Value)> =
-        std::collections::HashMap::new();
-    let total = |scores: &serde_json::Value| scores.get("total").and_then(|t| t.as_f64());
-    for trace in traces {
-        for (id, scores) in &trace.scores {
-            let key = (trace.scope.user_id.as_uuid(), *id);
-            let entry = best
-                .entry(key)
-                .or_insert((trace.scope.space.as_str(), scores));
-            if total(scores) > total(entry.1) {
-                *entry = (trace.scope.space.as_str(), scores);
+/// One value per entry of a batch, as parallel columns (users, spaces, entries, values): what
+/// several retrievals wrote of one entry is folded into one row, so that an update never meets
+/// the same row twice.
+struct PerEntry<'a, T> {
+    rows: std::collections::HashMap<(Uuid, Uuid), (&'a str, T)>,
+}
+
+impl<'a, T> PerEntry<'a, T> {
+    /// `prefer(new, kept)`: whether a later trace's value replaces the one kept.
+    fn fold(
+        traces: &'a [ReadTrace],
+        values: impl Fn(&'a ReadTrace) -> Vec<(Uuid, T)>,
+        prefer: impl Fn(&T, &T) -> bool,
+    ) -> Self {
+        let mut rows = std::collections::HashMap::new();
+        for trace in traces {
+            for (id, value) in values(trace) {
+                let key = (trace.scope.user_id.as_uuid(), id);
+                match rows.entry(key) {
+                    std::collections::hash_map::Entry::Vacant(slot) => {
+                        slot.insert((trace.scope.space.as_str(), value));
+                    }
+                    std::collections::hash_map::Entry::Occupied(mut slot) => {
+                        if prefer(&value, &slot.get().1) {
+                            slot.insert((trace.scope.space.as_str(), value));
+                        }
+                    }
+                }
             }
         }
+        Self { rows }
     }
-    if best.is_empty() {
+
+    fn columns(self) -> (Vec<Uuid>, Vec<&'a str>, Vec<Uuid>, Vec<T>) {
+        let mut columns = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for ((user, id), (space, value)) in self.rows {
+            columns.0.push(user);
+            columns.1.push(space);
+            columns.2.push(id);
+            columns.3.push(value);
+        }
+        columns
+    }
+}
+
+/// The batch's scores, the highest total per entry when several retrievals returned it.
+async fn write_cached_scores(pool: &PgPool, traces: &[ReadTrace]) -> Result<(), StoreError> {
+    let best = PerEntry::fold(
+        traces,
+        |trace| trace.scores.clone(),
+        |new: &Scores, kept| new.total > kept.total,
+    );
+    if best.rows.is_empty() {
         return Ok(());
     }
-    let mut users = Vec::with_capacity(best.len());
-    let mut spaces = Vec::with_capacity(best.len());
-    let mut ids = Vec::with_capacity(best.len());
-    let mut scores = Vec::with_capacity(best.len());
-    for ((user, id), (space, value)) in best {
-        users.push(user);
-        spaces.push(space);
-        ids.push(id);
-        scores.push(value.clone());
-    }
+    let (users, spaces, ids, scores) = best.columns();
+    let scores: Vec<serde_json::Value> = scores
+        .into_iter()
+        .map(|scores| serde_json::to_value(scores).unwrap_or(serde_json::Value::Null))
+        .collect();
     sqlx::query(include_str!("retrieval/write_cached_scores.sql"))
         .bind(&users)
         .bind(&spaces)
@@ -409,30 +441,21 @@ async fn write_cached_scores(pool: &PgPool, traces: &[ReadTrace]) -> Result<(), 
 
 /// The batch's notes that entries were returned, at the latest time each was.
 async fn write_returned_notes(pool: &PgPool, traces: &[ReadTrace]) -> Result<(), StoreError> {
-    let mut latest: std::collections::HashMap<(Uuid, Uuid), (&str, DateTime<Utc>)> =
-        std::collections::HashMap::new();
-    for trace in traces {
-        for id in &trace.returned {
-            let key = (trace.scope.user_id.as_uuid(), *id);
-            let entry = latest
-                .entry(key)
-                .or_insert((trace.scope.space.as_str(), trace.retrieved_at));
-            entry.1 = entry.1.max(trace.retrieved_at);
-        }
-    }
-    if latest.is_empty() {
+    let latest = PerEntry::fold(
+        traces,
+        |trace| {
+            trace
+                .returned
+                .iter()
+                .map(|id| (*id, trace.retrieved_at))
+                .collect()
+        },
+        |new: &DateTime<Utc>, kept| new > kept,
+    );
+    if latest.rows.is_empty() {
         return Ok(());
     }
-    let mut users = Vec::with_capacity(latest.len());
-    let mut spaces = Vec::with_capacity(latest.len());
-    let mut ids = Vec::with_capacity(latest.len());
-    let mut times = Vec::with_capacity(latest.len());
-    for ((user, id), (space, at)) in latest {
-        users.push(user);
-        spaces.push(space);
-        ids.push(id);
-        times.push(at);
-    }
+    let (users, spaces, ids, times) = latest.columns();
     sqlx::query(include_str!("retrieval/write_returned_notes.sql"))
         .bind(&users)
         .bind(&spaces)

@@ -464,19 +464,24 @@ async fn parallel_retrievals_in_one_conversation_all_reach_its_pending_reviews()
     assert_eq!(metrics as usize, CALLS);
 }
 
+/// A sandbox whose retrieval service writes its traces every `millis`, and a new space of it.
+async fn sandbox_with_trace_flush(millis: u64) -> (Sandbox, v1::Scope) {
+    let sandbox = Sandbox::start_with(engram_e2e::SandboxOptions {
+        trace_flush_ms: Some(millis),
+        ..Default::default()
+    })
+    .await;
+    (sandbox, new_scope("work"))
+}
+
 /// What a crash right after a response loses: a pending review never (it is written before the
 /// response returns), the retrieval's cached scores, returned note and metrics row at most (they
 /// wait for the trace writer's next interval, `recall.trace_flush_ms`); a graceful stop writes
 /// them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pending_reviews_are_written_before_the_response_and_traces_by_a_graceful_stop() {
-    let mut sandbox = Sandbox::start_with(engram_e2e::SandboxOptions {
-        // Longer than the test: nothing is written on the interval meanwhile.
-        trace_flush_ms: Some(60_000),
-        ..Default::default()
-    })
-    .await;
-    let scope = new_scope("work");
+    // Longer than the test: nothing is written on the interval meanwhile.
+    let (mut sandbox, scope) = sandbox_with_trace_flush(60_000).await;
     let conversation = load_life(&mut sandbox, &scope).await;
     let traces = |pool: sqlx::PgPool| async move {
         sqlx::query_as::<_, (i64, i64, i64)>(
@@ -513,12 +518,7 @@ async fn pending_reviews_are_written_before_the_response_and_traces_by_a_gracefu
 /// query back after ForgetConversation deleted its rows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conversation_forgotten_before_its_traces_are_written_leaves_no_metrics_row() {
-    let mut sandbox = Sandbox::start_with(engram_e2e::SandboxOptions {
-        trace_flush_ms: Some(60_000),
-        ..Default::default()
-    })
-    .await;
-    let scope = new_scope("work");
+    let (mut sandbox, scope) = sandbox_with_trace_flush(60_000).await;
     let conversation = load_life(&mut sandbox, &scope).await;
     let mut request = query(&scope, "editor theme launch");
     request.conversation_id = conversation.to_string();
@@ -545,12 +545,7 @@ async fn a_conversation_forgotten_before_its_traces_are_written_leaves_no_metric
 /// Without a stop, the traces are written within the interval.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn traces_are_written_within_the_flush_interval() {
-    let mut sandbox = Sandbox::start_with(engram_e2e::SandboxOptions {
-        trace_flush_ms: Some(50),
-        ..Default::default()
-    })
-    .await;
-    let scope = new_scope("work");
+    let (mut sandbox, scope) = sandbox_with_trace_flush(50).await;
     load_life(&mut sandbox, &scope).await;
     retrieve(&mut sandbox, query(&scope, "editor theme")).await;
     let mut rows = 0i64;

@@ -357,7 +357,7 @@ impl Recall {
 /// The returned entries' scores where they would replace the cached ones (missing, stale or
 /// lower: `Scores::replace`). An episode shown only for its lines was never scored (no leg found
 /// it): no cached score (a zero would make it retention's first candidate).
-fn changed_scores(retrieval: &Retrieval, now: DateTime<Utc>) -> Vec<(Uuid, serde_json::Value)> {
+fn changed_scores(retrieval: &Retrieval, now: DateTime<Utc>) -> Vec<(Uuid, Scores)> {
     retrieval
         .semantic
         .iter()
@@ -370,11 +370,9 @@ fn changed_scores(retrieval: &Retrieval, now: DateTime<Utc>) -> Vec<(Uuid, serde
                 .last_scores
                 .as_ref()
                 .and_then(|value| Scores::deserialize(value).ok());
-            if !fresh.replace(cached.as_ref()) {
-                return None;
-            }
-            let value = serde_json::to_value(fresh).unwrap_or(serde_json::Value::Null);
-            Some((m.record.id, value))
+            fresh
+                .replace(cached.as_ref())
+                .then_some((m.record.id, fresh))
         })
         .collect()
 }
