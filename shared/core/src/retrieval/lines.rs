@@ -58,6 +58,10 @@ pub fn choose_lines(lines: &[OfferedLine<'_>], max_lines: usize) -> Vec<ChosenLi
     let mut scored: Vec<(usize, f64)> = lines
         .iter()
         .enumerate()
+        // A line that is nothing but a greeting, thanks or an acknowledgement ("Thanks, bye!")
+        // never answers: in a small space every line is near the query by its vector, and such
+        // lines filled blocks. It may still be shown beside a line that answers.
+        .filter(|(_, line)| !is_chit_chat_line(line.text))
         .map(|(index, line)| {
             let neighbours = adjacent(index)
                 .map(|other| lines[other].evidence)
@@ -96,6 +100,12 @@ pub fn choose_lines(lines: &[OfferedLine<'_>], max_lines: usize) -> Vec<ChosenLi
             }
         })
         .collect()
+}
+
+/// Whether a line, without the "Name: " it may open with, is only chit-chat.
+fn is_chit_chat_line(text: &str) -> bool {
+    let said = crate::speaker::split_speaker(text).map_or(text, |(_, said)| said);
+    crate::importance::is_chit_chat(said)
 }
 
 /// BM25's term saturation and length normalisation (the values the sparse leg uses).
@@ -189,6 +199,23 @@ mod tests {
                 follows_previous: index > 0,
             })
             .collect()
+    }
+
+    #[test]
+    fn a_greeting_or_thanks_is_never_chosen_for_itself() {
+        let lines = offered(&[
+            ("Clara: Thanks, bye!", 0.9),
+            ("Good morning!", 0.8),
+            (
+                "Jonas: Much better, I did 16 km on Sunday without pain.",
+                0.5,
+            ),
+        ]);
+        let chosen: Vec<usize> = choose_lines(&lines, 10)
+            .iter()
+            .map(|line| line.line)
+            .collect();
+        assert_eq!(chosen, vec![2]);
     }
 
     #[test]
