@@ -2,7 +2,9 @@
 # make bench-retrieval: seeds a benchmark database of 1,000,000 memories in 10,000 spaces (once;
 # BENCH_REUSE=1 keeps a seeded one), starts a release retrieval service with the local embedder
 # on it, measures RetrieveMemory, a hand-written SQL query and the floor in one run, and writes
-# docs/benchmarks/retrieval.md. BENCH_SECONDS, BENCH_RATE, BENCH_CLIENTS override the load.
+# docs/benchmarks/retrieval.md. BENCH_SECONDS, BENCH_RATE, BENCH_CLIENTS override the load;
+# BENCH_REPORT writes the report elsewhere; BENCH_SERVER_BIN measures another retrieval binary
+# (an earlier build's, for a before/after on the same host and database).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -21,7 +23,7 @@ log "starting a release retrieval service on 127.0.0.1:$port"
 # shellcheck disable=SC2086  # BENCH_SERVER_ENV holds extra VAR=value words for the server
 env ENGRAM_DATABASE__URL="$url" ENGRAM_GRPC__LISTEN_ADDR="127.0.0.1:$port" ENGRAM_GRPC__METRICS_LISTEN_ADDR=127.0.0.1:0 ENGRAM_EMBED__PROVIDER=local RAYON_NUM_THREADS=1 \
     ENGRAM_EMBED__MODEL_DIR="$model_dir" RUST_LOG=warn ${BENCH_SERVER_ENV:-} \
-    "$bin/retrieval" >"$ENGRAM_LOG_DIR/bench-retrieval-server.log" 2>&1 &
+    "${BENCH_SERVER_BIN:-$bin/retrieval}" >"$ENGRAM_LOG_DIR/bench-retrieval-server.log" 2>&1 &
 server=$!
 trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
 wait_for_port 127.0.0.1 "$port" 120 || die "the retrieval service did not start (see $ENGRAM_LOG_DIR/bench-retrieval-server.log)"
@@ -30,4 +32,4 @@ mkdir -p "$repo/docs/benchmarks"
 "$bin/bench-retrieval" --database-url "$url" --model-dir "$model_dir" run \
     --endpoint "http://127.0.0.1:$port" \
     --rate "${BENCH_RATE:-50}" --seconds "${BENCH_SECONDS:-30}" --concurrency "${BENCH_CLIENTS:-32}" \
-    --report "$repo/docs/benchmarks/retrieval.md" --command-line "make bench-retrieval"
+    --report "${BENCH_REPORT:-$repo/docs/benchmarks/retrieval.md}" --command-line "make bench-retrieval"

@@ -32,11 +32,13 @@ ENGRAM_PG_DB="${ENGRAM_PG_DB:-engram}"
 # commit finds most of its transaction's WAL already on disk and waits only for the rest: about
 # 8-10 % more group-committed writes/s (docs/benchmarks/README.md, "The WAL writer"). Durability
 # settings (fsync, synchronous_commit, full_page_writes) stay at their safe defaults.
+# pg_stat_statements is loaded so that `make bench-retrieval` can say which statements a
+# retrieval's time goes to (a few per cent of a statement's cost, on a development server).
 engram_memory_mb="$(awk '/^MemTotal:/ { print int($2 / 1024) }' /proc/meminfo 2>/dev/null || echo 4096)"
 engram_shared_buffers_mb=$(( engram_memory_mb / 4 ))
 (( engram_shared_buffers_mb > 6144 )) && engram_shared_buffers_mb=6144
 (( engram_shared_buffers_mb < 128 )) && engram_shared_buffers_mb=128
-ENGRAM_PG_SETTINGS="${ENGRAM_PG_SETTINGS:--c max_connections=300 -c shared_buffers=${engram_shared_buffers_mb}MB -c effective_cache_size=$(( engram_memory_mb / 2 ))MB -c max_wal_size=4GB -c checkpoint_timeout=15min -c wal_writer_delay=2ms -c wal_writer_flush_after=0 -c work_mem=8MB}"
+ENGRAM_PG_SETTINGS="${ENGRAM_PG_SETTINGS:--c max_connections=300 -c shared_buffers=${engram_shared_buffers_mb}MB -c effective_cache_size=$(( engram_memory_mb / 2 ))MB -c max_wal_size=4GB -c checkpoint_timeout=15min -c wal_writer_delay=2ms -c wal_writer_flush_after=0 -c work_mem=8MB -c shared_preload_libraries=pg_stat_statements}"
 
 ENGRAM_AMQP_PORT="${ENGRAM_AMQP_PORT:-5672}"
 ENGRAM_RABBIT_NODE="${ENGRAM_RABBIT_NODE:-engram@localhost}"  # @localhost: no /etc/hosts dependency

@@ -1,5 +1,6 @@
-//! The statements that search the stored turns of a space (issue 38): Okapi BM25 over each
-//! turn's words, and the turns around the ones found, each with the episode that holds it.
+//! The statement that searches the stored turns of a space (issue 38): Okapi BM25 over each
+//! turn's words and the nearest turn vectors, and the turns around the ones found, each with the
+//! episode that holds it.
 //! Retrieval shows an assistant these lines verbatim, so the line that answers a question is
 //! read, not only a summary of the segment around it.
 
@@ -25,48 +26,6 @@ pub struct TurnHit {
     pub score: f64,
 }
 
-#[derive(sqlx::FromRow)]
-struct TurnHitRow {
-    conversation_id: Uuid,
-    turn_index: i32,
-    score: f64,
-}
-
-/// A NaN score (cosine against a zero vector) ranks nothing: it is dropped.
-fn turn_hits(rows: Vec<TurnHitRow>) -> Vec<TurnHit> {
-    rows.into_iter()
-        .filter(|row| row.score.is_finite())
-        .map(|row| TurnHit {
-            turn: TurnKey {
-                conversation_id: row.conversation_id,
-                turn_index: row.turn_index,
-            },
-            score: row.score,
-        })
-        .collect()
-}
-
-/// Okapi BM25 of the space's turns holding any word of the query, best first. N, df and the
-/// average length are the space's turns'.
-pub async fn search_turns(
-    pool: &PgPool,
-    scope: &Scope,
-    query: &str,
-    bm25: Bm25,
-    limit: i64,
-) -> Result<Vec<TurnHit>, StoreError> {
-    let rows = sqlx::query_as::<_, TurnHitRow>(include_str!("turn_search/search_turns.sql"))
-        .bind(scope.user_id.as_uuid())
-        .bind(scope.space.as_str())
-        .bind(query)
-        .bind(bm25.k1)
-        .bind(bm25.b)
-        .bind(limit)
-        .fetch_all(pool)
-        .await?;
-    Ok(turn_hits(rows))
-}
-
 /// A stored turn, and the episode whose time span holds it (none while its segment is open).
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct StoredTurn {
@@ -87,56 +46,82 @@ impl StoredTurn {
     }
 }
 
-/// The given turns and up to `radius` turns either side of each, in conversation order, each
-/// once: those of a segment still open, and those an episode holds (an inactive one only with
-/// `include_inactive`). A closed segment's turn whose episode is gone (forgotten, suppressed,
-/// trimmed) is left out, as is every turn of a conversation that is incognito now; turns
-/// retention or ForgetConversation deleted are simply not there.
-pub async fn turns_around(
-    pool: &PgPool,
-    scope: &Scope,
-    turns: &[TurnKey],
-    radius: i32,
-    include_inactive: bool,
-) -> Result<Vec<StoredTurn>, StoreError> {
-    if turns.is_empty() {
-        return Ok(Vec::new());
-    }
-    let conversations: Vec<Uuid> = turns.iter().map(|t| t.conversation_id).collect();
-    let indexes: Vec<i32> = turns.iter().map(|t| t.turn_index).collect();
-    let rows = sqlx::query_as::<_, StoredTurn>(include_str!("turn_search/turns_around.sql"))
-        .bind(scope.user_id.as_uuid())
-        .bind(scope.space.as_str())
-        .bind(&conversations)
-        .bind(&indexes)
-        .bind(radius)
-        .bind(include_inactive)
-        .fetch_all(pool)
-        .await?;
-    Ok(rows)
+/// Where the turn legs look, and how far around what they find.
+#[derive(Debug, Clone, Copy)]
+pub struct TurnSearch<'a> {
+    pub bm25: Bm25,
+    /// The query's vector among the stored turn vectors, and the model that made them: the
+    /// nearest turns join the word matches (none without it).
+    pub turn_vector: Option<(&'a str, &'a [f32])>,
+    /// Turns each leg brings.
+    pub limit: i64,
+    /// Turns either side of each found turn that come with it.
+    pub radius: i32,
+    /// Whether turns of inactive episodes count.
+    pub include_inactive: bool,
 }
 
-/// The space's turns whose stored vectors (made by embedder `model`) are nearest `embedding`,
-/// with their cosine, best first: an exact scan of the space's turn vectors.
-pub async fn nearest_turns(
+/// What the turn legs found: the turns that share words with the query (BM25 scores), those
+/// nearest it by their vectors (cosines), and those turns with their neighbours, in
+/// conversation order.
+#[derive(Debug, Clone, Default)]
+pub struct FoundTurns {
+    pub hits: Vec<TurnHit>,
+    pub nearest: Vec<TurnHit>,
+    pub stored: Vec<StoredTurn>,
+}
+
+#[derive(sqlx::FromRow)]
+struct FoundTurnRow {
+    #[sqlx(flatten)]
+    turn: StoredTurn,
+    word_score: Option<f64>,
+    vector_score: Option<f64>,
+}
+
+/// The space's turns that answer `query`, in one statement (`find_turns.sql`): Okapi BM25 over
+/// each turn's words (N, df and the average length are the space's turns'); where a word
+/// matched, the turns nearest the query's turn vector by an exact scan; and every turn found
+/// with `radius` turns either side, each with the episode that holds it. Only what the
+/// assistant may read comes back: turns of a segment still open, and turns an episode holds
+/// (an inactive one only with `include_inactive`). A closed segment's turn whose episode is gone
+/// (forgotten, suppressed, trimmed) is left out, as is every turn of a conversation that is
+/// incognito now; turns retention or ForgetConversation deleted are simply not there. A NaN
+/// score (a cosine against a zero vector) ranks nothing: it is dropped.
+pub async fn find_turns(
     pool: &PgPool,
     scope: &Scope,
-    model: &str,
-    embedding: &[f32],
-    limit: i64,
-) -> Result<Vec<TurnHit>, StoreError> {
-    let rows = sqlx::query_as::<_, TurnHitRow>(
-        "SELECT conversation_id, turn_index, (1 - (embedding <=> $4))::float8 AS score \
-         FROM conversation_turn_embeddings \
-         WHERE user_id = $1 AND space = $2 AND model = $3 \
-         ORDER BY embedding <=> $4, conversation_id, turn_index LIMIT $5",
-    )
-    .bind(scope.user_id.as_uuid())
-    .bind(scope.space.as_str())
-    .bind(model)
-    .bind(pgvector::Vector::from(embedding.to_vec()))
-    .bind(limit)
-    .fetch_all(pool)
-    .await?;
-    Ok(turn_hits(rows))
+    query: &str,
+    search: TurnSearch<'_>,
+) -> Result<FoundTurns, StoreError> {
+    let (model, vector) = match search.turn_vector {
+        Some((model, vector)) => (model, Some(pgvector::Vector::from(vector.to_vec()))),
+        None => ("", None),
+    };
+    let rows = sqlx::query_as::<_, FoundTurnRow>(include_str!("turn_search/find_turns.sql"))
+        .bind(scope.user_id.as_uuid())
+        .bind(scope.space.as_str())
+        .bind(query)
+        .bind(search.bm25.k1)
+        .bind(search.bm25.b)
+        .bind(search.limit)
+        .bind(model)
+        .bind(vector)
+        .bind(search.radius)
+        .bind(search.include_inactive)
+        .fetch_all(pool)
+        .await?;
+    let mut found = FoundTurns::default();
+    for row in rows {
+        let key = row.turn.key();
+        let hit = |score: Option<f64>| {
+            score
+                .filter(|score| score.is_finite())
+                .map(|score| TurnHit { turn: key, score })
+        };
+        found.hits.extend(hit(row.word_score));
+        found.nearest.extend(hit(row.vector_score));
+        found.stored.push(row.turn);
+    }
+    Ok(found)
 }

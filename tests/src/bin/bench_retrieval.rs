@@ -951,12 +951,83 @@ struct RunLoad {
     concurrency: usize,
 }
 
+/// A statement by the time Postgres spent in it during a measurement (pg_stat_statements).
+struct StatementCost {
+    /// The statement's text from its first line that is not a comment, shortened.
+    text: String,
+    calls: i64,
+    mean_ms: f64,
+    total_ms: f64,
+}
+
+/// Starts counting statements afresh, where the server loads pg_stat_statements (`make up`
+/// does); false where it does not.
+async fn reset_statement_costs(pool: &PgPool) -> bool {
+    let reset = async {
+        sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            .execute(pool)
+            .await?;
+        sqlx::query("SELECT pg_stat_statements_reset()")
+            .execute(pool)
+            .await?;
+        Ok::<_, sqlx::Error>(())
+    };
+    match reset.await {
+        Ok(()) => true,
+        Err(error) => {
+            eprintln!("no statement costs in the report: {error}");
+            false
+        }
+    }
+}
+
+/// This database's statements since the reset, by the time spent in them, most first.
+async fn statement_costs(pool: &PgPool) -> anyhow::Result<Vec<StatementCost>> {
+    let rows: Vec<(String, i64, f64, f64)> = sqlx::query_as(
+        "SELECT query, calls, mean_exec_time, total_exec_time FROM pg_stat_statements \
+         WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+           AND query NOT LIKE '%pg_stat_statements%' \
+         ORDER BY total_exec_time DESC LIMIT 12",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(query, calls, mean_ms, total_ms)| {
+            let code = query
+                .lines()
+                .map(str::trim)
+                .filter(|line| !line.starts_with("--"))
+                .collect::<Vec<_>>()
+                .join(" ");
+            let code = code.split_whitespace().collect::<Vec<_>>().join(" ");
+            let text = match code.char_indices().nth(110) {
+                Some((end, _)) => format!("{}…", &code[..end]),
+                None => code,
+            };
+            StatementCost {
+                text: text.replace('|', "\\|"),
+                calls,
+                mean_ms,
+                total_ms,
+            }
+        })
+        .collect())
+}
+
 /// Each way at the fixed load, then at saturation, each measurement over a slice of `queries`
-/// of its own (no way is handed another way's cached embeddings).
-async fn measure_ways(ways: &[Way], queries: &[Query], load: &RunLoad) -> Vec<Measured> {
+/// of its own (no way is handed another way's cached embeddings). The statements of the first
+/// way's saturation are counted, where the server allows.
+async fn measure_ways(
+    pool: &PgPool,
+    ways: &[Way],
+    queries: &[Query],
+    load: &RunLoad,
+) -> (Vec<Measured>, Vec<StatementCost>) {
     let size = queries.len() / (2 * ways.len());
     let slice = |n: usize| &queries[n * size..(n + 1) * size];
     let mut measured = Vec::with_capacity(ways.len());
+    let mut costs = Vec::new();
     for (index, way) in ways.iter().enumerate() {
         eprintln!("{}: {} QPS for {} s", way.name, load.rate, load.seconds);
         let fixed = at_rate(&way.call, slice(index * 2), load.rate, load.seconds).await;
@@ -965,6 +1036,7 @@ async fn measure_ways(ways: &[Way], queries: &[Query], load: &RunLoad) -> Vec<Me
             "{}: saturation with {} clients for {} s",
             way.name, load.concurrency, load.seconds
         );
+        let counted = index == 0 && reset_statement_costs(pool).await;
         let full = saturated(
             &way.call,
             slice(index * 2 + 1),
@@ -973,13 +1045,21 @@ async fn measure_ways(ways: &[Way], queries: &[Query], load: &RunLoad) -> Vec<Me
         )
         .await;
         eprintln!("  {:.0} QPS", full.qps());
+        if counted {
+            // The trace writer's last batch lands within its interval.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            costs = statement_costs(pool).await.unwrap_or_else(|error| {
+                eprintln!("no statement costs in the report: {error}");
+                Vec::new()
+            });
+        }
         measured.push(Measured {
             name: way.name,
             fixed,
             full,
         });
     }
-    measured
+    (measured, costs)
 }
 
 /// What the benchmark database holds, as the report states it.
@@ -1096,7 +1176,7 @@ async fn run(
     )
     .await?;
     let _ = at_rate(&warm_up_call, warm_up, 50, 4).await;
-    let measured = measure_ways(&ways, queries, &load).await;
+    let (measured, statement_costs) = measure_ways(&pool, &ways, queries, &load).await;
 
     let text = RunReport {
         command_line,
@@ -1105,6 +1185,7 @@ async fn run(
         distinct,
         load: &load,
         measured,
+        statement_costs,
         excerpts_on: &excerpts_on,
         excerpts_off: &excerpts_off,
         plan: floor_plan(&pool).await?,
@@ -1123,6 +1204,8 @@ struct RunReport<'a> {
     distinct: usize,
     load: &'a RunLoad,
     measured: Vec<Measured>,
+    /// Postgres' statements during (a) with excerpts on at saturation.
+    statement_costs: Vec<StatementCost>,
     excerpts_on: &'a AnswerCounts,
     excerpts_off: &'a AnswerCounts,
     plan: Vec<String>,
@@ -1162,6 +1245,39 @@ impl RunReport<'_> {
             on_ratio = ratio(on),
             off_ms = millis(off),
             off_ratio = ratio(off),
+        )
+    }
+
+    /// Where Postgres' time went during (a) with excerpts on at saturation.
+    fn statement_section(&self) -> String {
+        if self.statement_costs.is_empty() {
+            return String::new();
+        }
+        let requests = self
+            .measured
+            .first()
+            .map_or(1, |m| m.full.histogram.len().max(1)) as f64;
+        let total: f64 = self.statement_costs.iter().map(|c| c.total_ms).sum();
+        let rows: Vec<String> = self
+            .statement_costs
+            .iter()
+            .map(|cost| {
+                format!(
+                    "| {:.0} % | {:.2} | {:.2} ms | `{}` |",
+                    100.0 * cost.total_ms / total.max(f64::MIN_POSITIVE),
+                    cost.calls as f64 / requests,
+                    cost.mean_ms,
+                    cost.text
+                )
+            })
+            .collect();
+        format!(
+            "Where Postgres' time went during (a) with excerpts on at saturation \
+             (pg_stat_statements over the {requests:.0} requests of that measurement, the \
+             twelve statements that took most; the share is of those twelve's time, calls are \
+             per request):\n\n\
+             | share | calls | mean | statement |\n|---|---|---|---|\n{}\n\n",
+            rows.join("\n")
         )
     }
 
@@ -1237,6 +1353,7 @@ impl RunReport<'_> {
              | way | load | queries | QPS | p50 | p95 | p99 | max | errors |\n\
              |---|---|---|---|---|---|---|---|---|\n{rows}\n\n\
              {target}\n\n\
+             {statements}\
              Plan of the floor query in one space:\n\n```\n{plan}\n```\n",
             command_line = self.command_line,
             date = chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
@@ -1258,6 +1375,7 @@ impl RunReport<'_> {
             fresh_scores = seeded.fresh_scores,
             rows = self.rows(),
             target = self.target_line(),
+            statements = self.statement_section(),
             plan = self.plan.join("\n"),
         )
     }

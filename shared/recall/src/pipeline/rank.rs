@@ -15,10 +15,10 @@ use engram_core::retrieval::{Fused, RankingParams, ScoreParts, fuse};
 use engram_core::speaker::NamedSpeakers;
 use engram_store::memories::MemoryRecord;
 use engram_store::retrieval::{self as store, LoadedCandidate};
+use engram_store::turn_search::FoundTurns;
 use uuid::Uuid;
 
 use super::search::Found;
-use super::search::FoundTurns;
 use super::turn_lines::{EpisodeEntry, LineGroup, answering_lines, episodes_to_show};
 use super::{RankedMemory, Recall, RetrieveRequest, cpu_bound};
 use crate::RecallError;

@@ -10,7 +10,7 @@ use engram_core::retrieval::markdown::Detail;
 use engram_store::retrieval::{
     self as store, Bm25, DenseMethod, Hit, RetrievalContext, SearchFilter,
 };
-use engram_store::turn_search::{self, StoredTurn, TurnHit};
+use engram_store::turn_search::{self, FoundTurns, TurnSearch};
 use uuid::Uuid;
 
 use super::{Recall, RetrieveRequest, ServedBy, TurnVectors, elapsed_ms};
@@ -28,15 +28,6 @@ const TURN_CANDIDATES: i64 = 60;
 pub(super) struct Legs {
     pub(super) sparse: Vec<Hit>,
     pub(super) dense: Vec<Hit>,
-}
-
-/// The stored turns the legs found: those that share words with the query (BM25 scores), those
-/// nearest it by their vectors (cosines), and those turns loaded with their neighbours.
-#[derive(Debug, Default)]
-pub(super) struct FoundTurns {
-    pub(super) hits: Vec<TurnHit>,
-    pub(super) nearest: Vec<TurnHit>,
-    pub(super) stored: Vec<StoredTurn>,
 }
 
 /// What the search found, for the ranking.
@@ -57,6 +48,8 @@ struct SearchPlan<'a> {
     filters: Vec<SearchFilter<'a>>,
     /// Each leg brings at least as many candidates as a section may return.
     limit: i64,
+    /// The HNSW search's breadth at least (`ef_search`), in large spaces.
+    candidates_per_leg: u32,
     bm25: Bm25,
     /// Whether the stored turns are searched for the lines that answer (episodes are asked for,
     /// and a detail level that shows lines).
@@ -91,6 +84,7 @@ impl<'a> SearchPlan<'a> {
         Self {
             kinds,
             filters,
+            candidates_per_leg: request.ranking.candidates_per_leg,
             limit: i64::from(request.ranking.candidates_per_leg)
                 .max(request.semantic_limit as i64)
                 .max(request.episodic_limit as i64),
@@ -103,24 +97,13 @@ impl<'a> SearchPlan<'a> {
     }
 }
 
-/// What the first legs found, searched together: the entries' words, the query's embedding, the
-/// stored turns' words and the query's turn vector.
+/// What the first legs found, searched together: the entries' words, the query's embedding and
+/// the stored turns that answer (both turn legs and the turns around them).
 struct FirstLegs {
     sparse: Vec<Vec<Hit>>,
     query_embedding: Option<Arc<Vec<f32>>>,
     latency_embed_ms: Option<f32>,
-    turn_hits: Vec<TurnHit>,
-    /// The turn vectors' model and the query's vector among them.
-    turn_vector: Option<(String, Vec<f32>)>,
-}
-
-/// The query's vectors: its embedding (for the entries) and its turn vector (for the stored
-/// turns), where there are.
-#[derive(Clone, Copy)]
-struct QueryVectors<'a> {
-    embedding: Option<&'a Arc<Vec<f32>>>,
-    /// The turn vectors' model and the query's vector among them.
-    turn_vector: Option<&'a (String, Vec<f32>)>,
+    turns: FoundTurns,
 }
 
 /// What each search counted, for the path that served the retrieval.
@@ -148,23 +131,16 @@ impl Recall {
             sparse,
             query_embedding,
             latency_embed_ms,
-            turn_hits,
-            turn_vector,
+            turns,
         } = self
             .first_legs(request, &plan, &mut fallback_reasons)
             .await?;
         *stage = "vector";
-        let vectors = QueryVectors {
-            embedding: query_embedding.as_ref(),
-            turn_vector: turn_vector.as_ref(),
-        };
-        let (dense, turns) = self
+        let dense = self
             .vector_legs(
-                request,
                 context,
                 &plan,
-                vectors,
-                turn_hits,
+                query_embedding.as_ref(),
                 &mut fallback_reasons,
             )
             .await?;
@@ -210,8 +186,9 @@ impl Recall {
         })
     }
 
-    /// The legs that need no query embedding, searched while the query is embedded (both for
-    /// the entries' vectors and for the turn vectors).
+    /// The legs that need no query embedding, searched while the query is embedded for the
+    /// entries' vectors: the entries' words, and the stored turns (by their words and their turn
+    /// vectors, whose query vector costs microseconds, with the turns around them).
     async fn first_legs(
         &self,
         request: &RetrieveRequest,
@@ -231,24 +208,24 @@ impl Recall {
             });
             futures::future::try_join_all(searches).await
         };
-        // The stored turns that share words with the query, whose lines the Markdown shows.
-        let turn_hits = async {
-            if plan.search_lines {
-                turn_search::search_turns(
-                    &self.pool,
-                    &request.scope,
-                    &request.query,
-                    plan.bm25,
-                    TURN_CANDIDATES,
-                )
-                .await
-            } else {
-                Ok(Vec::new())
+        // The stored turns that answer, whose lines the Markdown shows.
+        let turns = async {
+            if !plan.search_lines {
+                return Ok(FoundTurns::default());
             }
+            let turn_vector = self.query_turn_vector(request, plan).await;
+            let search = TurnSearch {
+                bm25: plan.bm25,
+                turn_vector: turn_vector
+                    .as_ref()
+                    .map(|(model, vector)| (model.as_str(), vector.as_slice())),
+                limit: TURN_CANDIDATES,
+                radius: 1,
+                include_inactive: request.include_inactive,
+            };
+            turn_search::find_turns(&self.pool, &request.scope, &request.query, search).await
         };
-        let turn_vector = self.query_turn_vector(request, plan);
-        let (sparse, embedding, turn_hits, turn_vector) =
-            tokio::join!(sparse, embedding, turn_hits, turn_vector);
+        let (sparse, embedding, turns) = tokio::join!(sparse, embedding, turns);
         let latency_embed_ms = embedding.as_ref().map(|_| elapsed_ms(embedding_started));
         let query_embedding = match embedding {
             Some(Ok(embedding)) => Some(embedding),
@@ -268,8 +245,7 @@ impl Recall {
             sparse: sparse?,
             query_embedding,
             latency_embed_ms,
-            turn_hits: turn_hits?,
-            turn_vector,
+            turns: turns?,
         })
     }
 
@@ -300,77 +276,37 @@ impl Recall {
         }
     }
 
-    /// The vector legs: the entries nearest the query embedding (exact for small spaces, HNSW
-    /// for large ones) and the turns nearest its turn vector; then the turns found by either
-    /// turn leg, loaded with their neighbours. A failed vector search serves the sparse results.
+    /// The vector leg: the entries nearest the query embedding (exact for small spaces, HNSW for
+    /// large ones). A failed vector search serves the sparse results.
     async fn vector_legs(
         &self,
-        request: &RetrieveRequest,
         context: &RetrievalContext,
         plan: &SearchPlan<'_>,
-        vectors: QueryVectors<'_>,
-        turn_hits: Vec<TurnHit>,
+        embedding: Option<&Arc<Vec<f32>>>,
         fallback_reasons: &mut Vec<String>,
-    ) -> Result<(Vec<Vec<Hit>>, FoundTurns), RecallError> {
+    ) -> Result<Vec<Vec<Hit>>, RecallError> {
+        let Some(embedding) = embedding else {
+            return Ok(vec![Vec::new(); plan.kinds.len()]);
+        };
         let method = if context.memory_count <= self.settings.exact_search_max_entries {
             DenseMethod::Exact
         } else {
             DenseMethod::Approximate {
-                ef_search: self
-                    .settings
-                    .hnsw_ef_search
-                    .max(request.ranking.candidates_per_leg),
+                ef_search: self.settings.hnsw_ef_search.max(plan.candidates_per_leg),
             }
         };
-        let dense_search = async {
-            let embedding = vectors.embedding?;
-            let searches = plan.filters.iter().map(|filter| {
-                store::dense_search(&self.pool, filter, embedding, method, plan.limit)
-            });
-            Some(futures::future::try_join_all(searches).await)
-        };
-        let nearest_turns = async {
-            let Some((model, vector)) = vectors.turn_vector else {
-                return Vec::new();
-            };
-            turn_search::nearest_turns(&self.pool, &request.scope, model, vector, TURN_CANDIDATES)
-                .await
-                .unwrap_or_else(|error| {
-                    tracing::warn!(%error, "turn vector search failed; lines found by their words");
-                    Vec::new()
-                })
-        };
-        let (found, mut nearest) = tokio::join!(dense_search, nearest_turns);
-        // Lines are found by their words: the turn vectors only add turns beside word matches
-        // (without a floor of their own, a query nothing matches would get the nearest lines).
-        if turn_hits.is_empty() {
-            nearest.clear();
-        }
-        let mut hit_turns: Vec<_> = turn_hits.iter().map(|hit| hit.turn).collect();
-        hit_turns.extend(nearest.iter().map(|hit| hit.turn));
-        let stored = turn_search::turns_around(
-            &self.pool,
-            &request.scope,
-            &hit_turns,
-            1,
-            request.include_inactive,
-        )
-        .await?;
-        let dense = match found {
-            Some(Ok(found)) => found,
-            Some(Err(error)) => {
+        let searches = plan
+            .filters
+            .iter()
+            .map(|filter| store::dense_search(&self.pool, filter, embedding, method, plan.limit));
+        match futures::future::try_join_all(searches).await {
+            Ok(found) => Ok(found),
+            Err(error) => {
                 tracing::warn!(error = %error, "vector search failed; serving sparse results only");
                 fallback_reasons.push("vector search failed".to_owned());
-                vec![Vec::new(); plan.kinds.len()]
+                Ok(vec![Vec::new(); plan.kinds.len()])
             }
-            None => vec![Vec::new(); plan.kinds.len()],
-        };
-        let turns = FoundTurns {
-            hits: turn_hits,
-            nearest,
-            stored,
-        };
-        Ok((dense, turns))
+        }
     }
 }
 

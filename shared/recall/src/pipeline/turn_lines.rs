@@ -10,12 +10,11 @@ use engram_core::retrieval::lines;
 use engram_core::retrieval::ranking::{LegEvidence, LegScale, is_question, relevance};
 use engram_core::speaker::NamedSpeakers;
 use engram_store::memories::MemoryRecord;
-use engram_store::turn_search::{StoredTurn, TurnHit};
+use engram_store::turn_search::{FoundTurns, StoredTurn, TurnHit};
 use uuid::Uuid;
 
 use super::RankedMemory;
 use super::rank::RankingContext;
-use super::search::FoundTurns;
 
 // The defaults of the lines' choice, each chosen on the dialogs by what an assistant reads
 // (`make eval-reads`; docs/eval/README.md says how).

@@ -1,0 +1,89 @@
+-- The stored turns that answer a query, in one round trip (retrieval waits for nothing else
+-- between the legs and the lines):
+--   word_hits:   the space's turns holding any word of the query ($3), by Okapi BM25 (k1 $4,
+--                b $5; N, df and the average length are the space's turns'), the best $6;
+--   vector_hits: when a word matched, the $6 turns whose stored vectors (model $7) are nearest
+--                the query's turn vector $8 (an exact scan of the space's turn vectors; none
+--                without $8: lines are found by their words, the vectors only add turns beside);
+--   then every turn either leg found with up to $9 turns either side, each once, in
+--   conversation order, with the episode whose time span holds it (the newest, if two segments
+--   share a boundary instant) and its BM25 score and cosine where a leg found it.
+-- $1 user, $2 space, $10 whether inactive episodes count.
+--
+-- Only what the assistant may read: a turn of a segment still open (past the conversation's
+-- segmented_through), or one an episode holds. A closed segment's turn without an episode is
+-- left out: its episode was forgotten, suppressed by a tombstone, trimmed or found inactive
+-- (or it held greetings alone), and its lines must not come back through the turns. Nothing of
+-- a conversation that is incognito now is read either.
+WITH query AS (
+    SELECT engram_any_word_query($3) AS words,
+           ARRAY(SELECT lexeme FROM unnest(engram_search_words($3))) AS terms),
+corpus AS MATERIALIZED (
+    SELECT count(*)::float8 AS documents, coalesce(avg(search_length), 0)::float8 AS average_length
+    FROM conversation_turns WHERE user_id = $1 AND space = $2),
+matched AS MATERIALIZED (
+    SELECT t.conversation_id, t.turn_index, t.search_length, t.search_document
+    FROM conversation_turns t, query
+    WHERE t.user_id = $1 AND t.space = $2 AND t.search_document @@ query.words),
+postings AS (
+    SELECT m.conversation_id, m.turn_index, w.lexeme AS term,
+           cardinality(w.positions)::float8 AS frequency, m.search_length::float8 AS length
+    FROM matched m CROSS JOIN LATERAL unnest(m.search_document) AS w, query
+    WHERE w.lexeme = ANY(query.terms)),
+document_frequency AS (SELECT term, count(*)::float8 AS df FROM postings GROUP BY term),
+word_hits AS MATERIALIZED (
+    SELECT p.conversation_id, p.turn_index,
+           sum(ln(1 + (c.documents - d.df + 0.5) / (d.df + 0.5)) * p.frequency * ($4 + 1)
+               / (p.frequency + $4 * (1 - $5 + $5 * p.length / greatest(c.average_length, 1))))::float8
+               AS score
+    FROM postings p JOIN document_frequency d USING (term) CROSS JOIN corpus c
+    GROUP BY p.conversation_id, p.turn_index
+    ORDER BY score DESC, p.conversation_id, p.turn_index
+    LIMIT $6),
+vector_hits AS MATERIALIZED (
+    SELECT e.conversation_id, e.turn_index, (1 - (e.embedding <=> $8::vector))::float8 AS score
+    FROM conversation_turn_embeddings e
+    WHERE $8::vector IS NOT NULL AND EXISTS (SELECT 1 FROM word_hits)
+      AND e.user_id = $1 AND e.space = $2 AND e.model = $7
+    ORDER BY e.embedding <=> $8::vector, e.conversation_id, e.turn_index
+    LIMIT $6),
+found AS (
+    SELECT conversation_id, turn_index, max(word_score) AS word_score,
+           max(vector_score) AS vector_score
+    FROM (SELECT conversation_id, turn_index, score AS word_score, NULL::float8 AS vector_score
+          FROM word_hits
+          UNION ALL
+          SELECT conversation_id, turn_index, NULL::float8, score FROM vector_hits) AS either
+    GROUP BY conversation_id, turn_index),
+around AS MATERIALIZED (
+    SELECT DISTINCT ON (t.conversation_id, t.turn_index)
+           t.conversation_id, t.turn_index, t.role, t.content, t.spoken_at, c.segmented_through
+    FROM found AS wanted
+    JOIN conversations c
+      ON c.user_id = $1 AND c.space = $2 AND c.conversation_id = wanted.conversation_id
+    LEFT JOIN spaces s ON s.user_id = $1 AND s.space = $2
+    JOIN conversation_turns t
+      ON t.user_id = $1 AND t.space = $2 AND t.conversation_id = wanted.conversation_id
+     AND t.turn_index BETWEEN wanted.turn_index - $9 AND wanted.turn_index + $9
+    WHERE NOT COALESCE(c.incognito, s.incognito_default, false)
+    ORDER BY t.conversation_id, t.turn_index),
+-- The episodes of those conversations, read once (not once per turn).
+episodes AS MATERIALIZED (
+    SELECT m.id, m.conversation_id, m.start_at, m.end_at, m.created_at
+    FROM memories m
+    WHERE m.user_id = $1 AND m.space = $2
+      AND m.conversation_id IN (SELECT DISTINCT conversation_id FROM around)
+      AND m.kind = 'episodic' AND m.invalid_at IS NULL
+      AND ($10 OR m.inactive_since IS NULL))
+SELECT a.conversation_id, a.turn_index, a.role, a.content, a.spoken_at, episode.id AS episode_id,
+       found_here.word_score, found_here.vector_score
+FROM around a
+LEFT JOIN found AS found_here
+  ON found_here.conversation_id = a.conversation_id AND found_here.turn_index = a.turn_index
+LEFT JOIN LATERAL (
+    SELECT e.id FROM episodes e
+    WHERE e.conversation_id = a.conversation_id AND a.spoken_at BETWEEN e.start_at AND e.end_at
+    ORDER BY e.created_at DESC, e.id
+    LIMIT 1) AS episode ON true
+WHERE episode.id IS NOT NULL OR a.turn_index > a.segmented_through
+ORDER BY a.conversation_id, a.turn_index
