@@ -89,13 +89,19 @@ bench-retrieval: up models ## Retrieval benchmark: 1M memories / 10k spaces; Ret
 
 .PHONY: eval
 eval: up models ## Retrieval quality: recall@k / nDCG@k per ranking profile and parameter sweeps, and on the multi-session dialogs (release build)
-	cargo build --release --bin ingest --bin retrieval --bin eval --bin eval-dialogs
+	cargo build --release --bin ingest --bin retrieval --bin eval --bin eval-dialogs --bin eval-facts
 	@bash deploy/eval/run.sh
 
 .PHONY: eval-reads
 eval-reads: up models ## What an assistant reads from the dialogs alone, printed (a few minutes; for trying a retrieval change before make eval)
 	cargo build --release --bin ingest --bin retrieval --bin eval-dialogs
 	@bash deploy/eval/run.sh --reads-only
+
+.PHONY: eval-facts
+eval-facts: ## Facts from conversations: the local consolidation on the labelled fact and conflict sets (seconds, no database; writes docs/eval/facts.md)
+	cargo build --release --bin eval-facts
+	$(CARGO_TARGET_DIR)/release/eval-facts --facts tests/eval/facts/labelled.json \
+		--conflicts tests/eval/conflicts/labelled.json --report docs/eval/facts.md
 
 .PHONY: eval-topic
 eval-topic: models ## Segmentation: calibrate the topic rules for their turn vectors on tests/eval/dialogs and write docs/eval/topic.md (release build)

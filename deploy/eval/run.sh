@@ -4,7 +4,8 @@
 # service on it, then the two evaluation binaries: `eval` imports tests/eval/tasks.json over gRPC,
 # waits for the embeddings, runs every configuration and writes docs/eval/retrieval.md;
 # `eval-dialogs` loads tests/eval/dialogs as turns and as conversations and writes
-# docs/eval/dialogs.md.
+# docs/eval/dialogs.md; `eval-facts` measures the facts consolidation writes on the labelled sets
+# (no services needed) and writes docs/eval/facts.md.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -54,3 +55,6 @@ fi
 env "${segmentation_env[@]}" "$bin/eval-dialogs" --dialogs "$repo/tests/eval/dialogs" \
     --ingest "http://127.0.0.1:$ingest_port" --retrieval "http://127.0.0.1:$retrieval_port" \
     --database-url "$url" --report "$repo/docs/eval/dialogs.md" --command-line "make eval"
+"$bin/eval-facts" --facts "$repo/tests/eval/facts/labelled.json" \
+    --conflicts "$repo/tests/eval/conflicts/labelled.json" \
+    --report "$repo/docs/eval/facts.md" --command-line "make eval"

@@ -331,6 +331,14 @@ static LEADING_CONNECTIVES: LazyLock<Regex> = LazyLock::new(|| {
 /// The subject and value a fact states, when one of the rules recognises it. A sentence of a
 /// longer text is looked at alone: pass facts, not paragraphs.
 pub fn subject_value(fact: &str) -> Option<SubjectValue> {
+    // A named speaker's fact ("Nate: I live in Paris") states a subject of that speaker's:
+    // Joanna's city is not Nate's.
+    if let Some((speaker, said)) = crate::speaker::split_speaker(fact) {
+        return subject_value(said).map(|stated| SubjectValue {
+            subject: format!("{}: {}", speaker.to_lowercase(), stated.subject),
+            value: stated.value,
+        });
+    }
     let sentence = fact.trim();
     let sentence = match LEADING_CONNECTIVES.find(sentence) {
         Some(connectives) => &sentence[connectives.end()..],

@@ -20,9 +20,14 @@
 //!   that recur ("JR Pass", "borrow checker"), with named entities found by [`metadata::extract`]
 //!   in user turns weighed up. Chinese has no spaces to find phrases by, so a Chinese title is the
 //!   opening clause of the first substantive user sentence.
-//! - Facts are user statements that carry a category signal ([`infer_category`], with a few local
-//!   additions: Chinese wishes and dated plans, "always/never …" instructions) or state a personal
-//!   fact ("my X is Y", "I live in", "我住在"); their keywords are metadata tags.
+//! - Facts are the lasting statements a speaker makes about themselves
+//!   ([`crate::statement::lasting_statement`]: who they are, what they have, like, did, aim for,
+//!   decided or must do; reactions, compliments, vague maybes, hypotheticals and talk about the
+//!   conversation itself are not), with a few local additions (Chinese wishes and dated plans,
+//!   "always/never …" instructions, "my X is Y"); their keywords are metadata tags. In a chat
+//!   only the user's statements are facts, and only the user's to the assistant are guidelines;
+//!   where the turns name their speakers ("Nate: …"), every speaker's statements are facts about
+//!   them, stored with their name ("Nate: I love coconut milk.").
 //! - Entities are metadata tags of each turn, ranked by how many turns name them and by salience;
 //!   for Chinese, where metadata finds little, CJK phrases that recur join them.
 //!
@@ -44,9 +49,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::category::{Category, SpeakerRole};
 use crate::commands::{MemoryCommand, parse_command};
-use crate::importance::{infer_category, is_chit_chat};
+use crate::importance::is_chit_chat;
 use crate::metadata;
 use crate::normalize::{is_cjk, normalize_for_fingerprint};
+use crate::speaker::split_speaker;
+use crate::statement::{is_passing, lasting_statement};
 
 /// One turn of a closed segment.
 #[derive(Debug, Clone, PartialEq)]
@@ -123,6 +130,9 @@ const MIN_PHRASE_OCCURRENCES: f64 = 2.0;
 const MIN_SUMMARY_QUESTION_WORDS: usize = 5;
 /// A Chinese title is a clause of at most this many characters.
 const MAX_CJK_TITLE_CHARS: usize = 20;
+/// The share of a segment's turns that must carry a person's label for its speakers to be
+/// named, when two or more people speak.
+const NAMED_TURNS_SHARE: f64 = 0.8;
 
 /// The extractive episode of a segment: title, summary, structured summary and facts.
 ///
@@ -631,6 +641,9 @@ fn size(spans: &[Span]) -> (usize, usize) {
 struct Unit<'a> {
     turn: usize,
     role: SpeakerRole,
+    /// The person who said it, where the segment's turns name their speakers ("Nate: ...");
+    /// none in a chat between a user and an assistant.
+    speaker: Option<&'a str>,
     /// The sentence as said.
     raw: &'a str,
     /// The sentence without a leading greeting or thanks clause.
@@ -664,13 +677,25 @@ impl Unit<'_> {
 fn segment_units(turns: &[SegmentTurn]) -> Vec<Unit<'_>> {
     let mut units = Vec::new();
     let mut opening_seen = false;
+    let named = names_speakers(turns);
     for (turn_index, turn) in turns.iter().enumerate() {
         // A system prompt is instructions to the assistant, not what the conversation said.
         if turn.role == SpeakerRole::System {
             continue;
         }
+        let (speaker, content) = if named {
+            match named_speaker(&turn.content) {
+                Some((name, said)) => (Some(name), said),
+                None => (None, turn.content.as_str()),
+            }
+        } else {
+            (None, turn.content.as_str())
+        };
         let by_user = turn.role == SpeakerRole::User;
-        for region in prose_regions(&turn.content) {
+        // In a dialog of named people, each states facts about themselves, whichever role the
+        // client sent them as; in a chat, only the user does.
+        let states_facts = by_user || speaker.is_some();
+        for region in prose_regions(content) {
             for sentence in sentences(region) {
                 let text = without_courtesy_prefix(sentence);
                 let spans = spans(text);
@@ -680,9 +705,15 @@ fn segment_units(turns: &[SegmentTurn]) -> Vec<Unit<'_>> {
                 let chit_chat = text.is_empty() || is_chit_chat(text) || PLEASANTRY.is_match(text);
                 // Only the user commands the memory; an assistant quoting "forget that" does not.
                 let command = if by_user { parse_command(text) } else { None };
-                let states = by_user && !question && !chit_chat && command.is_none();
-                let category = states.then(|| category_of(text));
-                let personal = states && states_personal_fact(text);
+                let states = states_facts && !question && !chit_chat && command.is_none();
+                // Only the user in a chat speaks to the assistant (guidelines are theirs).
+                let to_assistant = by_user && speaker.is_none();
+                let category = if states {
+                    statement_kind(text, to_assistant)
+                } else {
+                    None
+                };
+                let personal = category == Some(Category::Fact);
                 let short_question =
                     question && words * 2 + cjk_chars < MIN_SUMMARY_QUESTION_WORDS * 2;
                 let control_command = command
@@ -701,6 +732,7 @@ fn segment_units(turns: &[SegmentTurn]) -> Vec<Unit<'_>> {
                 units.push(Unit {
                     turn: turn_index,
                     role: turn.role,
+                    speaker,
                     raw: sentence,
                     text,
                     spans,
@@ -717,6 +749,48 @@ fn segment_units(turns: &[SegmentTurn]) -> Vec<Unit<'_>> {
         }
     }
     units
+}
+
+/// Labels that name a role, not a person: a transcript of "User: … / Assistant: …" is a chat.
+const ROLE_LABELS: &[&str] = &[
+    "user",
+    "assistant",
+    "ai",
+    "bot",
+    "system",
+    "human",
+    "me",
+    "you",
+];
+
+/// The speaker a turn's label names, unless the label is a role.
+fn named_speaker(content: &str) -> Option<(&str, &str)> {
+    split_speaker(content).filter(|(label, _)| {
+        !ROLE_LABELS
+            .iter()
+            .any(|role| label.eq_ignore_ascii_case(role))
+    })
+}
+
+/// Whether the segment's turns name their speakers ("Nate: …", "Joanna: …"): most of them
+/// carry a person's label and two people speak, or every one does (a segment may hold one
+/// speaker's turns alone). Then each speaker's statements are facts about that speaker.
+fn names_speakers(turns: &[SegmentTurn]) -> bool {
+    let spoken: Vec<&SegmentTurn> = turns
+        .iter()
+        .filter(|turn| turn.role != SpeakerRole::System)
+        .collect();
+    let labels: Vec<String> = spoken
+        .iter()
+        .filter_map(|turn| named_speaker(&turn.content))
+        .map(|(label, _)| label.to_lowercase())
+        .collect();
+    if labels.is_empty() {
+        return false;
+    }
+    let people: HashSet<&String> = labels.iter().collect();
+    labels.len() == spoken.len()
+        || (people.len() >= 2 && labels.len() as f64 >= NAMED_TURNS_SHARE * spoken.len() as f64)
 }
 
 /// Chinese "我想去/我想在…住/我想学": a wish the importance rules leave out, because a bare "我想"
@@ -742,20 +816,30 @@ static CHINESE_DATED_PLAN: LazyLock<Regex> = LazyLock::new(|| {
     .expect("valid dated plan regex")
 });
 
-/// [`infer_category`], with Chinese wishes as goals, Chinese dated plans as todos and
-/// "always/never ..." instructions as guidelines.
-fn category_of(text: &str) -> Category {
-    match infer_category(text) {
-        Category::Fact if CHINESE_WISH.is_match(text) => Category::Goal,
-        Category::Fact if CHINESE_DATED_PLAN.is_match(text) => Category::Todo,
-        Category::Fact
-            if STANDING_INSTRUCTION
-                .captures(text)
-                .is_some_and(|captures| !captures[1].eq_ignore_ascii_case("mind")) =>
-        {
-            Category::Guideline
-        }
-        category => category,
+/// What lasting statement a sentence makes about its speaker ([`lasting_statement`]), else
+/// what the local rules add: Chinese wishes (goals) and dated plans (todos), "always/never …"
+/// instructions to the assistant (guidelines) and personal facts ("my X is Y", "I live in").
+fn statement_kind(text: &str, to_assistant: bool) -> Option<Category> {
+    if let Some(category) = lasting_statement(text, to_assistant) {
+        return Some(category);
+    }
+    if is_passing(text) {
+        return None;
+    }
+    if CHINESE_WISH.is_match(text) {
+        Some(Category::Goal)
+    } else if CHINESE_DATED_PLAN.is_match(text) {
+        Some(Category::Todo)
+    } else if to_assistant
+        && STANDING_INSTRUCTION
+            .captures(text)
+            .is_some_and(|captures| !captures[1].eq_ignore_ascii_case("mind"))
+    {
+        Some(Category::Guideline)
+    } else if states_personal_fact(text) {
+        Some(Category::Fact)
+    } else {
+        None
     }
 }
 
@@ -1526,7 +1610,11 @@ fn facts_of(units: &[Unit<'_>]) -> Vec<ExtractedFact> {
         if too_short || unit.terms.is_empty() || !unit.signal() {
             continue;
         }
-        let text = with_full_stop(unit.text);
+        // Whom it is about: a named speaker's fact says so; a chat's are the user's.
+        let text = match unit.speaker {
+            Some(name) => format!("{name}: {}", with_full_stop(unit.text)),
+            None => with_full_stop(unit.text),
+        };
         if !seen.insert(normalize_for_fingerprint(&text)) {
             continue;
         }

@@ -23,6 +23,7 @@ pub mod sanitize;
 pub mod segmentation;
 pub mod simhash;
 pub mod speaker;
+pub mod statement;
 pub mod validate;
 pub mod when;
 

@@ -3,9 +3,10 @@
 //!
 //! 1. the space's settings and the conversation's incognito state decide whether to search;
 //! 2. the query is embedded (micro-batched with concurrent queries, cached) while the sparse leg
-//!    (BM25 in Postgres) searches the whole space's facts and episodes, and its stored turns;
-//! 3. the dense leg finds the nearest embeddings (exact for small spaces, HNSW for large ones),
-//!    and the nearest stored turn vectors;
+//!    (BM25 in Postgres) searches the whole space's facts and episodes, and one statement finds
+//!    its stored turns that answer (by their words and their turn vectors, with the turns
+//!    around them);
+//! 3. the dense leg finds the nearest embeddings (exact for small spaces, HNSW for large ones);
 //! 4. RRF fuses the legs; the trigram fallback takes over when no word matched; a query nothing
 //!    matches gets nothing;
 //! 5. the ranking profile scores, MMR diversifies; the lines of the stored turns that answer are

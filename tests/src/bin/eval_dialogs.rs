@@ -636,14 +636,20 @@ fn fact_turns(
     normalised_turns: &[String],
     episode_turns: &HashMap<String, RangeInclusive<usize>>,
 ) -> Vec<usize> {
-    let needle = normalise_sentence(&fact.text);
+    // A fact of a named speaker is stored with the name ("Jonas: I love ..."): it is that
+    // speaker's, whichever role their turns were sent as.
+    let named = engram_core::speaker::split_speaker(&fact.text);
+    let needle = normalise_sentence(named.map_or(fact.text.as_str(), |(_, said)| said));
     if needle.is_empty() {
         return Vec::new();
     }
     let speaker = usize::from(fact.role == i32::from(v1::SpeakerRole::Assistant));
-    let holds = |index: &usize| {
-        turns[*index].speaker == speaker && normalised_turns[*index].contains(&needle)
+    let spoken_by = |turn: &Turn| match named {
+        Some((name, _)) => engram_core::speaker::speaker_label(&turn.content) == Some(name),
+        None => turn.speaker == speaker,
     };
+    let holds =
+        |index: &usize| spoken_by(&turns[*index]) && normalised_turns[*index].contains(&needle);
     let mut within: Vec<usize> = fact
         .source_episode_ids
         .iter()

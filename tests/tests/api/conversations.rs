@@ -1521,9 +1521,10 @@ async fn the_line_that_answers_reaches_the_assistant_verbatim_within_1000_tokens
         "the answering line, verbatim under its speaker:\n{}",
         answer.markdown
     );
-    // Under its episode, with the date the session took place.
+    // Under its episode, with the date the session took place (the line quoted: the fact
+    // consolidation wrote from it may be shown too, in the facts' section).
     let said_on = days_ago(20, 0).format("%-d %b %Y").to_string();
-    let block = block_holding(&answer.markdown, line);
+    let block = block_holding(&answer.markdown, &format!("Nate: \"{line}\""));
     assert!(block.contains(&said_on), "the episode's date: {block}");
     // The structured results say which of the episode's lines were shown.
     let evidence = format!("Nate: {line}");
@@ -1645,5 +1646,99 @@ async fn the_lines_of_a_conversation_answer_at_once_and_go_when_forgotten() {
         !answer.markdown.contains("Lisbon"),
         "a forgotten conversation's lines are gone:\n{}",
         answer.markdown
+    );
+}
+
+/// Issue 39, facts that stand alone: in a dialog of named people, each speaker's statements are
+/// facts about them, stored with their name, whichever role the client sent them as (the
+/// second speaker as the assistant here); reactions and compliments to the other speaker are no
+/// facts. In a chat, the user's preference said after other words is kept, and the assistant's
+/// own sentences are not facts about the user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn facts_say_whom_they_are_about_and_reactions_are_no_facts() {
+    let mut sandbox = Sandbox::start().await;
+    let now = Utc::now();
+    let minutes = |n: i64| now - chrono::Duration::minutes(n);
+
+    let dialog = Chat::new("dialog");
+    dialog
+        .append(
+            &mut sandbox,
+            vec![
+                user(
+                    "Clara: Did you try the ice cream place on Hanover Street?",
+                    minutes(6),
+                ),
+                assistant(
+                    "Jonas: I did! I love coconut milk, but I also enjoy chocolate and mixed berry \
+                     flavors.",
+                    minutes(5),
+                ),
+                user(
+                    "Clara: I love this quote you sent me, by the way.",
+                    minutes(4),
+                ),
+                assistant(
+                    "Jonas: I'm allergic to peanuts, so I always ask first.",
+                    minutes(3),
+                ),
+                user("Clara: I'll have to check it out sometime.", minutes(2)),
+            ],
+        )
+        .await;
+    dialog.close(&mut sandbox).await;
+    dialog.wait_for_episodes(&mut sandbox, 1).await;
+    let facts: Vec<String> = dialog
+        .wait_for_consolidation(&mut sandbox)
+        .await
+        .into_iter()
+        .map(|m| m.text)
+        .collect();
+    assert!(
+        facts
+            .iter()
+            .any(|f| f.starts_with("Jonas: I love coconut milk")),
+        "{facts:?}"
+    );
+    assert!(
+        facts
+            .iter()
+            .any(|f| f.starts_with("Jonas: I'm allergic to peanuts")),
+        "{facts:?}"
+    );
+    assert!(
+        facts
+            .iter()
+            .all(|f| !f.contains("this quote") && !f.contains("sometime")),
+        "reactions and vague plans are no facts: {facts:?}"
+    );
+
+    let chat = Chat::new("chat");
+    chat.append(
+        &mut sandbox,
+        vec![
+            user("How long have you been a nurse?", minutes(4)),
+            assistant(
+                "You mentioned you work nights. I prefer to keep answers short.",
+                minutes(3),
+            ),
+            user(
+                "Six years now. I also prefer green tea over coffee, always.",
+                minutes(2),
+            ),
+        ],
+    )
+    .await;
+    chat.close(&mut sandbox).await;
+    chat.wait_for_episodes(&mut sandbox, 1).await;
+    let facts = chat.wait_for_consolidation(&mut sandbox).await;
+    let green_tea = facts
+        .iter()
+        .find(|m| m.text.contains("green tea"))
+        .unwrap_or_else(|| panic!("the user's preference is kept: {facts:?}"));
+    assert_eq!(green_tea.category(), v1::Category::Preference);
+    assert!(
+        facts.iter().all(|m| !m.text.contains("keep answers short")),
+        "the assistant's sentences are not the user's facts: {facts:?}"
     );
 }

@@ -55,35 +55,43 @@ found AS (
           UNION ALL
           SELECT conversation_id, turn_index, NULL::float8, score FROM vector_hits) AS either
     GROUP BY conversation_id, turn_index),
-around AS MATERIALIZED (
-    SELECT DISTINCT ON (t.conversation_id, t.turn_index)
-           t.conversation_id, t.turn_index, t.role, t.content, t.spoken_at, c.segmented_through
-    FROM found AS wanted
-    JOIN conversations c
-      ON c.user_id = $1 AND c.space = $2 AND c.conversation_id = wanted.conversation_id
+-- The conversations of the turns found that may be read (not incognito now), each read once.
+readable AS MATERIALIZED (
+    SELECT c.conversation_id, c.segmented_through
+    FROM conversations c
     LEFT JOIN spaces s ON s.user_id = $1 AND s.space = $2
+    WHERE c.user_id = $1 AND c.space = $2
+      AND c.conversation_id IN (SELECT DISTINCT conversation_id FROM found)
+      AND NOT COALESCE(c.incognito, s.incognito_default, false)),
+-- Each turn found and its neighbours once, with the scores of the turn itself where a leg
+-- found it (a neighbour's own scores come from its own row of `found`).
+around AS MATERIALIZED (
+    SELECT t.conversation_id, t.turn_index, t.role, t.content, t.spoken_at,
+           max(r.segmented_through) AS segmented_through,
+           max(CASE WHEN wanted.turn_index = t.turn_index THEN wanted.word_score END) AS word_score,
+           max(CASE WHEN wanted.turn_index = t.turn_index THEN wanted.vector_score END)
+               AS vector_score
+    FROM found AS wanted
+    JOIN readable r USING (conversation_id)
     JOIN conversation_turns t
       ON t.user_id = $1 AND t.space = $2 AND t.conversation_id = wanted.conversation_id
      AND t.turn_index BETWEEN wanted.turn_index - $9 AND wanted.turn_index + $9
-    WHERE NOT COALESCE(c.incognito, s.incognito_default, false)
-    ORDER BY t.conversation_id, t.turn_index),
+    GROUP BY t.user_id, t.space, t.conversation_id, t.turn_index),
 -- The episodes of those conversations, read once (not once per turn).
 episodes AS MATERIALIZED (
     SELECT m.id, m.conversation_id, m.start_at, m.end_at, m.created_at
     FROM memories m
     WHERE m.user_id = $1 AND m.space = $2
-      AND m.conversation_id IN (SELECT DISTINCT conversation_id FROM around)
+      AND m.conversation_id IN (SELECT conversation_id FROM readable)
       AND m.kind = 'episodic' AND m.invalid_at IS NULL
-      AND ($10 OR m.inactive_since IS NULL))
-SELECT a.conversation_id, a.turn_index, a.role, a.content, a.spoken_at, episode.id AS episode_id,
-       found_here.word_score, found_here.vector_score
-FROM around a
-LEFT JOIN found AS found_here
-  ON found_here.conversation_id = a.conversation_id AND found_here.turn_index = a.turn_index
-LEFT JOIN LATERAL (
-    SELECT e.id FROM episodes e
-    WHERE e.conversation_id = a.conversation_id AND a.spoken_at BETWEEN e.start_at AND e.end_at
-    ORDER BY e.created_at DESC, e.id
-    LIMIT 1) AS episode ON true
-WHERE episode.id IS NOT NULL OR a.turn_index > a.segmented_through
-ORDER BY a.conversation_id, a.turn_index
+      AND ($10 OR m.inactive_since IS NULL)),
+held AS (
+    SELECT DISTINCT ON (a.conversation_id, a.turn_index) a.*, e.id AS episode_id
+    FROM around a
+    LEFT JOIN episodes e
+      ON e.conversation_id = a.conversation_id AND a.spoken_at BETWEEN e.start_at AND e.end_at
+    ORDER BY a.conversation_id, a.turn_index, e.created_at DESC, e.id)
+SELECT conversation_id, turn_index, role, content, spoken_at, episode_id, word_score, vector_score
+FROM held
+WHERE episode_id IS NOT NULL OR turn_index > segmented_through
+ORDER BY conversation_id, turn_index

@@ -1,0 +1,470 @@
+//! eval-facts: how well the local consolidation (no LLM) writes facts, measured on the two
+//! hand-labelled sets of issue 39, without a database:
+//!
+//! - `tests/eval/facts/labelled.json`: sentences of chats and named dialogs, each labelled fact /
+//!   preference / experience / goal / decision / todo / guideline / not a fact, with whom it is
+//!   about. Each sentence is consolidated as a segment (after the line before it, where the set
+//!   gives one) through `extractive_episode`, as ingest does; the facts it yields from the
+//!   sentence give the predicted label (none: not a fact) and their subject (the speaker's name
+//!   they are stored with, else the user).
+//! - `tests/eval/conflicts/labelled.json`: pairs of statements by the same or different people,
+//!   labelled whether the newer one supersedes the older. Each statement is consolidated as
+//!   above; the newer supersedes the older when one of its facts states another value of the
+//!   same subject as one of the older's (`conflict::subject_value`, the write path's rule).
+//!
+//! Writes docs/eval/facts.md (`make eval`, `make eval-facts`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::Parser;
+use engram_core::SpeakerRole;
+use engram_core::conflict;
+use engram_core::episode::{ExtractedFact, SegmentTurn, extractive_episode};
+use engram_core::normalize::normalize_for_fingerprint;
+use engram_core::speaker::split_speaker;
+use serde::Deserialize;
+
+#[derive(Parser)]
+#[command(about = "Measure the local fact extraction on the labelled fact and conflict sets")]
+struct Args {
+    #[arg(long, default_value = "tests/eval/facts/labelled.json")]
+    facts: PathBuf,
+    #[arg(long, default_value = "tests/eval/conflicts/labelled.json")]
+    conflicts: PathBuf,
+    /// Where the report goes (`-` prints it only).
+    #[arg(long, default_value = "docs/eval/facts.md")]
+    report: String,
+    #[arg(long, default_value = "make eval-facts")]
+    command_line: String,
+    /// Print every item the extraction got wrong.
+    #[arg(long)]
+    misses: bool,
+}
+
+#[derive(Deserialize)]
+struct FactSet {
+    items: Vec<FactItem>,
+}
+
+#[derive(Deserialize)]
+struct FactItem {
+    id: String,
+    language: String,
+    setting: String,
+    speaker: String,
+    previous: Option<String>,
+    text: String,
+    label: String,
+    about: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ConflictSet {
+    pairs: Vec<ConflictPair>,
+}
+
+#[derive(Deserialize)]
+struct ConflictPair {
+    id: String,
+    language: String,
+    setting: String,
+    older: Said,
+    newer: Said,
+    supersedes: bool,
+}
+
+#[derive(Deserialize)]
+struct Said {
+    speaker: String,
+    text: String,
+}
+
+/// The labels, in the report's order; `not_a_fact` last.
+const LABELS: [&str; 8] = [
+    "fact",
+    "preference",
+    "experience",
+    "goal",
+    "decision",
+    "todo",
+    "guideline",
+    "not_a_fact",
+];
+const NOT_A_FACT: &str = "not_a_fact";
+
+/// A line as ingest receives it: a chat's turns by role; a dialog's as "Name: text", the
+/// speaker of the labelled sentence as the user or, for every other item, as the assistant (the
+/// dev dialogs send their second speaker as the assistant), so both roles are measured.
+fn turn(setting: &str, speaker: &str, text: &str, speaker_is_user: bool) -> SegmentTurn {
+    if setting == "chat" {
+        let role = if speaker == "assistant" {
+            SpeakerRole::Assistant
+        } else {
+            SpeakerRole::User
+        };
+        return SegmentTurn {
+            role,
+            content: text.to_owned(),
+        };
+    }
+    SegmentTurn {
+        role: if speaker_is_user {
+            SpeakerRole::User
+        } else {
+            SpeakerRole::Assistant
+        },
+        content: format!("{speaker}: {text}"),
+    }
+}
+
+/// Whether `fact` was written from `sentence`: its words, without the speaker it is stored
+/// with, are the sentence's or part of them.
+fn from_sentence(fact: &ExtractedFact, sentence: &str) -> bool {
+    let said = split_speaker(&fact.text).map_or(fact.text.as_str(), |(_, said)| said);
+    let fact_key = normalize_for_fingerprint(said);
+    let sentence_key = normalize_for_fingerprint(sentence);
+    !fact_key.is_empty() && (sentence_key.contains(&fact_key) || fact_key.contains(&sentence_key))
+}
+
+/// Whom a fact is about: the speaker it is stored with, else the user.
+fn subject_of(fact: &ExtractedFact) -> String {
+    split_speaker(&fact.text).map_or_else(|| "user".to_owned(), |(name, _)| name.to_owned())
+}
+
+/// The facts consolidation writes from the labelled sentence (after the line before it).
+fn facts_of_item(item: &FactItem, speaker_is_user: bool) -> Vec<ExtractedFact> {
+    let mut turns = Vec::new();
+    if let Some(previous) = &item.previous {
+        let (speaker, text) = previous
+            .split_once(':')
+            .map_or(("user", previous.as_str()), |(s, t)| (s.trim(), t.trim()));
+        turns.push(turn(&item.setting, speaker, text, !speaker_is_user));
+    }
+    turns.push(turn(
+        &item.setting,
+        &item.speaker,
+        &item.text,
+        speaker_is_user,
+    ));
+    extractive_episode(&turns)
+        .facts
+        .into_iter()
+        .filter(|fact| from_sentence(fact, &item.text))
+        .collect()
+}
+
+/// What the extraction made of one labelled sentence.
+struct Judged<'a> {
+    item: &'a FactItem,
+    predicted: String,
+    subject: Option<String>,
+    facts: Vec<String>,
+}
+
+fn judge(item: &FactItem, index: usize) -> Judged<'_> {
+    let facts = facts_of_item(item, index.is_multiple_of(2));
+    // Where one sentence gave several facts, the one whose category is the label counts.
+    let chosen = facts
+        .iter()
+        .find(|fact| fact.category.as_str() == item.label)
+        .or(facts.first());
+    Judged {
+        item,
+        predicted: chosen.map_or(NOT_A_FACT.to_owned(), |fact| {
+            fact.category.as_str().to_owned()
+        }),
+        subject: chosen.map(subject_of),
+        facts: facts.iter().map(|fact| fact.text.clone()).collect(),
+    }
+}
+
+#[derive(Default, Clone, Copy)]
+struct Counts {
+    true_positive: usize,
+    predicted: usize,
+    gold: usize,
+}
+
+impl Counts {
+    fn precision(&self) -> Option<f64> {
+        (self.predicted > 0).then(|| self.true_positive as f64 / self.predicted as f64)
+    }
+    fn recall(&self) -> Option<f64> {
+        (self.gold > 0).then(|| self.true_positive as f64 / self.gold as f64)
+    }
+    fn f1(&self) -> f64 {
+        match (self.precision(), self.recall()) {
+            (Some(p), Some(r)) if p + r > 0.0 => 2.0 * p * r / (p + r),
+            _ => 0.0,
+        }
+    }
+}
+
+fn percent(value: Option<f64>) -> String {
+    value.map_or("—".to_owned(), |v| format!("{:.1} %", 100.0 * v))
+}
+
+/// Per label, and whether a sentence is kept as a fact at all.
+struct FactScores {
+    items: usize,
+    per_label: BTreeMap<&'static str, Counts>,
+    kept: Counts,
+    /// Facts kept for a sentence that is one, and of them those about the right person.
+    attributed: (usize, usize),
+}
+
+fn score_facts(judged: &[Judged<'_>]) -> FactScores {
+    let mut per_label: BTreeMap<&'static str, Counts> = BTreeMap::new();
+    let mut kept = Counts::default();
+    let mut attributed = (0, 0);
+    for judged in judged {
+        for label in LABELS {
+            let counts = per_label.entry(label).or_default();
+            let gold = judged.item.label == label;
+            let predicted = judged.predicted == label;
+            counts.gold += usize::from(gold);
+            counts.predicted += usize::from(predicted);
+            counts.true_positive += usize::from(gold && predicted);
+        }
+        let gold_fact = judged.item.label != NOT_A_FACT;
+        let predicted_fact = judged.predicted != NOT_A_FACT;
+        kept.gold += usize::from(gold_fact);
+        kept.predicted += usize::from(predicted_fact);
+        kept.true_positive += usize::from(gold_fact && predicted_fact);
+        if gold_fact && predicted_fact {
+            attributed.1 += 1;
+            attributed.0 += usize::from(judged.subject.as_deref() == judged.item.about.as_deref());
+        }
+    }
+    FactScores {
+        items: judged.len(),
+        per_label,
+        kept,
+        attributed,
+    }
+}
+
+impl FactScores {
+    /// Macro-F1 over the seven kinds of fact and "not a fact".
+    fn macro_f1(&self) -> f64 {
+        self.per_label.values().map(Counts::f1).sum::<f64>() / self.per_label.len() as f64
+    }
+}
+
+/// The facts consolidation writes from one statement said alone.
+fn facts_of_statement(setting: &str, said: &Said) -> Vec<ExtractedFact> {
+    extractive_episode(&[turn(setting, &said.speaker, &said.text, true)]).facts
+}
+
+/// Whether the write path's rule supersedes the older statement's facts with the newer's.
+fn supersedes(pair: &ConflictPair) -> bool {
+    let older: Vec<_> = facts_of_statement(&pair.setting, &pair.older)
+        .iter()
+        .filter_map(|fact| conflict::subject_value(&fact.text))
+        .collect();
+    facts_of_statement(&pair.setting, &pair.newer)
+        .iter()
+        .filter_map(|fact| conflict::subject_value(&fact.text))
+        .any(|newer| {
+            older
+                .iter()
+                .any(|older| older.subject == newer.subject && older.value != newer.value)
+        })
+}
+
+struct ConflictScores {
+    updates: usize,
+    superseded_correctly: usize,
+    unrelated: usize,
+    superseded_wrongly: usize,
+}
+
+fn score_conflicts<'a>(pairs: impl Iterator<Item = (&'a ConflictPair, bool)>) -> ConflictScores {
+    let mut scores = ConflictScores {
+        updates: 0,
+        superseded_correctly: 0,
+        unrelated: 0,
+        superseded_wrongly: 0,
+    };
+    for (pair, superseded) in pairs {
+        if pair.supersedes {
+            scores.updates += 1;
+            scores.superseded_correctly += usize::from(superseded);
+        } else {
+            scores.unrelated += 1;
+            scores.superseded_wrongly += usize::from(superseded);
+        }
+    }
+    scores
+}
+
+fn share(part: usize, whole: usize) -> String {
+    percent((whole > 0).then(|| part as f64 / whole as f64))
+}
+
+fn report(
+    command_line: &str,
+    facts: &[(&str, FactScores)],
+    conflicts: &[(&str, ConflictScores)],
+) -> String {
+    let mut text = String::new();
+    text.push_str("# Facts written from conversations (local consolidation)\n\n");
+    text.push_str(&format!(
+        "Produced by `{command_line}` on {}. No LLM: the extractive consolidation that runs by \
+         default. Sets: `tests/eval/facts` and `tests/eval/conflicts` (their READMEs say how \
+         they were made and what each label means).\n\n\
+         The statement rules (`engram_core::statement`) were written against the misses on \
+         the fact set, each as a phrasing rather than a sentence of it: these are figures on \
+         the rules' development set, an upper bound of what they do on chats they never saw. \
+         The conflict set is not used to write rules.\n\n",
+        chrono::Utc::now().format("%Y-%m-%d %H:%M UTC")
+    ));
+    text.push_str(
+        "## Which sentences become facts, of what kind, about whom\n\n\
+         Each labelled sentence is consolidated as a segment of its own, after the line before \
+         it where the set gives one, through the same `extractive_episode` ingest runs; a \
+         named dialog's speaker is sent as the user for half the items and as the assistant for \
+         the other half, as the dev dialogs send their two speakers. **kept** is whether a \
+         sentence gives any fact (precision: of the sentences kept, how many are facts; recall: \
+         of the facts, how many are kept); **attributed** is, of the facts kept for sentences \
+         that are facts, the share stored with the right person (the speaker's name in a \
+         dialog, the user in a chat).\n\n",
+    );
+    text.push_str("| sentences | set | kept: precision | kept: recall | attributed | macro-F1 (8 labels) |\n|---|---|---|---|---|---|\n");
+    for (name, scores) in facts {
+        text.push_str(&format!(
+            "| {} | {name} | {} | {} | {} | {:.3} |\n",
+            scores.items,
+            percent(scores.kept.precision()),
+            percent(scores.kept.recall()),
+            share(scores.attributed.0, scores.attributed.1),
+            scores.macro_f1()
+        ));
+    }
+    if let Some((_, all)) = facts.first() {
+        text.push_str("\nPer label, all sentences:\n\n| label | sentences | predicted | precision | recall | F1 |\n|---|---|---|---|---|---|\n");
+        for label in LABELS {
+            let counts = all.per_label[label];
+            text.push_str(&format!(
+                "| {label} | {} | {} | {} | {} | {:.3} |\n",
+                counts.gold,
+                counts.predicted,
+                percent(counts.precision()),
+                percent(counts.recall()),
+                counts.f1()
+            ));
+        }
+    }
+    text.push_str(
+        "\n## Conflicts: does the newer statement supersede the older?\n\n\
+         Each statement is consolidated alone; the newer supersedes the older when one of its \
+         facts states another value of the same subject as one of the older's facts (the write \
+         path's rule, `conflict::subject_value`).\n\n\
+         | set | update pairs | superseded correctly | unrelated pairs | superseded wrongly |\n|---|---|---|---|---|\n",
+    );
+    for (name, scores) in conflicts {
+        text.push_str(&format!(
+            "| {name} | {} | {} | {} | {} |\n",
+            scores.updates,
+            share(scores.superseded_correctly, scores.updates),
+            scores.unrelated,
+            share(scores.superseded_wrongly, scores.unrelated),
+        ));
+    }
+    text
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let fact_set: FactSet = serde_json::from_str(
+        &std::fs::read_to_string(&args.facts)
+            .with_context(|| format!("reading {}", args.facts.display()))?,
+    )?;
+    let conflict_set: ConflictSet = serde_json::from_str(
+        &std::fs::read_to_string(&args.conflicts)
+            .with_context(|| format!("reading {}", args.conflicts.display()))?,
+    )?;
+
+    let judged: Vec<Judged<'_>> = fact_set
+        .items
+        .iter()
+        .enumerate()
+        .map(|(index, item)| judge(item, index))
+        .collect();
+    if args.misses {
+        for judged in &judged {
+            let wrong_label = judged.predicted != judged.item.label;
+            let wrong_subject = judged.item.label != NOT_A_FACT
+                && judged.predicted != NOT_A_FACT
+                && judged.subject.as_deref() != judged.item.about.as_deref();
+            if wrong_label || wrong_subject {
+                println!(
+                    "{} [{} → {}] {}: {} {:?}",
+                    judged.item.id,
+                    judged.item.label,
+                    judged.predicted,
+                    judged.item.speaker,
+                    judged.item.text,
+                    judged.facts
+                );
+            }
+        }
+    }
+    let subset = |keep: &dyn Fn(&FactItem) -> bool| {
+        let chosen: Vec<Judged<'_>> = judged
+            .iter()
+            .filter(|j| keep(j.item))
+            .map(|j| Judged {
+                item: j.item,
+                predicted: j.predicted.clone(),
+                subject: j.subject.clone(),
+                facts: Vec::new(),
+            })
+            .collect();
+        score_facts(&chosen)
+    };
+    let fact_scores = vec![
+        ("all", score_facts(&judged)),
+        ("English", subset(&|i| i.language == "en")),
+        ("Chinese", subset(&|i| i.language == "zh")),
+        ("chats", subset(&|i| i.setting == "chat")),
+        ("named dialogs", subset(&|i| i.setting == "dialog")),
+    ];
+
+    let decided: Vec<(&ConflictPair, bool)> = conflict_set
+        .pairs
+        .iter()
+        .map(|pair| (pair, supersedes(pair)))
+        .collect();
+    if args.misses {
+        for (pair, superseded) in &decided {
+            if *superseded != pair.supersedes {
+                println!(
+                    "{} [{} → {}] {} / {}",
+                    pair.id, pair.supersedes, superseded, pair.older.text, pair.newer.text
+                );
+            }
+        }
+    }
+    let conflict_scores = vec![
+        ("all", score_conflicts(decided.iter().copied())),
+        (
+            "English",
+            score_conflicts(decided.iter().copied().filter(|(p, _)| p.language == "en")),
+        ),
+        (
+            "Chinese",
+            score_conflicts(decided.iter().copied().filter(|(p, _)| p.language == "zh")),
+        ),
+    ];
+
+    let text = report(&args.command_line, &fact_scores, &conflict_scores);
+    println!("{text}");
+    if args.report != "-" {
+        std::fs::write(&args.report, &text).with_context(|| format!("writing {}", args.report))?;
+        eprintln!("report written to {}", args.report);
+    }
+    Ok(())
+}

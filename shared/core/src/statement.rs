@@ -1,0 +1,280 @@
+//! What a sentence of a conversation states about the person who said it, for the local
+//! consolidation (no LLM): whether it is worth keeping as a fact at all, and of what kind.
+//!
+//! A sentence is a fact when it says something lasting about its speaker: who they are, what
+//! they have, like, did, aim for, decided or must do, or (said by a user to the assistant) how
+//! the assistant should behave. Most of what people say is none of these, even when it sounds
+//! like one: reactions and compliments to the other speaker ("I love your commitment", "I love
+//! that line"), vague maybes ("I'll have to check it out sometime", "I'd love to visit Japan
+//! someday"), hypotheticals ("If I won the lottery I'd buy a farm"), what is happening in the
+//! conversation itself ("Let me paste the rest", "I've pasted the error below", "sorry, typo")
+//! and passing states ("I'm so tired today"). Those are left out first ([`is_passing`]); what is
+//! left is a fact only when a rule recognises the kind of statement ([`lasting_statement`]).
+//!
+//! The rules were chosen on the labelled sentences of `tests/eval/facts` (`make eval-facts`
+//! reports precision and recall per kind); each is a phrasing, never a sentence of the set.
+//! They cover English and Chinese. A statement phrased in a way no rule knows is missed; an LLM,
+//! when configured, writes the facts instead.
+
+use std::sync::LazyLock;
+
+use regex::{Regex, RegexSet};
+
+use crate::category::Category;
+use crate::importance::infer_category;
+
+fn regex(pattern: &str) -> Regex {
+    Regex::new(pattern).expect("valid statement rule")
+}
+
+fn set(patterns: &[&str]) -> RegexSet {
+    RegexSet::new(patterns).expect("valid statement rule")
+}
+
+/// Sentences that say nothing lasting about their speaker, whatever else they match.
+static PASSING: LazyLock<RegexSet> = LazyLock::new(|| {
+    set(&[
+        // A reaction to what the other said, or a compliment: the object is them or what they
+        // just said ("I love your attention to detail", "I love that line", "I love it").
+        r"(?i)\bi\s+(?:really\s+|just\s+|absolutely\s+|totally\s+)?(?:love|like|adore|appreciate|admire|enjoyed)\s+(?:your|you|how\s+you|what\s+you|that|it|this|these|those|the\s+(?:thought|idea|sound\s+of\s+that))\b",
+        r"(?i)^(?:your|you're|you\s+are|you've|that's|that\s+is|that\s+was|what\s+a|how)\b",
+        r"(?i)\b(?:congrats|congratulations|well\s+done|good\s+for\s+you|proud\s+of\s+you|happy\s+for\s+you|means\s+a\s+lot)\b",
+        // Vague maybes and wishes without intent.
+        r"(?i)\b(?:sometime|someday|some\s+day|one\s+day|at\s+some\s+point|no\s+promises|who\s+knows|no\s+idea|we'?ll\s+see|i\s+guess|i\s+suppose)\b",
+        r"(?i)^(?:maybe|perhaps|possibly)\b",
+        r"(?i)\bi\s+(?:might|may)\s+(?:try|take|do|go|get|look|check|give|start)\b",
+        r"(?i)\bi'?ll\s+(?:think\s+about|try\s+to\s+remember|have\s+to\s+(?:check|try|see)|check\s+it\s+out|reply|get\s+back|let\s+you\s+know|see\s+how)\b",
+        // Hypotheticals, counterfactuals and wonderings.
+        r"(?i)^(?:if|imagine|what\s+if|i\s+wonder|wouldn'?t\s+it|had\s+i)\b",
+        r"(?i)\bi'?d\s+have\b|\bi\s+would\s+have\b",
+        // The conversation itself: pasting, typing, pausing, correcting, testing.
+        r"(?i)^(?:let\s+me|let'?s|hold\s+on|hang\s+on|wait|sorry|my\s+bad|never\s+mind|nevermind|just\s+testing|ok(?:ay)?\s*,?\s*i'?m\s+back|one\s+sec|brb|anyway)\b",
+        r"(?i)\bi(?:'ve|\s+have)\s+(?:just\s+)?(?:pasted|attached|copied|uploaded|shared|sent\s+you|moved\s+the|put\s+the)\b",
+        r"(?i)\b(?:right\s+now|at\s+the\s+moment|as\s+we\s+speak)\b",
+        r"(?i)\bi'?m\s+(?:so\s+|really\s+|a\s+bit\s+|pretty\s+)?(?:tired|knackered|exhausted|bored|hungry|sleepy|back|typing|confused|not\s+sure|lost)\b",
+        r"(?i)\bi\s+(?:think|guess|feel\s+like)\s+you\b|\bi\s+meant\b|\bi\s+typed\b|\bi'?m\s+not\s+sure\b",
+        // Hearsay and small talk about the world.
+        r"(?i)^(?:apparently|everyone|everybody|people\s+say|they\s+say|i\s+read|i\s+heard|rumou?r\s+has\s+it|my\s+friend\s+reckons)\b",
+        r"(?i)^(?:it'?s|it\s+is)\s+(?:raining|snowing|sunny|so\s+hot|so\s+cold|freezing|boiling)\b",
+        r"(?i)\bi\s+think\s+it'?s\s+going\s+to\b",
+        // Chinese: pauses, hearsay, hypotheticals, vague plans, reactions.
+        r"^(?:等一下|等等|稍等|我找一下|我看看|算了|哈哈|好吧|听说|据说|要是|如果我|假如|万一|你说|你的|你真|太厉害|真厉害|恭喜)",
+        r"(?:改天|有空再|以后再说|有机会的话|有机会再|再说吧|随便吧|要是.*就好了)",
+    ])
+});
+
+/// How the user wants the assistant to behave; said by the user in a chat only.
+static GUIDELINE: LazyLock<RegexSet> = LazyLock::new(|| {
+    set(&[
+        r"(?i)^(?:please\s+)?(?:always|never|don'?t|do\s+not|avoid|stop)\s+(?:ever\s+)?(?:use|give|write|call|send|suggest|mention|tell|answer|reply|respond|add|include|start|ask|recommend|jump|lecture|sugar|be)\b",
+        r"(?i)^(?:please\s+)?call\s+me\b",
+        r"(?i)^(?:please\s+)?(?:use|write|keep|give|answer|reply|respond|speak|talk|explain|format|put|show|be|address|spell|quote|list|convert)\s+(?:\w+\s+){0,6}?(?:in|with|to|for|about|first|short|brief|blunt|concise|formal|casual|simple|spelling|units|euros|dollars|pounds|metric|imperial|english|chinese|spanish|french|german|me|my)\b",
+        r"(?i)^(?:if|when|whenever)\s+i\b.{3,60}?,\s*(?:please\s+)?(?:just\s+)?(?:give|use|answer|reply|tell|show|listen|be|don'?t|do|write|keep|start|put|remind|skip|stick)\b",
+        r"(?i)\b(?:from\s+now\s+on|going\s+forward|in\s+(?:all\s+)?future\s+(?:answers|replies))\b",
+        r"(?:叫我|称呼我|的时候(?:都|就|请)?(?:用|别|不要|给我|只)|^(?:请)?(?:以后|每次|之后)?(?:都)?(?:用|别|不要)|以后(?:请|回答|都))",
+    ])
+});
+
+/// A one-off request ("use this one instead", "don't mention it") is not a standing rule.
+static ONE_OFF: LazyLock<Regex> =
+    LazyLock::new(|| regex(r"(?i)\b(?:this|that|it|these|those|now|today|instead)\b"));
+
+static DECISION: LazyLock<RegexSet> = LazyLock::new(|| {
+    set(&[
+        r"(?i)\b(?:i|we)(?:'ve|\s+have)?\s+(?:finally\s+|just\s+|already\s+)?(?:decided|made\s+up\s+(?:my|our)\s+minds?|settled\s+on|opted\s+for|chose|went\s+with)\b",
+        r"(?i)\b(?:i|we)\s+(?:finally\s+)?booked\b.{1,60}\binstead\s+of\b",
+        r"(?i)\b(?:i'?m|we'?re|i\s+am|we\s+are)\s+(?:going\s+with|switching\b|not\s+having\b|taking\s+the\s+(?:job|offer|role|position|team\s+lead|flat|house)|going\s+ahead\s+with)",
+        r"(?i)\b(?:we|i)\s+(?:agreed|committed)\s+to\b",
+        r"(?:决定|定了|定的|选了|就用|不办了|还是选|拍板)",
+    ])
+});
+
+static TODO: LazyLock<RegexSet> = LazyLock::new(|| {
+    set(&[
+        r"(?i)\b(?:i|we)\s+(?:still\s+|really\s+|definitely\s+)?(?:need|have|must)\s+to\b",
+        r"(?i)\bi'?ve\s+got\s+to\b|\bi\s+gotta\b",
+        r"(?i)\bi\s+(?:should|must)\b.{0,60}\b(?:before|by|until|tomorrow|today|tonight|this\s+week|next\s+week|on\s+the\s+\d)",
+        r"(?i)\b(?:tomorrow|tonight|first\s+thing|this\s+(?:weekend|week|evening|afternoon)|on\s+(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday))\b.{0,40}\b(?:i'?m|we'?re)\s+\w+ing\b",
+        r"(?i)\b(?:i'?m|we'?re)\s+\w+ing\b.{0,60}\b(?:tomorrow|tonight|first\s+thing|monday|tuesday|wednesday|thursday|friday|saturday|sunday|this\s+(?:weekend|week)|next\s+week)\b",
+        r"(?:今天|明天|后天|今晚|这周末?|周末|月底前?|下周|下个月|年底前?).{0,12}(?:得|要|需要|必须|记得)(?:把|去|带|交|还|给|买|订|办|约|打|报|续)",
+        r"我(?:得|必须)(?:把|去|带|交|还|给|买|订|办|约|打|报|续)",
+    ])
+});
+
+static GOAL: LazyLock<RegexSet> = LazyLock::new(|| {
+    set(&[
+        r"(?i)\b(?:the|my|our)\s+(?:goal|aim|target|dream|ambition)\s+(?:is|was)\s+to\b",
+        r"(?i)\bi'?m\s+(?:determined|hoping|aiming|working\s+towards?|saving\s+(?:up\s+)?for|training\s+for)\b",
+        r"(?i)\bi\s+(?:really\s+|still\s+|definitely\s+)?(?:want|hope|plan|intend|aim)\s+to\s+(?:learn|get|be|become|run|finish|start|save|lose|build|move|buy|visit|write|climb|pass|improve|speak|play|travel|retire|open|launch|read|cook)\b",
+        r"(?i)\b(?:long\s+term|eventually|in\s+the\s+long\s+run|within\s+(?:a|two|three|five)\s+years?)\b.{0,20}\bi'?d\s+(?:like|love)\s+to\b",
+        r"(?:目标是|一定要(?:学会|考|做到|拿到|减)|争取|我的梦想|希望(?:能|今年|明年)|打算(?:今年|明年))",
+    ])
+});
+
+/// A change of state: what is stored is the new state (a fact), not the event.
+static STATE_CHANGE: LazyLock<RegexSet> = LazyLock::new(|| {
+    set(&[
+        r"(?i)\b(?:i|we)\s+(?:just\s+|finally\s+|recently\s+)?(?:got|get)\s+(?:engaged|married|divorced|a\s+(?:dog|cat|puppy|kitten|new\s+job))\b",
+        r"(?i)\b(?:i|we)\s+(?:just\s+|finally\s+|recently\s+)?(?:adopted|moved\s+to|moved\s+in\s+with|bought\s+a\s+(?:house|flat|car)|started\s+(?:at|a\s+new\s+job)|joined|quit\s+(?:my|the)|retired)\b",
+        r"(?:养了(?:一|两|只)|结婚了|订婚了|离婚了|搬到|搬去了|入职|辞职了|退休了)",
+    ])
+});
+
+/// Something that happened to the speaker, dated or marked as done once.
+static EXPERIENCE_EVENT: LazyLock<Regex> = LazyLock::new(|| {
+    regex(
+        r"(?i)\b(?:i|we)\s+(?:finally\s+|once\s+|actually\s+|also\s+)?(?:passed|broke|tried|led|spent|saw|won|came\s+off|finished|had\s+(?:my|a|an|our)\b|got\s+(?:stuck|lost|promoted|fired|laid\s+off|bitten|stung)|did\s+(?:a|an|my|our)\b|ran\s+(?:my|a|the|our)\b|built|climbed|visited|went|travell?ed|flew|drove|hiked|cycled|swam|wrote|published|graduated|survived|hurt|met|toured|completed|learned|learnt|crashed|fell|lived|worked|studied|grew\s+up|used\s+to|performed|played|organi[sz]ed|presented|received)\b",
+    )
+});
+
+/// When the event was: a date, "last …", "… ago", "once", "first", "finally".
+static EXPERIENCE_TIME: LazyLock<Regex> = LazyLock::new(|| {
+    regex(
+        r"(?i)\b(?:last|ago|yesterday|once|first|finally|back\s+in|when\s+i\s+was|as\s+a\s+(?:kid|child|teenager)|in\s+(?:19|20)\d\d|(?:19|20)\d\d|in\s+(?:january|february|march|april|may|june|july|august|september|october|november|december|spring|summer|autumn|fall|winter)|over\s+the\s+(?:winter|summer|weekend|holidays)|this\s+(?:morning|year|spring|summer)|on\s+(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)|previous|former|at\s+my\s+(?:last|old|previous))\b",
+    )
+});
+
+static CHINESE_EXPERIENCE: LazyLock<Regex> = LazyLock::new(|| {
+    regex(
+        r"(?:去年|前年|上个?月|上周|上次|小时候|以前|那年|第一次|曾经|大学的时候|读书的时候).{0,24}(?:了|过)|我.{0,12}(?:过一次|过两次)",
+    )
+});
+
+static PREFERENCE: LazyLock<RegexSet> = LazyLock::new(|| {
+    set(&[
+        r"(?i)\bi\s+(?:(?:just|really|only|also|much|strongly|absolutely|totally|honestly|genuinely|definitely|do|still|always|usually|kind\s+of|kinda)\s+){0,2}(?:like|love|prefer|enjoy|hate|dislike|adore|loathe|detest)\b",
+        r"(?i)\bi'?m\s+(?:really\s+|so\s+|totally\s+|a\s+bit\s+|quite\s+)?(?:into|obsessed\s+with|addicted\s+to|hooked\s+on|(?:a\s+)?(?:big\s+|huge\s+)?fan\s+of|not\s+(?:a\s+|much\s+of\s+a\s+)?(?:big\s+)?fan\s+of)\b",
+        r"(?i)\bi\s+find\b.{1,40}\b(?:easier|harder|better|worse|nicer|more|less)\b",
+        r"(?i)\b(?:over|rather\s+than)\b.{1,40}\bany\s+day\b",
+        r"(?i)\b(?:is|are)\s+my\s+(?:thing|jam|go-to|favou?rite|weakness)\b",
+        r"(?i)\bi\s+only\s+(?:eat|drink|read|use|wear|buy|watch|listen|fly|shop|cook|drive)\b",
+        r"(?i)\bi\s+use\b.{1,40}\beverywhere\b",
+        r"(?i)\bi\s+(?:can'?t|cannot)\s+stand\b|\bi'?d\s+rather\b",
+        r"(?:只(?:喝|吃|用|看|穿|买|听)|不太能(?:吃|喝)|宁可|宁愿|更喜欢|受不了|最爱)",
+    ])
+});
+
+/// Who the speaker is and what they have: health, family, home, work, belongings.
+static PERSONAL: LazyLock<RegexSet> = LazyLock::new(|| {
+    set(&[
+        r"(?i)\bi'?m\s+(?:(?:left|right)-handed|colou?r-?blind|diabetic|deaf|dyslexic|autistic|self-employed|freelance|freelancing|vegetarian|vegan|pescatarian|teetotal|an?\s+only\s+child|on\s+\d+\s*mg|on\s+(?:the\s+)?(?:night|day|early|late)\s+(?:rota|shift)|still\s+on\s+the)\b",
+        r"(?i)\bi\s+(?:have|'ve\s+got|have\s+got|got)\s+(?:type\s+\d|asthma|diabetes|coeliac|celiac|adhd|arthritis|epilepsy|migraines|eczema|a\s+(?:mild|bad|chronic|severe)\b|(?:a|one|two|three|four|five|\d+)\s+(?:\w+\s+){0,2}(?:kids?|children|sons?|daughters?|brothers?|sisters?|dogs?|cats?|apprentices|grandchildren|employees|flatmates|roommates))",
+        r"(?i)^(?:my|our)\s+(?:wife|husband|partner|son|daughter|kids|children|mum|mom|dad|mother|father|parents|brother|sister|dog|cat|landlord|flat|house|mortgage|rent|car|laptop|boss|manager|job|office|team|doctor|gp)\b(?:'s|\s+\p{Lu}\p{L}+|\s+(?:is|are|was|works|lives|turns|has))",
+        r"(?i)\b(?:we|i)\s+(?:rent|own|live|have\s+lived)\b",
+        r"(?i)\bi\s+work\s+(?:\w+\s+){0,2}(?:days|nights|shifts|part-time|full-time|remotely|from\s+home|weekends)\b",
+        r"(?i)\b(?:we'?re|i'?m)\s+on\s+a\s+\w+",
+        r"(?i)\bit'?s\s+for\s+my\b|\bthat'?s\s+my\s+(?:address|number|email|phone|postcode|birthday)\b",
+        r"(?i)\bi\s+(?:don'?t|do\s+not|no\s+longer)\s+(?:eat|drink|smoke)\b|\b(?:eat|drink|smoke)\s+(?:meat|alcohol)?\s*any\s*more\b",
+        r"(?i)\b(?:the\s+)?\w+\s+i\s+use\s+for\s+work\s+is\b",
+        r"(?:我(?:老公|老婆|爸|妈|爸爸|妈妈|儿子|女儿|孩子|男朋友|女朋友|先生|太太|对象)(?:是|在)|我在.{1,20}?(?:当|做)|我有.{0,6}(?:病|症|突出|过敏|高血压|糖尿病|哮喘)|(?:血压|血脂|血糖).{0,4}(?:高|低)|我.{0,4}(?:手机号|电话|邮箱|地址)是|^对，就是那个)",
+    ])
+});
+
+/// Whether a sentence says nothing lasting about its speaker: a reaction or compliment to the
+/// other speaker, a vague maybe, a hypothetical, the conversation itself, a passing state or
+/// hearsay.
+pub fn is_passing(text: &str) -> bool {
+    PASSING.is_match(text)
+}
+
+/// What kind of lasting statement a sentence makes about its speaker, if any: `None` for what
+/// [`is_passing`] leaves out and for a sentence no rule recognises. `to_assistant`: the user
+/// said it to the assistant (a chat), so it may be a guideline for the assistant.
+pub fn lasting_statement(text: &str, to_assistant: bool) -> Option<Category> {
+    if to_assistant && GUIDELINE.is_match(text) && !ONE_OFF.is_match(text) {
+        return Some(Category::Guideline);
+    }
+    if is_passing(text) {
+        return None;
+    }
+    if DECISION.is_match(text) {
+        return Some(Category::Decision);
+    }
+    if GOAL.is_match(text) {
+        return Some(Category::Goal);
+    }
+    if TODO.is_match(text) {
+        return Some(Category::Todo);
+    }
+    if STATE_CHANGE.is_match(text) {
+        return Some(Category::Fact);
+    }
+    if (EXPERIENCE_EVENT.is_match(text) && EXPERIENCE_TIME.is_match(text))
+        || CHINESE_EXPERIENCE.is_match(text)
+    {
+        return Some(Category::Experience);
+    }
+    if PREFERENCE.is_match(text) {
+        return Some(Category::Preference);
+    }
+    if PERSONAL.is_match(text) {
+        return Some(Category::Fact);
+    }
+    match infer_category(text) {
+        // A guideline is the user's to the assistant, not one person's to another.
+        Category::Guideline if !to_assistant => None,
+        Category::Fact => None,
+        category => Some(category),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reactions_maybes_and_the_conversation_itself_are_not_facts() {
+        for text in [
+            "I love this quote.",
+            "I love the thought Nate.",
+            "I love your commitment.",
+            "I'll have to check it out sometime.",
+            "I'd love to see the aurora one day.",
+            "If I had a boat I'd sail to Norway.",
+            "Let me paste the stack trace.",
+            "I'm so tired today.",
+            "Apparently the new phone comes out in May.",
+            "算了，改天再说吧。",
+        ] {
+            assert_eq!(lasting_statement(text, true), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn each_kind_of_lasting_statement_is_recognised() {
+        for (text, category) in [
+            (
+                "I prefer green tea over coffee, always.",
+                Category::Preference,
+            ),
+            (
+                "I love coconut milk, but I also enjoy chocolate.",
+                Category::Preference,
+            ),
+            ("I'm really into climbing these days.", Category::Preference),
+            ("We've decided to keep the old car.", Category::Decision),
+            ("I need to renew my passport before March.", Category::Todo),
+            (
+                "I'm determined to run a marathon next year.",
+                Category::Goal,
+            ),
+            ("I broke my ankle skiing last winter.", Category::Experience),
+            ("We adopted a rescue greyhound.", Category::Fact),
+            ("I'm left-handed.", Category::Fact),
+            ("我老公是医生。", Category::Fact),
+            ("我只喝黑咖啡。", Category::Preference),
+        ] {
+            assert_eq!(lasting_statement(text, false), Some(category), "{text}");
+        }
+    }
+
+    #[test]
+    fn only_the_user_in_a_chat_gives_the_assistant_guidelines() {
+        assert_eq!(
+            lasting_statement("Use metric units, please.", true),
+            Some(Category::Guideline)
+        );
+        assert_eq!(lasting_statement("Use metric units, please.", false), None);
+        assert_eq!(lasting_statement("Use this one instead.", true), None);
+    }
+}
