@@ -19,9 +19,10 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::Parser;
+use engram_core::Category;
 use engram_core::SpeakerRole;
 use engram_core::conflict;
-use engram_core::episode::{ExtractedFact, SegmentTurn, extractive_episode};
+use engram_core::episode::{SegmentTurn, extractive_episode};
 use engram_core::normalize::normalize_for_fingerprint;
 use engram_core::speaker::split_speaker;
 use serde::Deserialize;
@@ -119,22 +120,31 @@ fn turn(setting: &str, speaker: &str, text: &str, speaker_is_user: bool) -> Segm
     }
 }
 
+/// A fact as consolidation writes it: its text and category.
+type Fact = (String, Category);
+
+/// What consolidation writes from a segment: its episode's established facts, each with its
+/// category (`StructuredSummary::established`, as ingest reads the stored summary).
+fn consolidated(turns: &[SegmentTurn]) -> Vec<Fact> {
+    extractive_episode(turns).structured.established()
+}
+
 /// Whether `fact` was written from `sentence`: its words, without the speaker it is stored
 /// with, are the sentence's or part of them.
-fn from_sentence(fact: &ExtractedFact, sentence: &str) -> bool {
-    let said = split_speaker(&fact.text).map_or(fact.text.as_str(), |(_, said)| said);
+fn from_sentence(fact: &Fact, sentence: &str) -> bool {
+    let said = split_speaker(&fact.0).map_or(fact.0.as_str(), |(_, said)| said);
     let fact_key = normalize_for_fingerprint(said);
     let sentence_key = normalize_for_fingerprint(sentence);
     !fact_key.is_empty() && (sentence_key.contains(&fact_key) || fact_key.contains(&sentence_key))
 }
 
 /// Whom a fact is about: the speaker it is stored with, else the user.
-fn subject_of(fact: &ExtractedFact) -> String {
-    split_speaker(&fact.text).map_or_else(|| "user".to_owned(), |(name, _)| name.to_owned())
+fn subject_of(fact: &Fact) -> String {
+    split_speaker(&fact.0).map_or_else(|| "user".to_owned(), |(name, _)| name.to_owned())
 }
 
 /// The facts consolidation writes from the labelled sentence (after the line before it).
-fn facts_of_item(item: &FactItem, speaker_is_user: bool) -> Vec<ExtractedFact> {
+fn facts_of_item(item: &FactItem, speaker_is_user: bool) -> Vec<Fact> {
     let mut turns = Vec::new();
     if let Some(previous) = &item.previous {
         let (speaker, text) = previous
@@ -148,8 +158,7 @@ fn facts_of_item(item: &FactItem, speaker_is_user: bool) -> Vec<ExtractedFact> {
         &item.text,
         speaker_is_user,
     ));
-    extractive_episode(&turns)
-        .facts
+    consolidated(&turns)
         .into_iter()
         .filter(|fact| from_sentence(fact, &item.text))
         .collect()
@@ -165,18 +174,14 @@ struct Judged<'a> {
 
 fn judge(item: &FactItem, index: usize) -> Judged<'_> {
     let facts = facts_of_item(item, index.is_multiple_of(2));
-    // Where one sentence gave several facts, the one whose category is the label counts.
-    let chosen = facts
-        .iter()
-        .find(|fact| fact.category.as_str() == item.label)
-        .or(facts.first());
+    // Where one sentence gave several facts, the first one written counts (the labelled
+    // sentence has one label).
+    let chosen = facts.first();
     Judged {
         item,
-        predicted: chosen.map_or(NOT_A_FACT.to_owned(), |fact| {
-            fact.category.as_str().to_owned()
-        }),
+        predicted: chosen.map_or(NOT_A_FACT.to_owned(), |fact| fact.1.as_str().to_owned()),
         subject: chosen.map(subject_of),
-        facts: facts.iter().map(|fact| fact.text.clone()).collect(),
+        facts: facts.iter().map(|fact| fact.0.clone()).collect(),
     }
 }
 
@@ -254,19 +259,19 @@ impl FactScores {
 }
 
 /// The facts consolidation writes from one statement said alone.
-fn facts_of_statement(setting: &str, said: &Said) -> Vec<ExtractedFact> {
-    extractive_episode(&[turn(setting, &said.speaker, &said.text, true)]).facts
+fn facts_of_statement(setting: &str, said: &Said) -> Vec<Fact> {
+    consolidated(&[turn(setting, &said.speaker, &said.text, true)])
 }
 
 /// Whether the write path's rule supersedes the older statement's facts with the newer's.
 fn supersedes(pair: &ConflictPair) -> bool {
     let older: Vec<_> = facts_of_statement(&pair.setting, &pair.older)
         .iter()
-        .filter_map(|fact| conflict::subject_value(&fact.text))
+        .filter_map(|fact| conflict::subject_value(&fact.0))
         .collect();
     facts_of_statement(&pair.setting, &pair.newer)
         .iter()
-        .filter_map(|fact| conflict::subject_value(&fact.text))
+        .filter_map(|fact| conflict::subject_value(&fact.0))
         .any(|newer| {
             older
                 .iter()
@@ -324,7 +329,8 @@ fn report(
     text.push_str(
         "## Which sentences become facts, of what kind, about whom\n\n\
          Each labelled sentence is consolidated as a segment of its own, after the line before \
-         it where the set gives one, through the same `extractive_episode` ingest runs; a \
+         it where the set gives one, through the same `extractive_episode` ingest runs, and its \
+         facts read back from the episode's structured summary as consolidation reads them; a \
          named dialog's speaker is sent as the user for half the items and as the assistant for \
          the other half, as the dev dialogs send their two speakers. **kept** is whether a \
          sentence gives any fact (precision: of the sentences kept, how many are facts; recall: \

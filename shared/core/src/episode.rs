@@ -49,7 +49,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::category::{Category, SpeakerRole};
 use crate::commands::{MemoryCommand, parse_command};
-use crate::importance::is_chit_chat;
+use crate::importance::{infer_category, is_chit_chat};
 use crate::metadata;
 use crate::normalize::{is_cjk, normalize_for_fingerprint};
 use crate::speaker::split_speaker;
@@ -67,15 +67,48 @@ pub struct SegmentTurn {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct StructuredSummary {
-    /// Facts, experiences and guidelines the user stated.
+    /// Facts the speakers stated (an LLM's list may hold experiences and guidelines too: their
+    /// category is then inferred from the text).
     pub facts: Vec<String>,
     pub preferences: Vec<String>,
     pub decisions: Vec<String>,
     pub todos: Vec<String>,
     pub goals: Vec<String>,
+    /// What happened to a speaker (summaries stored before these lists existed have none).
+    pub experiences: Vec<String>,
+    /// How the user wants the assistant to behave.
+    pub guidelines: Vec<String>,
     /// The segment's most widely mentioned metadata tags (people, places, products, dates,
     /// keyphrases), lowercased.
     pub entities: Vec<String>,
+}
+
+impl StructuredSummary {
+    /// What the segment established, each with its category, once each, in the order of the
+    /// lists: the facts whose category is not given by their list are inferred from the text.
+    pub fn established(&self) -> Vec<(String, Category)> {
+        let by_kind: [(&Vec<String>, Option<Category>); 7] = [
+            (&self.facts, None),
+            (&self.preferences, Some(Category::Preference)),
+            (&self.experiences, Some(Category::Experience)),
+            (&self.guidelines, Some(Category::Guideline)),
+            (&self.decisions, Some(Category::Decision)),
+            (&self.todos, Some(Category::Todo)),
+            (&self.goals, Some(Category::Goal)),
+        ];
+        let mut established: Vec<(String, Category)> = Vec::new();
+        for (texts, category) in by_kind {
+            for text in texts {
+                let text = text.trim();
+                if text.is_empty() || established.iter().any(|(known, _)| known == text) {
+                    continue;
+                }
+                let category = category.unwrap_or_else(|| infer_category(text));
+                established.push((text.to_owned(), category));
+            }
+        }
+        established
+    }
 }
 
 /// A fact stated in the segment, ready to be written as a semantic memory.
@@ -163,7 +196,9 @@ pub fn extractive_episode(turns: &[SegmentTurn]) -> EpisodeDraft {
             Category::Decision => &mut structured.decisions,
             Category::Todo => &mut structured.todos,
             Category::Goal => &mut structured.goals,
-            Category::Fact | Category::Experience | Category::Guideline => &mut structured.facts,
+            Category::Experience => &mut structured.experiences,
+            Category::Guideline => &mut structured.guidelines,
+            Category::Fact => &mut structured.facts,
         };
         list.push(fact.text.clone());
     }
@@ -704,7 +739,13 @@ fn segment_units(turns: &[SegmentTurn]) -> Vec<Unit<'_>> {
                 let question = is_question(text, &spans);
                 let chit_chat = text.is_empty() || is_chit_chat(text) || PLEASANTRY.is_match(text);
                 // Only the user commands the memory; an assistant quoting "forget that" does not.
-                let command = if by_user { parse_command(text) } else { None };
+                // A named speaker's "remember that" is what they say, not a command: ingest runs
+                // commands of the unnamed user alone.
+                let command = if by_user && speaker.is_none() {
+                    parse_command(text)
+                } else {
+                    None
+                };
                 let states = states_facts && !question && !chit_chat && command.is_none();
                 // Only the user in a chat speaks to the assistant (guidelines are theirs).
                 let to_assistant = by_user && speaker.is_none();

@@ -59,6 +59,16 @@ const NOT_SPEAKERS: &[&str] = &[
     "todo",
     "update",
     "warning",
+    "background",
+    "context",
+    "edit",
+    "error",
+    "example",
+    "input",
+    "output",
+    "result",
+    "source",
+    "status",
     "备注",
     "待办",
     "提醒",
@@ -109,8 +119,31 @@ pub fn split_speaker(text: &str) -> Option<(&str, &str)> {
     let is_heading = NOT_SPEAKERS
         .iter()
         .any(|heading| label.eq_ignore_ascii_case(heading));
-    (words.len() <= MAX_LABEL_WORDS && words.iter().all(|word| is_name_word(word)) && !is_heading)
-        .then_some((label, said))
+    (words.len() <= MAX_LABEL_WORDS
+        && words.iter().all(|word| is_name_word(word))
+        && !is_heading
+        && could_be_a_cjk_name(label))
+    .then_some((label, said))
+}
+
+/// The longest Chinese name taken for a speaker's label, in characters ("欧阳娜娜").
+const MAX_CJK_NAME_CHARS: usize = 4;
+
+/// Whether a label without case (Chinese) could be a name: a short run of characters without
+/// the particles and words of a heading ("我的情况：", "以下是一些建议："). Labels with case pass.
+fn could_be_a_cjk_name(label: &str) -> bool {
+    let cjk = label
+        .chars()
+        .filter(|c| crate::normalize::is_cjk(*c))
+        .count();
+    if cjk == 0 {
+        return true;
+    }
+    const NOT_IN_NAMES: &[char] = &[
+        '的', '是', '了', '在', '和', '与', '或', '如', '下', '些', '以', '情', '况', '我', '你',
+        '他', '她', '们', '这', '那', '有', '个', '说', '问', '答', '请', '注', '意', '建', '议',
+    ];
+    label.chars().count() <= MAX_CJK_NAME_CHARS && !label.chars().any(|c| NOT_IN_NAMES.contains(&c))
 }
 
 /// Whether a batch of entries reads as a dialog: most of them (80 %) begin with a speaker label,
@@ -233,6 +266,10 @@ mod tests {
             ("Maria:", None),
             ("The plan for the launch party is: cake", None),
             ("I prefer dark mode", None),
+            ("Context: I'm vegan and cooking for six.", None),
+            ("林悦：我今年一定要学会游泳。", Some("林悦")),
+            ("我的情况：我有两个孩子，住在上海。", None),
+            ("以下是一些建议：先休息。", None),
         ] {
             assert_eq!(speaker_label(text), label, "{text}");
         }

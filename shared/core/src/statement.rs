@@ -66,32 +66,38 @@ static PASSING: LazyLock<RegexSet> = LazyLock::new(|| {
 /// How the user wants the assistant to behave; said by the user in a chat only.
 static GUIDELINE: LazyLock<RegexSet> = LazyLock::new(|| {
     set(&[
-        r"(?i)^(?:please\s+)?(?:always|never|don'?t|do\s+not|avoid|stop)\s+(?:ever\s+)?(?:use|give|write|call|send|suggest|mention|tell|answer|reply|respond|add|include|start|ask|recommend|jump|lecture|sugar|be)\b",
+        // "Always/never/don't …" a way of answering (not "don't tell anyone", "don't worry").
+        r"(?i)^(?:please\s+)?(?:always|never|don'?t|do\s+not|avoid|stop)\s+(?:ever\s+)?(?:use|using|give|write|call|suggest|recommend|answer|reply|respond|add|include|start|lecture|sugar-?coat|jump|assume|round|translate)\b",
         r"(?i)^(?:please\s+)?call\s+me\b",
-        r"(?i)^(?:please\s+)?(?:use|write|keep|give|answer|reply|respond|speak|talk|explain|format|put|show|be|address|spell|quote|list|convert)\s+(?:\w+\s+){0,6}?(?:in|with|to|for|about|first|short|brief|blunt|concise|formal|casual|simple|spelling|units|euros|dollars|pounds|metric|imperial|english|chinese|spanish|french|german|me|my)\b",
+        // A format the user reads best: units, currency, spelling, language, tone, length.
+        r"(?i)^(?:please\s+)?(?:use|write|keep|give|answer|reply|respond|speak|talk|format|put|show|spell|quote|list)\b.{0,50}\b(?:units|metric|imperial|celsius|fahrenheit|euros?|dollars?|pounds|sterling|rmb|yuan|spelling|british|american|english|chinese|mandarin|spanish|french|german|bullet\s+points|tables?|emojis?|formal|informal|casual|brief|short|concise|plain\s+(?:text|english|language)|24-hour)\b",
+        r"(?i)^(?:please\s+)?be\s+(?:blunt|honest|brief|concise|direct|gentle|strict|harsh|straight)\s+(?:with|about)\s+(?:me|my)\b",
+        r"(?i)\b(?:in\s+(?:anything|everything|all)\s+(?:you|that\s+you)|every\s+time\s+you|whenever\s+you)\b",
+        // A standing condition: "if I ask about money, give me the numbers first".
         r"(?i)^(?:if|when|whenever)\s+i\b.{3,60}?,\s*(?:please\s+)?(?:just\s+)?(?:give|use|answer|reply|tell|show|listen|be|don'?t|do|write|keep|start|put|remind|skip|stick)\b",
         r"(?i)\b(?:from\s+now\s+on|going\s+forward|in\s+(?:all\s+)?future\s+(?:answers|replies))\b",
-        r"(?:叫我|称呼我|的时候(?:都|就|请)?(?:用|别|不要|给我|只)|^(?:请)?(?:以后|每次|之后)?(?:都)?(?:用|别|不要)|以后(?:请|回答|都))",
+        r"(?:^(?:请)?(?:以后|之后)?(?:都)?(?:叫我|称呼我)|的时候(?:都|就|请)用|的时候(?:都|就|请)?(?:别|不要|给我|只)|^(?:请)?(?:以后|每次|之后)(?:都)?(?:用|别|不要|给我)|以后(?:请|回答|都))",
     ])
 });
 
 /// A one-off request ("use this one instead", "don't mention it") is not a standing rule.
-static ONE_OFF: LazyLock<Regex> =
-    LazyLock::new(|| regex(r"(?i)\b(?:this|that|it|these|those|now|today|instead)\b"));
+static ONE_OFF: LazyLock<Regex> = LazyLock::new(|| {
+    regex(r"(?i)\b(?:this|that|it|these|those|now|today|instead)\b|这个|那个|这次|这篇|现在|先")
+});
 
 static DECISION: LazyLock<RegexSet> = LazyLock::new(|| {
     set(&[
         r"(?i)\b(?:i|we)(?:'ve|\s+have)?\s+(?:finally\s+|just\s+|already\s+)?(?:decided|made\s+up\s+(?:my|our)\s+minds?|settled\s+on|opted\s+for|chose|went\s+with)\b",
-        r"(?i)\b(?:i|we)\s+(?:finally\s+)?booked\b.{1,60}\binstead\s+of\b",
-        r"(?i)\b(?:i'?m|we'?re|i\s+am|we\s+are)\s+(?:going\s+with|switching\b|not\s+having\b|taking\s+the\s+(?:job|offer|role|position|team\s+lead|flat|house)|going\s+ahead\s+with)",
+        r"(?i)\b(?:i|we)\s+(?:finally\s+)?(?:booked|bought|picked|chose|went\s+for|took)\b.{1,60}\binstead\s+of\b",
+        r"(?i)\b(?:i'?m|we'?re|i\s+am|we\s+are)\s+(?:going\s+with|switching\s+(?:\w+\s+){0,3}(?:to|from)\b|not\s+having\s+a\b|taking\s+the\s+(?:job|offer|role|position)|going\s+ahead\s+with)",
         r"(?i)\b(?:we|i)\s+(?:agreed|committed)\s+to\b",
-        r"(?:决定|定了|定的|选了|就用|不办了|还是选|拍板)",
+        r"(?:决定|定下来|拍板|选定|最后定了|就定了|选了|还是选)",
     ])
 });
 
 static TODO: LazyLock<RegexSet> = LazyLock::new(|| {
     set(&[
-        r"(?i)\b(?:i|we)\s+(?:still\s+|really\s+|definitely\s+)?(?:need|have|must)\s+to\b",
+        r"(?i)\b(?:i|we)\s+(?:still\s+|really\s+|definitely\s+)?(?:need|have|must)\s+to\s+(?:book|call|pay|file|send|finish|submit|renew|cancel|buy|pick|get|fix|print|write|email|ring|see|visit|sort|prepare|pack|return|sign|apply|register|collect|clean|move|check|update|order|change|take|bring|make|go|do|start|schedule|reply|meet|contact|deliver|practi[cs]e|study|read)\b",
         r"(?i)\bi'?ve\s+got\s+to\b|\bi\s+gotta\b",
         r"(?i)\bi\s+(?:should|must)\b.{0,60}\b(?:before|by|until|tomorrow|today|tonight|this\s+week|next\s+week|on\s+the\s+\d)",
         r"(?i)\b(?:tomorrow|tonight|first\s+thing|this\s+(?:weekend|week|evening|afternoon)|on\s+(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday))\b.{0,40}\b(?:i'?m|we'?re)\s+\w+ing\b",
@@ -104,7 +110,7 @@ static TODO: LazyLock<RegexSet> = LazyLock::new(|| {
 static GOAL: LazyLock<RegexSet> = LazyLock::new(|| {
     set(&[
         r"(?i)\b(?:the|my|our)\s+(?:goal|aim|target|dream|ambition)\s+(?:is|was)\s+to\b",
-        r"(?i)\bi'?m\s+(?:determined|hoping|aiming|working\s+towards?|saving\s+(?:up\s+)?for|training\s+for)\b",
+        r"(?i)\bi'?m\s+(?:determined\s+to|hoping\s+to|aiming\s+(?:to|for)|working\s+towards?|saving\s+(?:up\s+)?for|training\s+for)\b",
         r"(?i)\bi\s+(?:really\s+|still\s+|definitely\s+)?(?:want|hope|plan|intend|aim)\s+to\s+(?:learn|get|be|become|run|finish|start|save|lose|build|move|buy|visit|write|climb|pass|improve|speak|play|travel|retire|open|launch|read|cook)\b",
         r"(?i)\b(?:long\s+term|eventually|in\s+the\s+long\s+run|within\s+(?:a|two|three|five)\s+years?)\b.{0,20}\bi'?d\s+(?:like|love)\s+to\b",
         r"(?:目标是|一定要(?:学会|考|做到|拿到|减)|争取|我的梦想|希望(?:能|今年|明年)|打算(?:今年|明年))",
@@ -123,14 +129,14 @@ static STATE_CHANGE: LazyLock<RegexSet> = LazyLock::new(|| {
 /// Something that happened to the speaker, dated or marked as done once.
 static EXPERIENCE_EVENT: LazyLock<Regex> = LazyLock::new(|| {
     regex(
-        r"(?i)\b(?:i|we)\s+(?:finally\s+|once\s+|actually\s+|also\s+)?(?:passed|broke|tried|led|spent|saw|won|came\s+off|finished|had\s+(?:my|a|an|our)\b|got\s+(?:stuck|lost|promoted|fired|laid\s+off|bitten|stung)|did\s+(?:a|an|my|our)\b|ran\s+(?:my|a|the|our)\b|built|climbed|visited|went|travell?ed|flew|drove|hiked|cycled|swam|wrote|published|graduated|survived|hurt|met|toured|completed|learned|learnt|crashed|fell|lived|worked|studied|grew\s+up|used\s+to|performed|played|organi[sz]ed|presented|received)\b",
+        r"(?i)\b(?:i|we)\s+(?:finally\s+|once\s+|actually\s+|also\s+)?(?:passed|broke|tried|led|spent|saw|won|came\s+off|finished|had\s+(?:my|our)\b|got\s+(?:stuck|lost|promoted|fired|laid\s+off|bitten|stung)|did\s+(?:a|an|my|our)\b|ran\s+(?:my|a|the|our)\b|built|climbed|visited|went|travell?ed|flew|drove|hiked|cycled|swam|wrote|published|graduated|survived|hurt|met|toured|completed|learned|learnt|crashed|fell|lived|worked|studied|grew\s+up|used\s+to|performed|played|organi[sz]ed|presented|received)\b",
     )
 });
 
 /// When the event was: a date, "last …", "… ago", "once", "first", "finally".
 static EXPERIENCE_TIME: LazyLock<Regex> = LazyLock::new(|| {
     regex(
-        r"(?i)\b(?:last|ago|yesterday|once|first|finally|back\s+in|when\s+i\s+was|as\s+a\s+(?:kid|child|teenager)|in\s+(?:19|20)\d\d|(?:19|20)\d\d|in\s+(?:january|february|march|april|may|june|july|august|september|october|november|december|spring|summer|autumn|fall|winter)|over\s+the\s+(?:winter|summer|weekend|holidays)|this\s+(?:morning|year|spring|summer)|on\s+(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)|previous|former|at\s+my\s+(?:last|old|previous))\b",
+        r"(?i)\b(?:last|ago|yesterday|once|first|finally|back\s+in|when\s+i\s+was|as\s+a\s+(?:kid|child|teenager)|in\s+(?:19|20)\d\d|(?:19|20)\d\d|in\s+(?:january|february|march|april|may|june|july|august|september|october|november|december|spring|summer|autumn|fall|winter)|over\s+the\s+(?:winter|summer|weekend|holidays)|this\s+(?:year|spring|summer)|on\s+(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)|previous|former|at\s+my\s+(?:last|old|previous))\b",
     )
 });
 
@@ -157,16 +163,15 @@ static PREFERENCE: LazyLock<RegexSet> = LazyLock::new(|| {
 /// Who the speaker is and what they have: health, family, home, work, belongings.
 static PERSONAL: LazyLock<RegexSet> = LazyLock::new(|| {
     set(&[
-        r"(?i)\bi'?m\s+(?:(?:left|right)-handed|colou?r-?blind|diabetic|deaf|dyslexic|autistic|self-employed|freelance|freelancing|vegetarian|vegan|pescatarian|teetotal|an?\s+only\s+child|on\s+\d+\s*mg|on\s+(?:the\s+)?(?:night|day|early|late)\s+(?:rota|shift)|still\s+on\s+the)\b",
+        r"(?i)\bi'?m\s+(?:(?:left|right)-handed|colou?r-?blind|diabetic|deaf|dyslexic|autistic|self-employed|freelance|freelancing|vegetarian|vegan|pescatarian|teetotal|an?\s+only\s+child|on\s+\d+\s*mg|on\s+(?:the\s+)?(?:night|day|early|late)\s+(?:rota|shift))\b",
         r"(?i)\bi\s+(?:have|'ve\s+got|have\s+got|got)\s+(?:type\s+\d|asthma|diabetes|coeliac|celiac|adhd|arthritis|epilepsy|migraines|eczema|a\s+(?:mild|bad|chronic|severe)\b|(?:a|one|two|three|four|five|\d+)\s+(?:\w+\s+){0,2}(?:kids?|children|sons?|daughters?|brothers?|sisters?|dogs?|cats?|apprentices|grandchildren|employees|flatmates|roommates))",
         r"(?i)^(?:my|our)\s+(?:wife|husband|partner|son|daughter|kids|children|mum|mom|dad|mother|father|parents|brother|sister|dog|cat|landlord|flat|house|mortgage|rent|car|laptop|boss|manager|job|office|team|doctor|gp)\b(?:'s|\s+\p{Lu}\p{L}+|\s+(?:is|are|was|works|lives|turns|has))",
         r"(?i)\b(?:we|i)\s+(?:rent|own|live|have\s+lived)\b",
         r"(?i)\bi\s+work\s+(?:\w+\s+){0,2}(?:days|nights|shifts|part-time|full-time|remotely|from\s+home|weekends)\b",
-        r"(?i)\b(?:we'?re|i'?m)\s+on\s+a\s+\w+",
-        r"(?i)\bit'?s\s+for\s+my\b|\bthat'?s\s+my\s+(?:address|number|email|phone|postcode|birthday)\b",
+        r"(?i)\b(?:we'?re|i'?m)\s+on\s+an?\s+(?:\w+\s+){0,2}(?:tariff|contract|visa|diet|plan|mortgage|lease|rate)\b",
+        r"(?i)\bthat'?s\s+my\s+(?:address|number|email|phone|postcode|birthday)\b",
         r"(?i)\bi\s+(?:don'?t|do\s+not|no\s+longer)\s+(?:eat|drink|smoke)\b|\b(?:eat|drink|smoke)\s+(?:meat|alcohol)?\s*any\s*more\b",
-        r"(?i)\b(?:the\s+)?\w+\s+i\s+use\s+for\s+work\s+is\b",
-        r"(?:我(?:老公|老婆|爸|妈|爸爸|妈妈|儿子|女儿|孩子|男朋友|女朋友|先生|太太|对象)(?:是|在)|我在.{1,20}?(?:当|做)|我有.{0,6}(?:病|症|突出|过敏|高血压|糖尿病|哮喘)|(?:血压|血脂|血糖).{0,4}(?:高|低)|我.{0,4}(?:手机号|电话|邮箱|地址)是|^对，就是那个)",
+        r"(?:我(?:老公|老婆|爸|妈|爸爸|妈妈|儿子|女儿|孩子|男朋友|女朋友|先生|太太|对象)(?:是|在)|我在.{1,20}?(?:公司|医院|学校|银行|工厂|机构|单位|大学)(?:当|做)|我有.{0,6}(?:病|症|过敏|高血压|糖尿病|哮喘)|(?:血压|血脂|血糖).{0,4}(?:高|低)|我.{0,4}(?:手机号|电话|邮箱|地址)是)",
     ])
 });
 

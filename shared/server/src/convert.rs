@@ -175,6 +175,8 @@ pub fn structured_summary_to_proto(stored: &serde_json::Value) -> v1::Structured
         todos: list("todos"),
         goals: list("goals"),
         entities: list("entities"),
+        experiences: list("experiences"),
+        guidelines: list("guidelines"),
     }
 }
 

@@ -12,7 +12,7 @@
 
 use chrono::{Duration, Utc};
 use engram_core::episode::StructuredSummary;
-use engram_core::{Category, ConversationId, MemoryKind, MemoryText, Scope, importance, metadata};
+use engram_core::{ConversationId, MemoryKind, MemoryText, Scope, metadata};
 use engram_store::retrieval::{self, Bm25, SearchFilter};
 use engram_store::{memories, segments, write_path};
 use uuid::Uuid;
@@ -33,30 +33,6 @@ const MAX_CONFLICT_CANDIDATES: usize = 16;
 const CONFLICT_BM25: Bm25 = Bm25 { k1: 1.2, b: 0.75 };
 /// Episodes one sweep consolidates, at most.
 const LEFTOVERS_PER_SWEEP: i64 = 50;
-
-/// The facts of a structured summary, with their categories.
-pub fn facts_of(summary: &StructuredSummary) -> Vec<(String, Category)> {
-    let by_kind: [(&Vec<String>, Option<Category>); 5] = [
-        (&summary.facts, None),
-        (&summary.preferences, Some(Category::Preference)),
-        (&summary.decisions, Some(Category::Decision)),
-        (&summary.todos, Some(Category::Todo)),
-        (&summary.goals, Some(Category::Goal)),
-    ];
-    let mut facts = Vec::new();
-    for (texts, category) in by_kind {
-        for text in texts {
-            let text = text.trim();
-            if text.is_empty() || facts.iter().any(|(known, _)| known == text) {
-                continue;
-            }
-            // A plain fact may still be an experience or a guideline.
-            let category = category.unwrap_or_else(|| importance::infer_category(text));
-            facts.push((text.to_owned(), category));
-        }
-    }
-    facts
-}
 
 impl Segmenter {
     /// Writes the facts of an episode and marks it consolidated; returns how many facts were
@@ -83,7 +59,7 @@ impl Segmenter {
         let max_chars = self.writer.settings.max_text_chars;
         let mut written = 0;
         let mut created: Vec<(Uuid, String)> = Vec::new();
-        for (text, category) in facts_of(&summary) {
+        for (text, category) in summary.established() {
             let Ok(text) = MemoryText::parse("fact", &text, max_chars) else {
                 continue;
             };
@@ -231,6 +207,8 @@ impl Segmenter {
 
 #[cfg(test)]
 mod tests {
+    use engram_core::Category;
+
     use super::*;
 
     #[test]
@@ -242,8 +220,9 @@ mod tests {
             todos: vec!["Send the invoice to Dana".into()],
             goals: vec!["Run a marathon in spring".into()],
             entities: vec!["Dana".into()],
+            ..StructuredSummary::default()
         };
-        let facts = facts_of(&summary);
+        let facts = summary.established();
         let categories: Vec<Category> = facts.iter().map(|(_, c)| *c).collect();
         assert_eq!(
             categories,

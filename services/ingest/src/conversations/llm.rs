@@ -182,16 +182,35 @@ fn episode_of(answer: Answer, max_text_chars: usize) -> Result<(LlmEpisode, Clea
         decisions,
         todos,
         goals,
+        experiences,
+        guidelines,
         entities,
     } = established;
     let mut facts_dropped = 0;
-    let mut lists = [facts, preferences, decisions, todos, goals].map(|list| {
+    let mut lists = [
+        facts,
+        preferences,
+        decisions,
+        todos,
+        goals,
+        experiences,
+        guidelines,
+    ]
+    .map(|list| {
         let (kept, dropped) = cleaned_facts(list, max_text_chars);
         facts_dropped += dropped;
         kept
     });
     facts_dropped += keep_in_turn(&mut lists, MAX_FACTS_PER_SEGMENT);
-    let [facts, preferences, decisions, todos, goals] = lists;
+    let [
+        facts,
+        preferences,
+        decisions,
+        todos,
+        goals,
+        experiences,
+        guidelines,
+    ] = lists;
     let (entities, entities_dropped) = cleaned_entities(entities);
     Ok((
         LlmEpisode {
@@ -204,6 +223,8 @@ fn episode_of(answer: Answer, max_text_chars: usize) -> Result<(LlmEpisode, Clea
                 decisions,
                 todos,
                 goals,
+                experiences,
+                guidelines,
                 entities,
             },
             usage: TokenUsage::default(),

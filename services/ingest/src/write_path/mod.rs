@@ -327,6 +327,9 @@ pub(crate) fn decide<'a>(command: &RememberCommand, context: &'a WriteContext) -
         return Decision::Skip(Skipped::Tombstone { expires_at });
     }
     match &context.near_duplicate {
+        // "Nate: I love hiking." and "Joanna: I love hiking." are near in SimHash but about two
+        // people: never merged.
+        Some(existing) if !same_speaker(&existing.text, command.text.as_str()) => Decision::Create,
         Some(existing)
             if command
                 .source_episode
@@ -336,6 +339,16 @@ pub(crate) fn decide<'a>(command: &RememberCommand, context: &'a WriteContext) -
         }
         Some(existing) => Decision::Merge(existing),
         None => Decision::Create,
+    }
+}
+
+/// Whether two facts are said by the same speaker: both by the same named one ("Nate: …"), or
+/// neither names one.
+fn same_speaker(one: &str, other: &str) -> bool {
+    use engram_core::speaker::speaker_label;
+    match (speaker_label(one), speaker_label(other)) {
+        (Some(one), Some(other)) => one.eq_ignore_ascii_case(other),
+        (one, other) => one.is_none() && other.is_none(),
     }
 }
 
@@ -471,6 +484,17 @@ pub(crate) fn merge_audit_detail(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn facts_of_two_named_speakers_are_never_the_same_speaker() {
+        assert!(same_speaker("Nate: I love hiking.", "NATE: I love hiking!"));
+        assert!(same_speaker("I love hiking.", "I really love hiking."));
+        assert!(!same_speaker(
+            "Nate: I love hiking.",
+            "Joanna: I love hiking."
+        ));
+        assert!(!same_speaker("Nate: I love hiking.", "I love hiking."));
+    }
 
     #[test]
     fn labels_merge_without_duplicates_up_to_the_limit() {

@@ -53,7 +53,10 @@ found AS (
     FROM (SELECT conversation_id, turn_index, score AS word_score, NULL::float8 AS vector_score
           FROM word_hits
           UNION ALL
-          SELECT conversation_id, turn_index, NULL::float8, score FROM vector_hits) AS either
+          -- A NaN cosine (a turn whose vector is zero: "!!!") ranks nothing, nor brings its
+          -- neighbours.
+          SELECT conversation_id, turn_index, NULL::float8, score FROM vector_hits
+          WHERE score <> 'NaN'::float8) AS either
     GROUP BY conversation_id, turn_index),
 -- The conversations of the turns found that may be read (not incognito now), each read once.
 readable AS MATERIALIZED (
