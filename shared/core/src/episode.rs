@@ -78,6 +78,9 @@ pub struct StructuredSummary {
     pub experiences: Vec<String>,
     /// How the user wants the assistant to behave.
     pub guidelines: Vec<String>,
+    /// Whether `facts` holds plain facts alone, experiences and guidelines in their own lists
+    /// (the local rules' summaries); an LLM's `facts` may mix them, so their kind is inferred.
+    pub facts_are_plain: bool,
     /// The segment's most widely mentioned metadata tags (people, places, products, dates,
     /// keyphrases), lowercased.
     pub entities: Vec<String>,
@@ -87,8 +90,9 @@ impl StructuredSummary {
     /// What the segment established, each with its category, once each, in the order of the
     /// lists: the facts whose category is not given by their list are inferred from the text.
     pub fn established(&self) -> Vec<(String, Category)> {
+        let plain = self.facts_are_plain.then_some(Category::Fact);
         let by_kind: [(&Vec<String>, Option<Category>); 7] = [
-            (&self.facts, None),
+            (&self.facts, plain),
             (&self.preferences, Some(Category::Preference)),
             (&self.experiences, Some(Category::Experience)),
             (&self.guidelines, Some(Category::Guideline)),
@@ -188,6 +192,7 @@ pub fn extractive_episode(turns: &[SegmentTurn]) -> EpisodeDraft {
 
     let mut structured = StructuredSummary {
         entities: tags.entities,
+        facts_are_plain: true,
         ..StructuredSummary::default()
     };
     for fact in &facts {
@@ -906,6 +911,7 @@ static COURTESY_PREFIX: LazyLock<Regex> = LazyLock::new(|| {
         r"(?ix)^(?:
             (?:hi|hello|hey|hiya|ok|okay|oh|well|so|thanks|thank\s+you|thx|great|cool|nice|sure
                |yes|yeah|yep|alright|all\s+right|perfect|awesome|got\s+it
+               |by\s+the\s+way|btw|anyway|actually|honestly|ha|haha|wow|oh\s+wow
                |good\s+(?:morning|afternoon|evening))
             (?:\s+(?:there|again|so\s+much|a\s+lot|then))?
             \s*[,!.~:;—–-]+\s*
@@ -1698,6 +1704,14 @@ mod tests {
         }
     }
 
+    /// What the local rules store for a segment that established nothing.
+    fn local_empty_summary() -> StructuredSummary {
+        StructuredSummary {
+            facts_are_plain: true,
+            ..StructuredSummary::default()
+        }
+    }
+
     fn fact_texts(facts: &[ExtractedFact]) -> Vec<&str> {
         facts.iter().map(|fact| fact.text.as_str()).collect()
     }
@@ -2218,7 +2232,7 @@ mod tests {
         assert_eq!(draft.title, "Hi");
         assert_eq!(draft.summary, "hi thanks!");
         assert!(draft.facts.is_empty());
-        assert_eq!(draft.structured, StructuredSummary::default());
+        assert_eq!(draft.structured, local_empty_summary());
 
         let draft = extractive_episode(&[user("你好"), user("谢谢！"), assistant("不客气")]);
         assert_eq!(draft.title, "你好");
@@ -2236,7 +2250,7 @@ mod tests {
             assert_eq!(draft.title, UNTITLED);
             assert_eq!(draft.summary, "");
             assert!(draft.facts.is_empty());
-            assert_eq!(draft.structured, StructuredSummary::default());
+            assert_eq!(draft.structured, local_empty_summary());
         }
     }
 
@@ -2390,5 +2404,33 @@ mod tests {
                 prop_assert!(text.contains(sentence));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod established_tests {
+    use super::*;
+
+    #[test]
+    fn a_named_speakers_move_stays_a_fact_of_theirs_through_the_stored_summary() {
+        let turns = [
+            SegmentTurn {
+                role: SpeakerRole::User,
+                content: "Maya: Did you find a flat yet?".into(),
+            },
+            SegmentTurn {
+                role: SpeakerRole::Assistant,
+                content: "Theo: By the way, I moved to Lisbon last month.".into(),
+            },
+        ];
+        let stored = serde_json::to_value(extractive_episode(&turns).structured).unwrap();
+        let summary: StructuredSummary = serde_json::from_value(stored).unwrap();
+        assert_eq!(
+            summary.established(),
+            [(
+                "Theo: I moved to Lisbon last month.".to_owned(),
+                Category::Fact
+            )]
+        );
     }
 }

@@ -185,6 +185,7 @@ fn episode_of(answer: Answer, max_text_chars: usize) -> Result<(LlmEpisode, Clea
         experiences,
         guidelines,
         entities,
+        facts_are_plain: _,
     } = established;
     let mut facts_dropped = 0;
     let mut lists = [
@@ -226,6 +227,8 @@ fn episode_of(answer: Answer, max_text_chars: usize) -> Result<(LlmEpisode, Clea
                 experiences,
                 guidelines,
                 entities,
+                // The LLM's facts may be experiences or guidelines: their kind is inferred.
+                facts_are_plain: false,
             },
             usage: TokenUsage::default(),
         },
