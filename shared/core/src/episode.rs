@@ -693,10 +693,16 @@ struct Unit<'a> {
     words: usize,
     cjk_chars: usize,
     question: bool,
-    /// What a user statement states (questions, chit-chat and commands state nothing).
+    /// What a user statement signals to the summary (questions, chit-chat and commands state
+    /// nothing): the importance rules' category.
     category: Option<Category>,
     /// A user statement of a personal fact ("my X is Y", "I live in").
     personal: bool,
+    /// The kind of lasting statement its speaker makes about themselves, if it is a fact
+    /// ([`statement_kind`]).
+    fact_kind: Option<Category>,
+    /// The first sentence of its turn (the summary names a named speaker there).
+    first_in_turn: bool,
     /// Worth summarising: not chit-chat, no control command, no short question, no assistant
     /// question, and it has a content term.
     eligible: bool,
@@ -735,6 +741,7 @@ fn segment_units(turns: &[SegmentTurn]) -> Vec<Unit<'_>> {
         // In a dialog of named people, each states facts about themselves, whichever role the
         // client sent them as; in a chat, only the user does.
         let states_facts = by_user || speaker.is_some();
+        let mut first_in_turn = true;
         for region in prose_regions(content) {
             for sentence in sentences(region) {
                 let text = without_courtesy_prefix(sentence);
@@ -751,15 +758,17 @@ fn segment_units(turns: &[SegmentTurn]) -> Vec<Unit<'_>> {
                 } else {
                     None
                 };
-                let states = states_facts && !question && !chit_chat && command.is_none();
+                let states = !question && !chit_chat && command.is_none();
                 // Only the user in a chat speaks to the assistant (guidelines are theirs).
                 let to_assistant = by_user && speaker.is_none();
-                let category = if states {
+                let fact_kind = if states && states_facts {
                     statement_kind(text, to_assistant)
                 } else {
                     None
                 };
-                let personal = category == Some(Category::Fact);
+                // The summary weighs the user's statements by the importance rules' signals.
+                let category = (states && by_user).then(|| summary_signal(text));
+                let personal = states && by_user && states_personal_fact(text);
                 let short_question =
                     question && words * 2 + cjk_chars < MIN_SUMMARY_QUESTION_WORDS * 2;
                 let control_command = command
@@ -788,9 +797,12 @@ fn segment_units(turns: &[SegmentTurn]) -> Vec<Unit<'_>> {
                     question,
                     category,
                     personal,
+                    fact_kind,
+                    first_in_turn,
                     eligible,
                     opening,
                 });
+                first_in_turn = false;
             }
         }
     }
@@ -861,6 +873,23 @@ static CHINESE_DATED_PLAN: LazyLock<Regex> = LazyLock::new(|| {
     )
     .expect("valid dated plan regex")
 });
+
+/// What a user's sentence signals to the summary: the importance rules' category, with Chinese
+/// wishes as goals, Chinese dated plans as todos and "always/never …" instructions as guidelines.
+fn summary_signal(text: &str) -> Category {
+    match infer_category(text) {
+        Category::Fact if CHINESE_WISH.is_match(text) => Category::Goal,
+        Category::Fact if CHINESE_DATED_PLAN.is_match(text) => Category::Todo,
+        Category::Fact
+            if STANDING_INSTRUCTION
+                .captures(text)
+                .is_some_and(|captures| !captures[1].eq_ignore_ascii_case("mind")) =>
+        {
+            Category::Guideline
+        }
+        category => category,
+    }
+}
 
 /// What lasting statement a sentence makes about its speaker ([`lasting_statement`]), else
 /// what the local rules add: Chinese wishes (goals) and dated plans (todos), "always/never …"
@@ -1157,6 +1186,16 @@ fn join_sentences<'a>(sentences: impl Iterator<Item = &'a str>) -> String {
 /// A sentence as the summary shows it: inline Markdown markers gone, ending in punctuation so
 /// that joined sentences stay readable (a question without its mark gets one).
 fn summary_sentence(unit: &Unit<'_>) -> String {
+    let sentence = summary_words(unit);
+    match unit.speaker {
+        // A named speaker's turn opens with their name, as it was said.
+        Some(name) if unit.first_in_turn => format!("{name}: {sentence}"),
+        _ => sentence,
+    }
+}
+
+/// The sentence's words as the summary shows them (see [`summary_sentence`]).
+fn summary_words(unit: &Unit<'_>) -> String {
     let cleaned = unit
         .text
         .replace("**", "")
@@ -1650,11 +1689,11 @@ fn facts_of(units: &[Unit<'_>]) -> Vec<ExtractedFact> {
         } else {
             unit.words < 3
         };
-        // `category` is set for user statements only: no questions, chit-chat or commands.
-        let Some(category) = unit.category else {
+        // Statements only: no questions, chit-chat or commands; a chat's assistant states none.
+        let Some(category) = unit.fact_kind else {
             continue;
         };
-        if too_short || unit.terms.is_empty() || !unit.signal() {
+        if too_short || unit.terms.is_empty() {
             continue;
         }
         // Whom it is about: a named speaker's fact says so; a chat's are the user's.

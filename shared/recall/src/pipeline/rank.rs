@@ -146,9 +146,15 @@ impl SectionsToRank {
         let mut sections = Vec::with_capacity(kinds.len());
         let mut line_groups = Vec::new();
         let mut episode_candidates = HashMap::new();
+        let found_turns = TurnTexts::of(&turns);
         for (candidates, kind) in evidence.into_iter().zip(kinds) {
-            let scored = score_section(candidates, &context);
+            let mut scored = score_section(candidates, &context);
             if *kind == MemoryKind::Semantic {
+                // A named speaker's fact that consolidation copied from a turn the turn legs
+                // found competes as that line, with its speaker, episode and date: not twice
+                // for the same budget. What the user saved or pinned stays, and so does a chat's
+                // fact (its validity, superseded or not, is what the line cannot say).
+                scored.retain(|(_, _, candidate)| !found_turns.copy_of(&candidate.record));
                 sections.push(select(
                     scored,
                     request.semantic_limit,
@@ -334,4 +340,44 @@ fn select(mut scored: Vec<Scored>, limit: usize, mmr_lambda: f64) -> Vec<RankedM
             })
         })
         .collect()
+}
+
+/// The words of the stored turns the turn legs found, to tell a fact copied from one of them.
+struct TurnTexts(Vec<String>);
+
+impl TurnTexts {
+    fn of(turns: &FoundTurns) -> Self {
+        Self(
+            turns
+                .stored
+                .iter()
+                .map(|turn| format!(" {} ", words(&turn.content)))
+                .collect(),
+        )
+    }
+
+    /// Whether `fact` is a named speaker's fact consolidation copied from one of the turns
+    /// word for word (neither saved nor pinned by the user).
+    fn copy_of(&self, fact: &MemoryRecord) -> bool {
+        if fact.manually_saved || fact.pinned || fact.source_episode_ids.is_empty() {
+            return false;
+        }
+        let Some((_, said)) = engram_core::speaker::split_speaker(&fact.text) else {
+            return false;
+        };
+        let said = words(said);
+        !said.is_empty() && {
+            let said = format!(" {said} ");
+            self.0.iter().any(|turn| turn.contains(&said))
+        }
+    }
+}
+
+/// A text's words, lowercased, joined by single spaces (punctuation aside).
+fn words(text: &str) -> String {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|word| !word.is_empty())
+        .map(str::to_lowercase)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
