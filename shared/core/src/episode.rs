@@ -167,6 +167,9 @@ const MIN_PHRASE_OCCURRENCES: f64 = 2.0;
 const MIN_SUMMARY_QUESTION_WORDS: usize = 5;
 /// A Chinese title is a clause of at most this many characters.
 const MAX_CJK_TITLE_CHARS: usize = 20;
+/// The longest sentence (in bytes: 1,000 characters of English, about 330 of Chinese) that may
+/// be a fact.
+const MAX_STATEMENT_BYTES: usize = 1_000;
 /// The share of a segment's turns that must carry a person's label for its speakers to be
 /// named, when two or more people speak.
 const NAMED_TURNS_SHARE: f64 = 0.8;
@@ -761,7 +764,10 @@ fn segment_units(turns: &[SegmentTurn]) -> Vec<Unit<'_>> {
                 let states = !question && !chit_chat && command.is_none();
                 // Only the user in a chat speaks to the assistant (guidelines are theirs).
                 let to_assistant = by_user && speaker.is_none();
-                let fact_kind = if states && states_facts {
+                // A fact is a sentence; a "sentence" longer than a paragraph (a pasted text, a
+                // blob no punctuation splits) states nothing to keep, and the statement rules
+                // are not run over it (their cost grows with its length).
+                let fact_kind = if states && states_facts && text.len() <= MAX_STATEMENT_BYTES {
                     statement_kind(text, to_assistant)
                 } else {
                     None
@@ -2471,5 +2477,20 @@ mod established_tests {
                 Category::Fact
             )]
         );
+    }
+}
+
+#[cfg(test)]
+mod long_sentence_tests {
+    use super::*;
+
+    #[test]
+    fn a_sentence_longer_than_a_paragraph_is_no_fact() {
+        let blob = format!("I love {}", "long pasted words ".repeat(80));
+        let turns = [SegmentTurn {
+            role: SpeakerRole::User,
+            content: blob,
+        }];
+        assert!(extractive_episode(&turns).facts.is_empty());
     }
 }
