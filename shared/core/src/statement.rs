@@ -95,7 +95,7 @@ static DECISION: LazyLock<RegexSet> = LazyLock::new(|| {
     ])
 });
 
-static TODO: LazyLock<RegexSet> = LazyLock::new(|| {
+static TASK: LazyLock<RegexSet> = LazyLock::new(|| {
     set(&[
         r"(?i)\b(?:i|we)\s+(?:still\s+|really\s+|definitely\s+)?(?:need|have|must)\s+to\s+(?:book|call|pay|file|send|finish|submit|renew|cancel|buy|pick|get|fix|print|write|email|ring|see|visit|sort|prepare|pack|return|sign|apply|register|collect|clean|move|check|update|order|change|take|bring|make|go|do|start|schedule|reply|meet|contact|deliver|practi[cs]e|study|read)\b",
         r"(?i)\bi'?ve\s+got\s+to\b|\bi\s+gotta\b",
@@ -198,7 +198,7 @@ pub fn lasting_statement(text: &str, to_assistant: bool) -> Option<Category> {
     if GOAL.is_match(text) {
         return Some(Category::Goal);
     }
-    if TODO.is_match(text) {
+    if TASK.is_match(text) {
         return Some(Category::Todo);
     }
     if STATE_CHANGE.is_match(text) {
