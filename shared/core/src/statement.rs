@@ -95,6 +95,7 @@ static DECISION: LazyLock<RegexSet> = LazyLock::new(|| {
     ])
 });
 
+/// A concrete task the speaker means to do (the `todo` kind), with what or when.
 static TASK: LazyLock<RegexSet> = LazyLock::new(|| {
     set(&[
         r"(?i)\b(?:i|we)\s+(?:still\s+|really\s+|definitely\s+)?(?:need|have|must)\s+to\s+(?:book|call|pay|file|send|finish|submit|renew|cancel|buy|pick|get|fix|print|write|email|ring|see|visit|sort|prepare|pack|return|sign|apply|register|collect|clean|move|check|update|order|change|take|bring|make|go|do|start|schedule|reply|meet|contact|deliver|practi[cs]e|study|read)\b",
