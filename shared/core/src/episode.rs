@@ -880,26 +880,35 @@ static CHINESE_DATED_PLAN: LazyLock<Regex> = LazyLock::new(|| {
     .expect("valid dated plan regex")
 });
 
-/// What a user's sentence signals to the summary: the importance rules' category, with Chinese
-/// wishes as goals, Chinese dated plans as todos and "always/never …" instructions as guidelines.
+/// What the local rules add to the importance rules' kinds: Chinese wishes (goals), Chinese
+/// dated plans (todos) and "always/never …" instructions (guidelines).
+fn local_kind(text: &str) -> Option<Category> {
+    if CHINESE_WISH.is_match(text) {
+        Some(Category::Goal)
+    } else if CHINESE_DATED_PLAN.is_match(text) {
+        Some(Category::Todo)
+    } else if STANDING_INSTRUCTION
+        .captures(text)
+        .is_some_and(|captures| !captures[1].eq_ignore_ascii_case("mind"))
+    {
+        Some(Category::Guideline)
+    } else {
+        None
+    }
+}
+
+/// What a user's sentence signals to the summary: the importance rules' category, with what
+/// [`local_kind`] adds where they see a plain fact.
 fn summary_signal(text: &str) -> Category {
     match infer_category(text) {
-        Category::Fact if CHINESE_WISH.is_match(text) => Category::Goal,
-        Category::Fact if CHINESE_DATED_PLAN.is_match(text) => Category::Todo,
-        Category::Fact
-            if STANDING_INSTRUCTION
-                .captures(text)
-                .is_some_and(|captures| !captures[1].eq_ignore_ascii_case("mind")) =>
-        {
-            Category::Guideline
-        }
+        Category::Fact => local_kind(text).unwrap_or(Category::Fact),
         category => category,
     }
 }
 
 /// What lasting statement a sentence makes about its speaker ([`lasting_statement`]), else
-/// what the local rules add: Chinese wishes (goals) and dated plans (todos), "always/never …"
-/// instructions to the assistant (guidelines) and personal facts ("my X is Y", "I live in").
+/// what [`local_kind`] adds (a guideline only said to the assistant), else a personal fact
+/// ("my X is Y", "I live in").
 fn statement_kind(text: &str, to_assistant: bool) -> Option<Category> {
     if let Some(category) = lasting_statement(text, to_assistant) {
         return Some(category);
@@ -907,21 +916,9 @@ fn statement_kind(text: &str, to_assistant: bool) -> Option<Category> {
     if is_passing(text) {
         return None;
     }
-    if CHINESE_WISH.is_match(text) {
-        Some(Category::Goal)
-    } else if CHINESE_DATED_PLAN.is_match(text) {
-        Some(Category::Todo)
-    } else if to_assistant
-        && STANDING_INSTRUCTION
-            .captures(text)
-            .is_some_and(|captures| !captures[1].eq_ignore_ascii_case("mind"))
-    {
-        Some(Category::Guideline)
-    } else if states_personal_fact(text) {
-        Some(Category::Fact)
-    } else {
-        None
-    }
+    local_kind(text)
+        .filter(|kind| *kind != Category::Guideline || to_assistant)
+        .or_else(|| states_personal_fact(text).then_some(Category::Fact))
 }
 
 /// What an assistant (or a user) says to close: "enjoy the trip!", "good luck", "祝旅途愉快".
