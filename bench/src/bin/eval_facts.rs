@@ -263,20 +263,53 @@ fn facts_of_statement(setting: &str, said: &Said) -> Vec<Fact> {
     consolidated(&[turn(setting, &said.speaker, &said.text, true)])
 }
 
+/// What the facts of one statement state (subject = value), as the write path reads them; a
+/// statement kept as no fact states nothing.
+fn stated(setting: &str, said: &Said) -> Vec<String> {
+    let facts = facts_of_statement(setting, said);
+    if facts.is_empty() {
+        return vec!["(no fact)".to_owned()];
+    }
+    facts
+        .iter()
+        .filter_map(|fact| conflict::subject_value(&fact.0))
+        .map(|stated| format!("{} = {}", stated.subject, stated.value))
+        .chain(
+            facts
+                .iter()
+                .flat_map(|fact| conflict::ended_things(&fact.0))
+                .map(|ended| format!("ended: {}", ended.thing)),
+        )
+        .collect()
+}
+
 /// Whether the write path's rule supersedes the older statement's facts with the newer's.
 fn supersedes(pair: &ConflictPair) -> bool {
     let older: Vec<_> = facts_of_statement(&pair.setting, &pair.older)
         .iter()
         .filter_map(|fact| conflict::subject_value(&fact.0))
         .collect();
-    facts_of_statement(&pair.setting, &pair.newer)
+    let older_facts = facts_of_statement(&pair.setting, &pair.older);
+    let newer_facts = facts_of_statement(&pair.setting, &pair.newer);
+    let new_value = newer_facts
         .iter()
         .filter_map(|fact| conflict::subject_value(&fact.0))
         .any(|newer| {
             older
                 .iter()
                 .any(|older| older.subject == newer.subject && older.value != newer.value)
-        })
+        });
+    // Consolidation's second rule: a newer fact that says something of the speaker's is over
+    // supersedes the older facts naming it.
+    let ended = newer_facts
+        .iter()
+        .flat_map(|fact| conflict::ended_things(&fact.0))
+        .any(|ended| {
+            older_facts
+                .iter()
+                .any(|older| conflict::names(&older.0, &ended))
+        });
+    new_value || ended
 }
 
 struct ConflictScores {
@@ -448,8 +481,14 @@ fn main() -> anyhow::Result<()> {
         for (pair, superseded) in &decided {
             if *superseded != pair.supersedes {
                 println!(
-                    "{} [{} → {}] {} / {}",
-                    pair.id, pair.supersedes, superseded, pair.older.text, pair.newer.text
+                    "{} [{} → {}] {} / {}\n    states: {:?} / {:?}",
+                    pair.id,
+                    pair.supersedes,
+                    superseded,
+                    pair.older.text,
+                    pair.newer.text,
+                    stated(&pair.setting, &pair.older),
+                    stated(&pair.setting, &pair.newer),
                 );
             }
         }

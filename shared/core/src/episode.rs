@@ -41,8 +41,10 @@
 //! text are recurring character sequences, not recognised names.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::LazyLock;
+
+use chrono::{DateTime, Utc};
 
 use regex::Regex;
 use serde::{Deserialize, Serialize};
@@ -84,6 +86,11 @@ pub struct StructuredSummary {
     /// The segment's most widely mentioned metadata tags (people, places, products, dates,
     /// keyphrases), lowercased.
     pub entities: Vec<String>,
+    /// When each established text was said, where the describer knows the turn (the local
+    /// rules do; an LLM's paraphrase has none): a fact holds from then, and a fact it supersedes
+    /// ends then, not when the episode closed or was written.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub said_at: BTreeMap<String, DateTime<Utc>>,
 }
 
 impl StructuredSummary {
@@ -123,6 +130,8 @@ pub struct ExtractedFact {
     pub category: Category,
     /// Metadata tags of the sentence, at most [`MAX_FACT_KEYWORDS`].
     pub keywords: Vec<String>,
+    /// The segment turn it was said in (an index into the turns described).
+    pub turn: usize,
 }
 
 /// The episodic memory of a segment, with the facts it established.
@@ -1721,6 +1730,7 @@ fn facts_of(units: &[Unit<'_>]) -> Vec<ExtractedFact> {
             text,
             category,
             keywords,
+            turn: unit.turn,
         });
     }
     facts

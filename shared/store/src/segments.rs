@@ -665,6 +665,35 @@ pub async fn forget_conversation(
 }
 
 /// The texts of these valid facts of the space: `(id, text)`.
+/// The scope's valid facts whose text holds `needle` (any case; `%` and `_` are plain
+/// characters), oldest first, at most `limit`: the candidates a fact saying `needle` is over
+/// may supersede (the trigram index finds them in a large space).
+pub async fn valid_facts_naming(
+    pool: &PgPool,
+    scope: &Scope,
+    needle: &str,
+    limit: i64,
+) -> Result<Vec<(Uuid, String)>, StoreError> {
+    let pattern = format!(
+        "%{}%",
+        needle
+            .replace('\\', "\\\\")
+            .replace('%', "\\%")
+            .replace('_', "\\_")
+    );
+    let texts = sqlx::query_as(
+        "SELECT id, text FROM memories WHERE user_id = $1 AND space = $2 AND kind = 'semantic' \
+           AND invalid_at IS NULL AND search_text ILIKE $3 ORDER BY created_at, id LIMIT $4",
+    )
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(pattern)
+    .bind(limit)
+    .fetch_all(pool)
+    .await?;
+    Ok(texts)
+}
+
 pub async fn valid_fact_texts(
     pool: &PgPool,
     scope: &Scope,

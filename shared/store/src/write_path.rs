@@ -655,8 +655,9 @@ pub async fn supersede_facts(
     Ok(pairs)
 }
 
-/// Supersedes facts an LLM judged contradicted by newer ones: `(older, newer)` pairs of the
-/// space. Only valid facts change, each from when the newer one was said (as
+/// Supersedes facts judged contradicted by newer ones (by an LLM, or by the rule that a thing
+/// said to be over ends the facts naming it): `(older, newer)` pairs of the space. Only valid
+/// facts said no later than the newer one change, each from when the newer one was said (as
 /// [`supersede_facts`]); each is audited as `supersede` with who judged it. Returns the pairs
 /// applied.
 pub async fn supersede_judged(
@@ -679,6 +680,7 @@ pub async fn supersede_judged(
              JOIN memories n ON n.user_id = $1 AND n.space = $2 AND n.id = j.newer AND n.invalid_at IS NULL \
              WHERE m.user_id = $1 AND m.space = $2 AND m.id = j.older AND m.kind = 'semantic' \
                AND m.invalid_at IS NULL AND m.id <> j.newer \
+               AND COALESCE(m.valid_at, m.created_at) <= COALESCE(n.valid_at, now()) \
              RETURNING m.id, j.newer, m.conversation_id), \
          audited AS ( \
              INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \

@@ -1742,3 +1742,81 @@ async fn facts_say_whom_they_are_about_and_reactions_are_no_facts() {
         "the assistant's sentences are not the user's facts: {facts:?}"
     );
 }
+
+/// Issue 39 parts 3 and 4: a move said in the plural and a new manager said in the third person
+/// supersede the older facts, each from the turn it was said in (not the episode's end).
+#[tokio::test]
+async fn a_move_and_a_new_manager_in_other_words_supersede_from_their_turn() {
+    let mut sandbox = Sandbox::start().await;
+    let chat = Chat::new("updates");
+    chat.append(
+        &mut sandbox,
+        vec![
+            user("I live in Paris, near the canal.", days_ago(20, 0)),
+            user("My manager is Alice Chen.", days_ago(20, 1)),
+            user(
+                "I'm learning the cello on Tuesday evenings.",
+                days_ago(20, 2),
+            ),
+        ],
+    )
+    .await;
+    chat.close(&mut sandbox).await;
+    chat.wait_for_episodes(&mut sandbox, 1).await;
+    chat.wait_for_consolidation(&mut sandbox).await;
+
+    let moved_at = days_ago(3, 0);
+    let new_manager_at = days_ago(3, 2);
+    let gave_up_at = days_ago(3, 3);
+    chat.append(
+        &mut sandbox,
+        vec![
+            user(
+                "Big news: we moved to Lisbon last month, boxes everywhere.",
+                moved_at,
+            ),
+            assistant("That's wonderful, congratulations!", days_ago(3, 1)),
+            user(
+                "Also, Bob is my manager now, Alice moved to the data team.",
+                new_manager_at,
+            ),
+            user("I gave up the cello, it just wasn't clicking.", gave_up_at),
+            user("Anyway, what should I cook tonight?", days_ago(3, 30)),
+        ],
+    )
+    .await;
+    chat.close(&mut sandbox).await;
+    chat.wait_for_episodes(&mut sandbox, 2).await;
+    let valid = chat.wait_for_consolidation(&mut sandbox).await;
+    let texts: Vec<&str> = valid.iter().map(|f| f.text.as_str()).collect();
+    assert!(!texts.iter().any(|t| t.contains("Paris")), "{texts:?}");
+    assert!(!texts.iter().any(|t| t.contains("Alice Chen")), "{texts:?}");
+
+    let all = entries(&mut sandbox, &chat.scope).await;
+    let find = |needle: &str| {
+        all.iter()
+            .find(|m| m.kind() == v1::MemoryKind::Semantic && m.text.contains(needle))
+            .unwrap_or_else(|| panic!("a fact holding {needle:?}: {all:?}"))
+    };
+    let micros = |t: &Option<prost_types::Timestamp>| {
+        t.as_ref()
+            .map(|t| (t.seconds, t.nanos / 1_000))
+            .expect("a time")
+    };
+    let at = |t: DateTime<Utc>| (t.timestamp(), (t.timestamp_subsec_nanos() / 1_000) as i32);
+    let (paris, lisbon) = (find("Paris"), find("Lisbon"));
+    assert_eq!(paris.superseded_by, lisbon.id);
+    assert_eq!(micros(&lisbon.valid_at), at(moved_at), "from its turn");
+    assert_eq!(
+        micros(&paris.invalid_at),
+        at(moved_at),
+        "until the move was said"
+    );
+    let (alice, bob) = (find("Alice Chen"), find("Bob is my manager"));
+    assert_eq!(alice.superseded_by, bob.id);
+    assert_eq!(micros(&alice.invalid_at), at(new_manager_at));
+    // Something said to be over ends the older fact naming it.
+    let (learning, gave_up) = (find("learning the cello"), find("gave up the cello"));
+    assert_eq!(learning.superseded_by, gave_up.id);
+    assert_eq!(micros(&learning.invalid_at), at(gave_up_at));
+}

@@ -12,7 +12,7 @@
 
 use chrono::{Duration, Utc};
 use engram_core::episode::StructuredSummary;
-use engram_core::{ConversationId, MemoryKind, MemoryText, Scope, metadata};
+use engram_core::{ConversationId, MemoryKind, MemoryText, Scope, conflict, metadata};
 use engram_store::retrieval::{self, Bm25, SearchFilter};
 use engram_store::{memories, segments, write_path};
 use uuid::Uuid;
@@ -31,6 +31,8 @@ const CANDIDATES_PER_FACT: i64 = 4;
 const MAX_CONFLICT_CANDIDATES: usize = 16;
 /// Okapi BM25's usual parameters, for the conflict check's lookup.
 const CONFLICT_BM25: Bm25 = Bm25 { k1: 1.2, b: 0.75 };
+/// Older facts naming a thing a new fact says is over, looked at per thing.
+const ENDED_CANDIDATES: i64 = 20;
 /// Episodes one sweep consolidates, at most.
 const LEFTOVERS_PER_SWEEP: i64 = 50;
 
@@ -59,8 +61,8 @@ impl Segmenter {
         let max_chars = self.writer.settings.max_text_chars;
         let mut written = 0;
         let mut created: Vec<(Uuid, String)> = Vec::new();
-        for (text, category) in summary.established() {
-            let Ok(text) = MemoryText::parse("fact", &text, max_chars) else {
+        for (text_said, category) in summary.established() {
+            let Ok(text) = MemoryText::parse("fact", &text_said, max_chars) else {
                 continue;
             };
             let keywords: Vec<String> = metadata::extract(text.as_str())
@@ -75,7 +77,8 @@ impl Segmenter {
                     tags: keywords,
                     conversation,
                     source_episode: Some(episode.id),
-                    valid_at: episode.end_at,
+                    // From when it was said; the episode's end where the describer did not say.
+                    valid_at: summary.said_at.get(&text_said).copied().or(episode.end_at),
                     ..RememberCommand::plain(scope.clone(), text)
                 })
                 .await?;
@@ -88,6 +91,7 @@ impl Segmenter {
                 _ => {}
             }
         }
+        self.supersede_ended(scope, &created).await?;
         if let Some(llm) = &self.llm
             && !created.is_empty()
         {
@@ -98,6 +102,41 @@ impl Segmenter {
             tracing::info!(episode = %episode.id, facts = written, "episode consolidated");
         }
         Ok(written)
+    }
+
+    /// The rules' second kind of conflict (the first, a new value of a subject, is the write
+    /// path's): a new fact saying something of its speaker's is over ("I gave up the cello",
+    /// "We had to put Rex down") supersedes the valid older facts of the same speaker that name
+    /// it ("I'm learning the cello"), each from when the new one was said.
+    async fn supersede_ended(
+        &self,
+        scope: &Scope,
+        created: &[(Uuid, String)],
+    ) -> Result<(), IngestError> {
+        let mut pairs: Vec<(Uuid, Uuid)> = Vec::new();
+        for (new_fact, text) in created {
+            for ended in conflict::ended_things(text) {
+                let candidates =
+                    segments::valid_facts_naming(&self.pool, scope, &ended.thing, ENDED_CANDIDATES)
+                        .await?;
+                for (older, older_text) in candidates {
+                    let is_new = created.iter().any(|(id, _)| *id == older);
+                    if !is_new
+                        && conflict::names(&older_text, &ended)
+                        && !pairs.iter().any(|(known, _)| *known == older)
+                    {
+                        pairs.push((older, *new_fact));
+                    }
+                }
+            }
+        }
+        if pairs.is_empty() {
+            return Ok(());
+        }
+        let mut connection = self.pool.acquire().await?;
+        let applied = write_path::supersede_judged(&mut connection, scope, &pairs, "rules").await?;
+        self.metrics.record_facts_superseded(applied.len() as u64);
+        Ok(())
     }
 
     /// With an LLM: asks which earlier facts the new ones make no longer true (beyond what the

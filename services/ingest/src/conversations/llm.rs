@@ -186,6 +186,8 @@ fn episode_of(answer: Answer, max_text_chars: usize) -> Result<(LlmEpisode, Clea
         guidelines,
         entities,
         facts_are_plain: _,
+        // Times come from the turns, never from the model's answer.
+        said_at: _,
     } = established;
     let mut facts_dropped = 0;
     let mut lists = [
@@ -229,6 +231,8 @@ fn episode_of(answer: Answer, max_text_chars: usize) -> Result<(LlmEpisode, Clea
                 entities,
                 // The LLM's facts may be experiences or guidelines: their kind is inferred.
                 facts_are_plain: false,
+                // Paraphrases name no turn: they hold from the episode's end.
+                said_at: Default::default(),
             },
             usage: TokenUsage::default(),
         },

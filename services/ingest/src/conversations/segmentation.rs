@@ -598,6 +598,7 @@ impl Segmenter {
                 }
             }
         }
+        let spoken: Vec<DateTime<Utc>> = turns.iter().map(|turn| turn.spoken_at).collect();
         let turns: Vec<engram_core::episode::SegmentTurn> = turns
             .iter()
             .map(|turn| engram_core::episode::SegmentTurn {
@@ -606,7 +607,12 @@ impl Segmenter {
             })
             .collect();
         // Tens of turns of up to 8,192 characters each: work for a blocking thread.
-        let draft = engram_recall::cpu_bound(move || extractive_episode(&turns)).await;
+        let mut draft = engram_recall::cpu_bound(move || extractive_episode(&turns)).await;
+        for fact in &draft.facts {
+            if let Some(turn) = spoken.get(fact.turn) {
+                draft.structured.said_at.insert(fact.text.clone(), *turn);
+            }
+        }
         (
             draft.title,
             draft.summary,
