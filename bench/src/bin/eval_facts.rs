@@ -10,7 +10,8 @@
 //! - `tests/eval/conflicts/labelled.json`: pairs of statements by the same or different people,
 //!   labelled whether the newer one supersedes the older. Each statement is consolidated as
 //!   above; the newer supersedes the older when one of its facts states another value of the
-//!   same subject as one of the older's (`conflict::subject_value`, the write path's rule).
+//!   same subject as one of the older's (`conflict::subject_value`, the write path's rule) or
+//!   says something the older names is over (`conflict::ended_things`, consolidation's rule).
 //!
 //! Writes docs/eval/facts.md (`make eval`, `make eval-facts`).
 
@@ -400,7 +401,11 @@ fn report(
         "\n## Conflicts: does the newer statement supersede the older?\n\n\
          Each statement is consolidated alone; the newer supersedes the older when one of its \
          facts states another value of the same subject as one of the older's facts (the write \
-         path's rule, `conflict::subject_value`).\n\n\
+         path's rule, `conflict::subject_value`), or says something of the speaker's is over \
+         that one of the older's facts names (consolidation's rule, `conflict::ended_things`). \
+         The rules were written from phrasings of the attributes the issue names (home, work, \
+         manager, role, partner, diet, contact details) and of endings, and checked on unit \
+         tests of their own sentences; this set only measures them.\n\n\
          | set | update pairs | superseded correctly | unrelated pairs | superseded wrongly |\n|---|---|---|---|---|\n",
     );
     for (name, scores) in conflicts {

@@ -71,7 +71,17 @@ impl MemoryWriter {
         };
         let request = recall.default_request(scope.clone(), Some(conversation), topic.to_owned());
         let retrieval = recall.retrieve(&request).await?;
-        Ok(CommandOutcome::done(command, retrieval.markdown, None))
+        // An empty answer because memory is not read here says why, not "No relevant memories".
+        let reply = match retrieval.served_by.path.as_str() {
+            "incognito" => {
+                "This chat is incognito: I don't read or write memories in it, so I have nothing to recall here.".to_owned()
+            }
+            "memory_off" => {
+                "Memory is off for this space, so I have nothing to recall. Say \"turn memory on\" to use it again.".to_owned()
+            }
+            _ => retrieval.markdown,
+        };
+        Ok(CommandOutcome::done(command, reply, None))
     }
 
     #[tracing::instrument(skip_all, fields(user_id = %scope.user_id, space = %scope.space, conversation = %conversation), err(Display))]

@@ -2,13 +2,15 @@
 //! conversations, and the audit trail that records each of them.
 
 use chrono::{DateTime, SubsecRound, Utc};
+use engram_core::episode::StructuredSummary;
 use engram_core::normalize::normalize_for_fingerprint;
-use engram_core::{ConversationId, MemoryId, Scope, SimHash};
+use engram_core::{ConversationId, MemoryId, MemoryKind, Scope, SimHash, redact};
 use engram_store::audit::{self, AuditAction, AuditRecord};
 use engram_store::memories::{self, MemoryRecord};
 use engram_store::spaces::{self, SettingsPatch, SpaceRecord};
-use engram_store::{conversations, tombstones};
+use engram_store::{conversations, redaction, tombstones};
 use serde_json::json;
+use uuid::Uuid;
 
 use engram_server::deadline::mark_write_started;
 
@@ -39,8 +41,107 @@ fn not_found(memory: MemoryId, scope: &Scope) -> IngestError {
     ))
 }
 
+/// How many copies of a forgotten fact a Forget cut it out of.
+#[derive(Debug, Clone, Copy, Default)]
+struct Redacted {
+    episodes: usize,
+    turns: usize,
+}
+
+/// Cuts a forgotten fact out of its copies (issue 39 part 6): the episodes it was consolidated
+/// from or whose conversation said it (summary, title, excerpt, structured summary, tags; each
+/// is embedded again) and the stored turns of those conversations that said it (their vectors
+/// go). What says the fact is `engram_core::redact`'s to decide. An episode forgotten is gone
+/// whole, and leaves nothing to cut.
+async fn redact_copies(
+    connection: &mut sqlx::PgConnection,
+    scope: &Scope,
+    deleted: &MemoryRecord,
+) -> Result<Redacted, IngestError> {
+    if deleted.memory_kind() != MemoryKind::Semantic {
+        return Ok(Redacted::default());
+    }
+    let forgotten = redact::Forgotten::new(&deleted.text);
+    let (user, space) = (scope.user_id.as_uuid(), scope.space.as_str());
+    let episodes = redaction::episodes_holding(
+        connection,
+        user,
+        space,
+        &deleted.source_episode_ids,
+        deleted.conversation_id,
+    )
+    .await?;
+    let mut conversations: Vec<Uuid> = deleted.conversation_id.into_iter().collect();
+    let mut redacted = Redacted::default();
+    for mut episode in episodes {
+        if let Some(conversation) = episode.conversation_id
+            && !conversations.contains(&conversation)
+        {
+            conversations.push(conversation);
+        }
+        let mut changed = false;
+        if let Some(summary) = forgotten.redact_or_mark(&episode.text) {
+            episode.text = summary;
+            changed = true;
+        }
+        if let Some(title) = episode.title.as_deref().and_then(|t| forgotten.redact(t)) {
+            episode.title = Some(if title.is_empty() {
+                engram_core::episode::UNTITLED.to_owned()
+            } else {
+                title
+            });
+            changed = true;
+        }
+        // The excerpt as stored: `[{"role", "content"}]`.
+        if let Some(lines) = episode.messages.as_mut().and_then(|m| m.as_array_mut()) {
+            let mut contents: Vec<String> = lines
+                .iter()
+                .map(|line| line["content"].as_str().unwrap_or_default().to_owned())
+                .collect();
+            if forgotten.redact_lines(&mut contents) {
+                for (line, content) in lines.iter_mut().zip(contents) {
+                    line["content"] = serde_json::Value::String(content);
+                }
+                changed = true;
+            }
+        }
+        if let Some(stored) = episode.structured_summary.as_mut()
+            && let Ok(mut structured) = serde_json::from_value::<StructuredSummary>(stored.clone())
+            && forgotten.redact_structured(&mut structured)
+            && let Ok(redacted) = serde_json::to_value(&structured)
+        {
+            *stored = redacted;
+            changed = true;
+        }
+        changed |= forgotten.drop_labels(&mut episode.tags);
+        if changed {
+            redaction::rewrite_episode(connection, user, space, &episode).await?;
+            redacted.episodes += 1;
+        }
+    }
+    let mut turns = redaction::turns_naming(
+        connection,
+        user,
+        space,
+        &conversations,
+        &forgotten.needles(),
+    )
+    .await?;
+    turns.retain_mut(|turn| match forgotten.redact_or_mark(&turn.content) {
+        Some(rest) => {
+            turn.content = rest;
+            true
+        }
+        None => false,
+    });
+    redaction::redact_turns(connection, user, space, &turns).await?;
+    redacted.turns = turns.len();
+    Ok(redacted)
+}
+
 impl MemoryWriter {
-    /// Deletes a memory and leaves a tombstone so its text is not re-created within the TTL.
+    /// Deletes a memory and leaves a tombstone so its text is not re-created within the TTL, and
+    /// cuts a forgotten fact out of the episodes and stored turns that still say it.
     #[tracing::instrument(skip_all, fields(user_id = %scope.user_id, space = %scope.space, memory = %memory), err(Display))]
     pub async fn forget(
         &self,
@@ -56,6 +157,7 @@ impl MemoryWriter {
         .await?;
         let mut deleted = memories::delete(&mut transaction, scope, &[memory.as_uuid()]).await?;
         let deleted = deleted.pop().ok_or_else(|| not_found(memory, scope))?;
+        let redacted = redact_copies(&mut transaction, scope, &deleted).await?;
 
         let normalized = normalize_for_fingerprint(&deleted.text);
         // At the microsecond Postgres keeps, so that this answer and a later Remember's
@@ -76,7 +178,11 @@ impl MemoryWriter {
             AuditAction::Forget,
             Some(deleted.id),
             conversation,
-            json!({ "tombstone_expires_at": expires_at }),
+            json!({
+                "tombstone_expires_at": expires_at,
+                "episodes_redacted": redacted.episodes,
+                "turns_redacted": redacted.turns,
+            }),
         )
         .await?;
         // From here the write may land even if the caller stops waiting.

@@ -29,6 +29,7 @@ struct Grammar {
     politeness_prefix: Regex,
     politeness_suffix: Regex,
     forget_last: Regex,
+    retraction: Regex,
     pin_last: Regex,
     remember: Regex,
     courtesy_after_content: Regex,
@@ -60,6 +61,12 @@ static GRAMMAR: LazyLock<Grammar> = LazyLock::new(|| Grammar {
     forget_last: rule(&format!(
         r"(?i)^(?:(?:forget|delete|remove|erase)\s+(?:that|this|what\s+i\s+(?:just\s+)?said|the\s+last\s+(?:one|thing|memory))|(?:delete|remove|erase)\s+it)(?:\s+(?:memory|from\s+(?:your\s+)?memory))?$|^(?:(?:忘掉|忘记|删除|删掉)(?:{CHINESE_LAST})?|忘了{CHINESE_LAST})(?:记忆)?$",
     )),
+    // Taking back what was just said: "Actually, forget that.", "never mind, forget it",
+    // "don't save that", "算了，别记了". A bare "forget it" stays "never mind" (above); with a cue
+    // that the speaker takes something back, it deletes.
+    retraction: rule(
+        r"(?i)^(?:(?:actually|oh|wait|hmm+|no|nope|never\s*mind|nevermind|scratch\s+that|on\s+second\s+thought|sorry|on\s+reflection)[,.!…\s]+)+(?:(?:just\s+)?(?:forget|delete|remove|erase|drop)\s+(?:it|that|this)|(?:don'?t|do\s+not)\s+(?:remember|save|keep|store|note)\s+(?:it|that|this))(?:\s+(?:then|after\s+all))?$|^(?:don'?t|do\s+not)\s+(?:remember|save|keep|store)\s+(?:that|this)$|^(?:(?:算了|不对|等等|哎)[，,、\s]*)*(?:别记了|不用记了|不要记了|别记(?:这个|那个|这条|那条)了?|不要记(?:这个|那个|这条|那条)了?|忘了它|忘掉它)$",
+    ),
     pin_last: rule(
         r"(?i)^pin\s+(?:this|that|it)(?:\s+memory)?$|^keep\s+(?:this|that)\s+(?:pinned|forever)$|^(?:置顶|固定|钉住)(?:这个|那个|这条|那条|它)?(?:记忆)?$|^把(?:这个|这条|它)(?:记忆)?(?:置顶|固定|钉住)$",
     ),
@@ -112,7 +119,7 @@ pub fn parse_command(message: &str) -> Option<MemoryCommand> {
         return None;
     }
 
-    if grammar.forget_last.is_match(core) {
+    if grammar.forget_last.is_match(core) || grammar.retraction.is_match(core) {
         return Some(MemoryCommand::ForgetLast);
     }
     if grammar.pin_last.is_match(core) {
@@ -303,6 +310,12 @@ mod tests {
             ("stop incognito", IncognitoEnd),
             ("exit incognito mode", IncognitoEnd),
             ("forget that!!! 😡", ForgetLast),
+            ("Actually, forget that.", ForgetLast),
+            ("never mind, forget it", ForgetLast),
+            ("Oh wait, don't save that.", ForgetLast),
+            ("don't remember this", ForgetLast),
+            ("算了，别记了", ForgetLast),
+            ("别记这个了", ForgetLast),
             ("🙏 forget that", ForgetLast),
             ("pin this 📌", PinLast),
             ("\"turn memory off\"", MemoryOff),
@@ -484,6 +497,8 @@ mod tests {
             // "Never mind" and "I forgot" delete nothing.
             "forget it",
             "Forget it!",
+            "I don't remember that",
+            "Actually, I forgot that",
             "忘了",
             "忘了吧",
             "",

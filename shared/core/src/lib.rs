@@ -16,6 +16,7 @@ pub mod importance;
 pub mod memory_state;
 pub mod metadata;
 pub mod normalize;
+pub mod redact;
 pub mod retention;
 pub mod retrieval;
 pub mod review;

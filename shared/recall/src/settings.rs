@@ -20,6 +20,12 @@ use serde::{Deserialize, Deserializer};
 /// much of them, and one write serves every retrieval of the interval.
 pub(crate) const DEFAULT_TRACE_FLUSH_MS: u32 = 250;
 
+/// Turns each turn leg brings by default, chosen on the dialogs by what an assistant reads
+/// (`make eval-reads`; docs/eval/README.md) and by what it costs (`make bench-retrieval`).
+pub(crate) const DEFAULT_TURN_CANDIDATES: u32 = 60;
+/// The most turns a turn leg may bring.
+pub const MAX_TURN_CANDIDATES: u32 = 500;
+
 /// The longest flush interval accepted (a minute).
 const MAX_TRACE_FLUSH_MS: u64 = 60_000;
 
@@ -40,6 +46,9 @@ pub struct RecallSettings {
     pub hnsw_ef_search: u32,
     pub bm25_k1: f64,
     pub bm25_b: f64,
+    /// Turns each of the two turn legs brings for the lines (each is loaded with a neighbour
+    /// either side); at most [`MAX_TURN_CANDIDATES`].
+    pub turn_candidates: u32,
     /// How often retrievals' traces (cached scores, notes that entries were returned, metrics
     /// rows) are written, in milliseconds: the most a crash can lose (`read_traces`).
     pub trace_flush_ms: u64,
@@ -71,6 +80,10 @@ impl RecallSettings {
             ("recall.hnsw_ef_search", 200i64.into()),
             ("recall.bm25_k1", engram_core::retrieval::bm25::K1.into()),
             ("recall.bm25_b", engram_core::retrieval::bm25::B.into()),
+            (
+                "recall.turn_candidates",
+                i64::from(DEFAULT_TURN_CANDIDATES).into(),
+            ),
             (
                 "recall.trace_flush_ms",
                 i64::from(DEFAULT_TRACE_FLUSH_MS).into(),

@@ -14,6 +14,7 @@ pub mod error;
 #[macro_use]
 pub mod memories;
 pub mod outbox;
+pub mod redaction;
 #[macro_use]
 pub mod retention;
 pub mod retrieval;

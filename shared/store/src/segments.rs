@@ -674,13 +674,7 @@ pub async fn valid_facts_naming(
     needle: &str,
     limit: i64,
 ) -> Result<Vec<(Uuid, String)>, StoreError> {
-    let pattern = format!(
-        "%{}%",
-        needle
-            .replace('\\', "\\\\")
-            .replace('%', "\\%")
-            .replace('_', "\\_")
-    );
+    let pattern = crate::redaction::contains_pattern(needle);
     let texts = sqlx::query_as(
         "SELECT id, text FROM memories WHERE user_id = $1 AND space = $2 AND kind = 'semantic' \
            AND invalid_at IS NULL AND search_text ILIKE $3 ORDER BY created_at, id LIMIT $4",

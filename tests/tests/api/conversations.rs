@@ -1820,3 +1820,129 @@ async fn a_move_and_a_new_manager_in_other_words_supersede_from_their_turn() {
     assert_eq!(learning.superseded_by, gave_up.id);
     assert_eq!(micros(&learning.invalid_at), at(gave_up_at));
 }
+
+/// Rows of any table of the database whose text holds `needle` in any case (every column, JSON
+/// and search documents included), by table.
+async fn tables_holding(sandbox: &Sandbox, needle: &str) -> Vec<(String, i64)> {
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.tables \
+         WHERE table_schema = 'public' AND table_type = 'BASE TABLE' ORDER BY 1",
+    )
+    .fetch_all(&sandbox.pool)
+    .await
+    .unwrap();
+    let mut holding = Vec::new();
+    for table in tables {
+        // The table names come from the catalogue, not from input.
+        let rows: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM \"{table}\" t WHERE t::text ILIKE '%' || $1 || '%'"
+        )))
+        .bind(needle)
+        .fetch_one(&sandbox.pool)
+        .await
+        .unwrap();
+        if rows > 0 {
+            holding.push((table, rows));
+        }
+    }
+    holding
+}
+
+/// Issue 39 part 6: forgetting a fact reaches every copy (the episode's summary, excerpt,
+/// structured summary and tags, and the stored turns), whether it is forgotten by id after its
+/// episode was written or taken back in the conversation before ("Actually, forget that.").
+#[tokio::test]
+async fn forgetting_a_fact_leaves_no_copy_in_any_table() {
+    let mut sandbox = Sandbox::start().await;
+    // Codes no other test writes, with letters no hexadecimal id holds.
+    let nonce = (Uuid::new_v4().as_u128() % 900_000 + 100_000) as u32;
+    let (locker, bike) = (format!("KX{nonce}"), format!("ZW{nonce}"));
+
+    let chat = Chat::new("forgetting");
+    let now = Utc::now();
+    let minutes = |n: i64| now - chrono::Duration::minutes(n);
+    chat.append(
+        &mut sandbox,
+        vec![
+            user(
+                "We sorted out the Monday rota for the team today.",
+                minutes(10),
+            ),
+            user(
+                &format!("Remember that my locker code at the office is {locker}."),
+                minutes(9),
+            ),
+            assistant("Done, I'll keep that in mind.", minutes(8)),
+            user("I also prefer the early shift on Mondays.", minutes(7)),
+        ],
+    )
+    .await;
+    chat.close(&mut sandbox).await;
+    chat.wait_for_episodes(&mut sandbox, 1).await;
+    let facts = chat.wait_for_consolidation(&mut sandbox).await;
+    let code = facts
+        .iter()
+        .find(|f| f.text.contains(&locker))
+        .unwrap_or_else(|| panic!("the locker code is a fact: {facts:?}"));
+    assert!(
+        !tables_holding(&sandbox, &locker).await.is_empty(),
+        "the code is stored before it is forgotten"
+    );
+    sandbox
+        .ingest
+        .forget(v1::ForgetRequest {
+            scope: Some(chat.scope.clone()),
+            memory_id: code.id.clone(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        tables_holding(&sandbox, &locker).await,
+        Vec::<(String, i64)>::new(),
+        "no table holds the forgotten code"
+    );
+    // The rest of the episode and the other facts stay.
+    let left = entries(&mut sandbox, &chat.scope).await;
+    let episode = left
+        .iter()
+        .find(|m| m.kind() == v1::MemoryKind::Episodic)
+        .expect("the episode stays");
+    assert!(
+        episode
+            .messages
+            .iter()
+            .any(|m| m.content.contains("Monday rota")),
+        "{episode:?}"
+    );
+    assert!(
+        left.iter().any(|m| m.text.contains("early shift")),
+        "{left:?}"
+    );
+
+    // Taken back in the conversation, before its segment closed.
+    let retracting = Chat::new("retracting");
+    retracting
+        .append(
+            &mut sandbox,
+            vec![
+                user(
+                    &format!("Remember that my bike lock code is {bike}."),
+                    minutes(5),
+                ),
+                user("Actually, forget that.", minutes(4)),
+                user(
+                    "What should I cook tonight, something with leeks?",
+                    minutes(3),
+                ),
+            ],
+        )
+        .await;
+    retracting.close(&mut sandbox).await;
+    retracting.wait_for_episodes(&mut sandbox, 1).await;
+    retracting.wait_for_consolidation(&mut sandbox).await;
+    assert_eq!(
+        tables_holding(&sandbox, &bike).await,
+        Vec::<(String, i64)>::new(),
+        "a retraction leaves no copy either"
+    );
+}

@@ -109,7 +109,7 @@ async fn content_calls_leave_nothing(
         "forget that",
         "pin this",
     ] {
-        probe
+        let answer = probe
             .sandbox
             .ingest
             .apply_command(v1::ApplyCommandRequest {
@@ -118,7 +118,17 @@ async fn content_calls_leave_nothing(
                 message: message.to_owned(),
             })
             .await
-            .unwrap();
+            .unwrap()
+            .into_inner();
+        if message.starts_with("what do you remember") {
+            // The recall says why it has nothing, not "No relevant memories".
+            let why = if mode == "incognito" {
+                "incognito"
+            } else {
+                "Memory is off"
+            };
+            assert!(answer.reply.contains(why), "{mode}: {}", answer.reply);
+        }
         probe
             .leaves(&format!("{mode}: ApplyCommand {message:?}"), &[])
             .await;

@@ -19,9 +19,6 @@ use crate::{RecallError, RecallSettings};
 /// The longest wait for the query's turn vector (microseconds with the local token vectors; a
 /// network call with an embedding endpoint). Lines are found by their words without it.
 const TURN_VECTOR_TIMEOUT: Duration = Duration::from_millis(250);
-/// Turns each turn leg brings for the lines (each is loaded with its neighbours), chosen on the
-/// dialogs by what an assistant reads (`make eval-reads`; docs/eval/README.md).
-const TURN_CANDIDATES: i64 = 60;
 
 /// Candidates of one kind from both legs.
 #[derive(Debug, Default)]
@@ -219,7 +216,11 @@ impl Recall {
                 turn_vector: turn_vector
                     .as_ref()
                     .map(|(model, vector)| (model.as_str(), vector.as_slice())),
-                limit: TURN_CANDIDATES,
+                limit: i64::from(
+                    self.settings
+                        .turn_candidates
+                        .clamp(1, crate::settings::MAX_TURN_CANDIDATES),
+                ),
                 radius: 1,
                 include_inactive: request.include_inactive,
             };
