@@ -654,6 +654,11 @@ static CONTACT_QUALIFIER: LazyLock<Regex> = LazyLock::new(|| {
 /// The speaker's e-mail address or phone number, where a sentence gives one as theirs: the value
 /// is the address in lowercase, or the number's digits (however they were grouped).
 fn contact_value(sentence: &str) -> Option<SubjectValue> {
+    // Most sentences hold neither an address nor seven digits: no rule needs to look.
+    let digits = sentence.bytes().filter(u8::is_ascii_digit).count();
+    if !sentence.contains('@') && digits < 7 {
+        return None;
+    }
     if OTHERS_CONTACT.is_match(sentence) || !OWN_CONTACT.is_match(sentence) {
         return None;
     }
@@ -714,10 +719,14 @@ pub fn subject_value(fact: &str) -> Option<SubjectValue> {
     if let Some(contact) = contact_value(sentence) {
         return Some(contact);
     }
-    // The whole sentence, then each of its clauses.
-    std::iter::once(sentence)
-        .chain(CLAUSE_BREAK.split(sentence))
-        .find_map(clause_value)
+    // The whole sentence, then each of its clauses (when it has more than one).
+    if let Some(stated) = clause_value(sentence) {
+        return Some(stated);
+    }
+    if !CLAUSE_BREAK.is_match(sentence) {
+        return None;
+    }
+    CLAUSE_BREAK.split(sentence).find_map(clause_value)
 }
 
 /// What one clause states, by the first rule that recognises it.
@@ -742,6 +751,11 @@ fn clause_value(clause: &str) -> Option<SubjectValue> {
         });
     }
     RULES.iter().find_map(|rule| {
+        // A match test first: most rules fail, and a failed search for captures still allocates
+        // their slots.
+        if !rule.pattern.is_match(clause) {
+            return None;
+        }
         let captures = rule.pattern.captures(clause)?;
         let subject = match rule.subject {
             Subject::Fixed(subject) => subject.to_owned(),

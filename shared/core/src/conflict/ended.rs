@@ -23,6 +23,21 @@ pub struct Ended {
     pub thing: String,
 }
 
+/// Whether a clause may say anything is over: one test before the rules below, which most
+/// clauses fail.
+static ANY_ENDING: LazyLock<regex::RegexSet> = LazyLock::new(|| {
+    regex::RegexSet::new([
+        ENDING_VERB.as_str(),
+        PUT_DOWN.as_str(),
+        NO_MORE.as_str(),
+        THING_ENDED.as_str(),
+        NAMED_LEFT.as_str(),
+        CHINESE_THING_ENDED.as_str(),
+        CHINESE_ENDING_VERB.as_str(),
+    ])
+    .expect("valid ending rules")
+});
+
 /// Verbs that end a thing, said by the speaker: "I gave up the cello", "cancelled PureGym".
 static ENDING_VERB: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
@@ -234,6 +249,9 @@ pub fn ended_things(fact: &str) -> Vec<Ended> {
 
 fn things_ended_in(clause: &str) -> Vec<String> {
     let mut things = Vec::new();
+    if !ANY_ENDING.is_match(clause) {
+        return things;
+    }
     if let Some(found) = ENDING_VERB.captures(clause) {
         let before = &clause[..found.get(0).map_or(0, |m| m.start())];
         if !NOT_ENDED.is_match(before) {
