@@ -24,7 +24,7 @@ pub(crate) const DEFAULT_TRACE_FLUSH_MS: u32 = 250;
 /// (`make eval-reads`; docs/eval/README.md) and by what it costs (`make bench-retrieval`).
 pub(crate) const DEFAULT_TURN_CANDIDATES: u32 = 60;
 /// The most turns a turn leg may bring.
-pub const MAX_TURN_CANDIDATES: u32 = 500;
+pub(crate) const MAX_TURN_CANDIDATES: u32 = 500;
 
 /// The longest flush interval accepted (a minute).
 const MAX_TRACE_FLUSH_MS: u64 = 60_000;

@@ -1025,7 +1025,10 @@ async fn an_llm_describes_segments_and_a_bad_answer_falls_back_to_the_local_rule
     );
     let segment = request["messages"][1]["content"].as_str().unwrap();
     assert!(segment.starts_with("## Conversation segment"), "{segment}");
-    assert!(segment.contains("- user (") && segment.contains("Yes, and my manager is Alice Chen"));
+    // The turns are numbered: the items cite them.
+    assert!(
+        segment.contains("- [1] user (") && segment.contains("Yes, and my manager is Alice Chen")
+    );
 
     // A malformed answer (twice: the client retries once): the episode is still written, by the
     // extractive rules, and the fallback is counted and audited.

@@ -361,3 +361,74 @@ async fn llm_answer_beyond_the_response_cap_falls_back_in_both_services() {
     assert_eq!(graded.graded[0].graded_by, "local: the LLM failed");
     assert_eq!(sandbox.review_metrics.counts().llm_fallbacks, 1);
 }
+
+/// Issue 39 part 7: the LLM's items keep the local rules' contract. Each cites the turn that
+/// said it and holds from that turn's time (not the episode's end); experiences and guidelines
+/// come in lists of their own with their categories; a list the answer leaves out is empty, and
+/// an item without a turn holds from the episode's end.
+#[tokio::test]
+async fn llm_items_hold_from_the_turn_they_cite_with_their_kind() {
+    let llm = FakeLlm::start().await;
+    let answer = json!({
+        "title": "Friday deploys",
+        "summary": "The user moved deploys to Friday afternoons.",
+        "surprise": 0.4,
+        "established": {
+            "facts": [{"text": "The user's team deploys on Friday afternoons.", "turn": 1}],
+            "preferences": [{"text": "The user prefers tea over coffee during release calls.", "turn": 3}],
+            "guidelines": [{"text": "Keep release notes to three bullet points.", "turn": 1}],
+            "experiences": ["The user ran the last release call."],
+            "entities": ["Friday"]
+        }
+    });
+    let mut sandbox = sandbox_answering(&llm, FakeAnswer::Json(answer)).await;
+    let chat = Chat::new("llm-contract");
+    let (episode, facts) = episode_and_facts(&mut sandbox, &chat).await;
+    let time = |t: &Option<prost_types::Timestamp>| {
+        engram_server::time::from_proto("at", t.as_ref().expect("a time")).unwrap()
+    };
+    let find = |needle: &str| {
+        facts
+            .iter()
+            .find(|m| m.text.contains(needle))
+            .unwrap_or_else(|| panic!("{needle:?} among {facts:?}"))
+    };
+    let (start, end) = (time(&episode.start_at), time(&episode.end_at));
+    let deploys = find("deploys on Friday");
+    assert_eq!(
+        time(&deploys.valid_at),
+        start,
+        "from the first turn, which it cites"
+    );
+    assert_eq!(deploys.category(), v1::Category::Fact);
+    let guideline = find("three bullet points");
+    assert_eq!(guideline.category(), v1::Category::Guideline);
+    assert_eq!(time(&guideline.valid_at), start);
+    let tea = find("tea over coffee");
+    assert_eq!(tea.category(), v1::Category::Preference);
+    assert_eq!(time(&tea.valid_at), end, "the third turn is the last");
+    let release = find("release call.");
+    assert_eq!(release.category(), v1::Category::Experience);
+    assert_eq!(
+        time(&release.valid_at),
+        end,
+        "no turn cited: the episode's end"
+    );
+    assert_eq!(described_by(&mut sandbox, &chat.scope).await, "llm");
+    // The LLM was shown the turns numbered, and asked for every list.
+    let asked = llm
+        .requests()
+        .into_iter()
+        .find(|r| r["response_format"]["json_schema"]["name"] == "segment_episode")
+        .expect("asked");
+    let shown = asked["messages"][1]["content"].as_str().unwrap_or_default();
+    assert!(shown.contains("[1] user"), "{shown}");
+    let required =
+        &asked["response_format"]["json_schema"]["schema"]["properties"]["established"]["required"];
+    for list in ["experiences", "guidelines"] {
+        assert!(
+            required.as_array().unwrap().iter().any(|r| r == list),
+            "{required}"
+        );
+    }
+}

@@ -7,6 +7,7 @@
 //! anything — a NUL that Postgres refuses, a title of 100,000 characters, 2,000 "facts" — and
 //! none of it may reach the store unchecked.
 
+use chrono::{DateTime, Utc};
 use engram_core::episode::{MAX_ENTITIES, StructuredSummary, truncate_at_word};
 use engram_core::sanitize::strip_steering;
 use engram_core::validate::check_label;
@@ -31,22 +32,36 @@ const MAX_UTF8_BYTES: usize = 4;
 
 const SYSTEM_PROMPT: &str = "\
 You keep the long-term memory of an assistant. You are given one closed segment of a \
-conversation between a user and the assistant, and you describe it so that it can be recalled \
-later:
-- title: what the segment was about, in at most eight words;
-- summary: at most three sentences in the third person (\"The user ...\"), keeping the names, \
-numbers, dates and decisions that matter;
+conversation, its turns numbered, and you describe it so that it can be recalled later:
+- title: the topic of the segment as a short phrase of at most eight words (not a list of names);
+- summary: at most three sentences in the third person keeping the names, numbers, dates and \
+decisions that matter; never greetings, thanks or small talk;
 - surprise: how unusual the segment is for this user, from 0 (routine) to 1 (a rare, notable \
 event such as a move, a new job, a loss, a big decision);
-- what the segment established, each item one self-contained sentence: durable facts about the \
-user, their preferences, decisions taken, things to do, goals, and the people, places, projects \
-or products named (entities: just the names).
-Write in the language of the conversation. Use only what the segment says; leave a list empty \
-when it established nothing of that kind. Never invent.";
+- what the segment established, each item one self-contained sentence with the number of the \
+turn that said it: lasting facts about a speaker, their preferences, experiences (what happened \
+to them), guidelines (how the user wants the assistant to behave; only the user's), decisions \
+taken, things to do, goals, and the people, places, projects or products named (entities: just \
+the names).
+Each item says whom it is about: in a conversation between a user and the assistant, the user \
+(\"The user ...\"), never the assistant's own suggestions unless the user confirmed them; where \
+the turns name their speakers (\"Nate: ...\"), begin the item with that name and a colon \
+(\"Nate: ...\"). Greetings, thanks, reactions, compliments, questions and vague plans are no \
+items. Write in the language of the conversation. Use only what the segment says; leave a list \
+empty when it established nothing of that kind. Never invent.";
 
 /// The answer's schema (strict: every property required, nothing else allowed).
 fn schema() -> serde_json::Value {
-    let list = serde_json::json!({"type": "array", "items": {"type": "string"}});
+    let said = serde_json::json!({
+        "type": "array",
+        "items": {
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["text", "turn"],
+            "properties": {"text": {"type": "string"}, "turn": {"type": "integer"}}
+        }
+    });
+    let names = serde_json::json!({"type": "array", "items": {"type": "string"}});
     serde_json::json!({
         "type": "object",
         "additionalProperties": false,
@@ -58,10 +73,12 @@ fn schema() -> serde_json::Value {
             "established": {
                 "type": "object",
                 "additionalProperties": false,
-                "required": ["facts", "preferences", "decisions", "todos", "goals", "entities"],
+                "required": ["facts", "preferences", "experiences", "guidelines", "decisions",
+                             "todos", "goals", "entities"],
                 "properties": {
-                    "facts": list, "preferences": list, "decisions": list,
-                    "todos": list, "goals": list, "entities": list
+                    "facts": said, "preferences": said, "experiences": said,
+                    "guidelines": said, "decisions": said, "todos": said, "goals": said,
+                    "entities": names
                 }
             }
         }
@@ -73,7 +90,40 @@ struct Answer {
     title: String,
     summary: String,
     surprise: f64,
-    established: StructuredSummary,
+    established: Established,
+}
+
+/// An established item as the LLM answers it: with the number of the turn that said it (the
+/// schema asks for it), or a bare sentence (a model that ignores the schema's shape; its item
+/// holds from the episode's end).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+enum Said {
+    Bare(String),
+    Turn { text: String, turn: Option<i64> },
+}
+
+impl Said {
+    fn into_parts(self) -> (String, Option<i64>) {
+        match self {
+            Said::Bare(text) => (text, None),
+            Said::Turn { text, turn } => (text, turn),
+        }
+    }
+}
+
+/// What the LLM says a segment established; a list it leaves out reads as empty.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+struct Established {
+    facts: Vec<Said>,
+    preferences: Vec<Said>,
+    decisions: Vec<Said>,
+    todos: Vec<Said>,
+    goals: Vec<Said>,
+    experiences: Vec<Said>,
+    guidelines: Vec<Said>,
+    entities: Vec<String>,
 }
 
 /// What the LLM made of a segment.
@@ -86,12 +136,13 @@ pub struct LlmEpisode {
     pub usage: TokenUsage,
 }
 
-/// The segment as the LLM reads it.
+/// The segment as the LLM reads it, its turns numbered from 1 (the numbers items cite).
 fn render(turns: &[SegmentText]) -> String {
     let mut markdown = String::from("## Conversation segment\n\n");
-    for turn in turns {
+    for (number, turn) in turns.iter().enumerate() {
         markdown.push_str(&format!(
-            "- {} ({}): \"{}\"\n",
+            "- [{}] {} ({}): \"{}\"\n",
+            number + 1,
             turn.role.as_str(),
             turn.spoken_at.format("%Y-%m-%d %H:%M"),
             turn.content
@@ -120,7 +171,8 @@ pub async fn describe_segment(
             schema: &schema,
         })
         .await?;
-    let (episode, cleaning) = episode_of(answer.value, max_text_chars)?;
+    let spoken: Vec<DateTime<Utc>> = turns.iter().map(|turn| turn.spoken_at).collect();
+    let (episode, cleaning) = episode_of(answer.value, &spoken, max_text_chars)?;
     if cleaning != Cleaning::default() {
         tracing::warn!(
             title_cut = cleaning.title_cut,
@@ -155,8 +207,14 @@ struct Cleaning {
 /// [`MAX_FACTS_PER_SEGMENT`] facts and [`MAX_ENTITIES`] entities. A title or summary too long is
 /// cut at a word and ends in "…"; a fact or an entity too long is left out (a fact cut short
 /// says something else, a name cut short names no one). An answer without a visible title or
-/// summary, or whose surprise is not a number, is malformed.
-fn episode_of(answer: Answer, max_text_chars: usize) -> Result<(LlmEpisode, Cleaning), LlmError> {
+/// summary, or whose surprise is not a number, is malformed. An item citing a turn of the segment
+/// (`spoken`: each turn's time, in order) holds from when that turn was said; an item citing
+/// none, or a turn the segment does not have, from the episode's end.
+fn episode_of(
+    answer: Answer,
+    spoken: &[DateTime<Utc>],
+    max_text_chars: usize,
+) -> Result<(LlmEpisode, Cleaning), LlmError> {
     let Answer {
         title,
         summary,
@@ -176,7 +234,7 @@ fn episode_of(answer: Answer, max_text_chars: usize) -> Result<(LlmEpisode, Clea
             "surprise {surprise} is not a number"
         )));
     }
-    let StructuredSummary {
+    let Established {
         facts,
         preferences,
         decisions,
@@ -185,9 +243,6 @@ fn episode_of(answer: Answer, max_text_chars: usize) -> Result<(LlmEpisode, Clea
         experiences,
         guidelines,
         entities,
-        facts_are_plain: _,
-        // Times come from the turns, never from the model's answer.
-        said_at: _,
     } = established;
     let mut facts_dropped = 0;
     let mut lists = [
@@ -214,6 +269,31 @@ fn episode_of(answer: Answer, max_text_chars: usize) -> Result<(LlmEpisode, Clea
         experiences,
         guidelines,
     ] = lists;
+    // Times come from the turns the items cite, never from the model's words.
+    let mut said_at = std::collections::BTreeMap::new();
+    let mut texts = |list: Vec<(String, Option<i64>)>| -> Vec<String> {
+        list.into_iter()
+            .map(|(text, turn)| {
+                let cited = turn
+                    .and_then(|turn| usize::try_from(turn).ok())
+                    .and_then(|turn| turn.checked_sub(1))
+                    .and_then(|index| spoken.get(index));
+                if let Some(at) = cited {
+                    said_at.insert(text.clone(), *at);
+                }
+                text
+            })
+            .collect()
+    };
+    let (facts, preferences, decisions, todos, goals, experiences, guidelines) = (
+        texts(facts),
+        texts(preferences),
+        texts(decisions),
+        texts(todos),
+        texts(goals),
+        texts(experiences),
+        texts(guidelines),
+    );
     let (entities, entities_dropped) = cleaned_entities(entities);
     Ok((
         LlmEpisode {
@@ -229,10 +309,9 @@ fn episode_of(answer: Answer, max_text_chars: usize) -> Result<(LlmEpisode, Clea
                 experiences,
                 guidelines,
                 entities,
-                // The LLM's facts may be experiences or guidelines: their kind is inferred.
-                facts_are_plain: false,
-                // Paraphrases name no turn: they hold from the episode's end.
-                said_at: Default::default(),
+                // Experiences and guidelines have lists of their own: a fact is a fact.
+                facts_are_plain: true,
+                said_at,
             },
             usage: TokenUsage::default(),
         },
@@ -269,17 +348,19 @@ fn cleaned_within(raw: &str, max_chars: usize) -> (String, bool) {
     }
 }
 
-/// The items of one list that are a memory's text once cleaned, and how many were not.
-fn cleaned_facts(items: Vec<String>, max_chars: usize) -> (Vec<String>, usize) {
+/// The items of one list that are a memory's text once cleaned (each with the turn it cites),
+/// and how many were not.
+fn cleaned_facts(items: Vec<Said>, max_chars: usize) -> (Vec<(String, Option<i64>)>, usize) {
     let mut kept = Vec::with_capacity(items.len());
     let mut dropped = 0;
     for item in items {
+        let (item, turn) = item.into_parts();
         if item.len() > max_chars.saturating_mul(MAX_UTF8_BYTES) {
             dropped += 1;
             continue;
         }
         match MemoryText::parse("fact", strip_steering(&item).trim(), max_chars) {
-            Ok(text) => kept.push(text.into_string()),
+            Ok(text) => kept.push((text.into_string(), turn)),
             Err(_) => dropped += 1,
         }
     }
@@ -288,7 +369,7 @@ fn cleaned_facts(items: Vec<String>, max_chars: usize) -> (Vec<String>, usize) {
 
 /// Keeps at most `max` items of the lists in all, one of each list in turn, so that a list of
 /// hundreds cannot crowd out the others; returns how many were left out.
-fn keep_in_turn(lists: &mut [Vec<String>], max: usize) -> usize {
+fn keep_in_turn<T>(lists: &mut [Vec<T>], max: usize) -> usize {
     let total: usize = lists.iter().map(Vec::len).sum();
     if total <= max {
         return 0;
@@ -360,12 +441,57 @@ mod tests {
     const MAX_TEXT: usize = 8_192;
 
     fn answer(title: &str, summary: &str, established: StructuredSummary) -> Answer {
+        let bare = |items: Vec<String>| items.into_iter().map(Said::Bare).collect();
         Answer {
             title: title.into(),
             summary: summary.into(),
             surprise: 0.5,
-            established,
+            established: Established {
+                facts: bare(established.facts),
+                preferences: bare(established.preferences),
+                decisions: bare(established.decisions),
+                todos: bare(established.todos),
+                goals: bare(established.goals),
+                experiences: bare(established.experiences),
+                guidelines: bare(established.guidelines),
+                entities: established.entities,
+            },
         }
+    }
+
+    #[test]
+    fn items_hold_from_the_turn_they_cite_and_a_missing_list_reads_as_empty() {
+        let answer: Answer = serde_json::from_value(serde_json::json!({
+            "title": "Nate's move",
+            "summary": "Nate moved to Lisbon and sold his van.",
+            "surprise": 0.6,
+            "established": {
+                "facts": [
+                    {"text": "Nate: I live in Lisbon now.", "turn": 2},
+                    {"text": "Nate: I sold the van.", "turn": 9},
+                    "Nate: I work nights."
+                ],
+                "guidelines": [{"text": "Use metric units.", "turn": 1}]
+            }
+        }))
+        .unwrap();
+        let first = DateTime::parse_from_rfc3339("2026-03-01T10:00:00Z")
+            .unwrap()
+            .to_utc();
+        let second = first + chrono::Duration::minutes(3);
+        let (episode, _) = episode_of(answer, &[first, second], MAX_TEXT).unwrap();
+        let structured = &episode.structured;
+        assert_eq!(structured.facts.len(), 3);
+        assert_eq!(structured.guidelines, ["Use metric units."]);
+        assert!(structured.facts_are_plain, "each kind has its own list");
+        assert_eq!(
+            structured.said_at.get("Nate: I live in Lisbon now."),
+            Some(&second)
+        );
+        assert_eq!(structured.said_at.get("Use metric units."), Some(&first));
+        // A turn the segment does not have, or none cited: from the episode's end.
+        assert_eq!(structured.said_at.get("Nate: I sold the van."), None);
+        assert_eq!(structured.said_at.get("Nate: I work nights."), None);
     }
 
     #[test]
@@ -381,6 +507,7 @@ mod tests {
                     ..StructuredSummary::default()
                 },
             ),
+            &[],
             MAX_TEXT,
         )
         .unwrap();
@@ -404,6 +531,7 @@ mod tests {
         for (title, summary) in [("\u{0}\u{1b}[2J", "A summary."), ("A title", " \u{0} ")] {
             let error = episode_of(
                 answer(title, summary, StructuredSummary::default()),
+                &[],
                 MAX_TEXT,
             )
             .unwrap_err();
@@ -411,7 +539,7 @@ mod tests {
         }
         let mut nan = answer("A title", "A summary.", StructuredSummary::default());
         nan.surprise = f64::NAN;
-        assert!(episode_of(nan, MAX_TEXT).is_err());
+        assert!(episode_of(nan, &[], MAX_TEXT).is_err());
     }
 
     #[test]
@@ -427,6 +555,7 @@ mod tests {
                     ..StructuredSummary::default()
                 },
             ),
+            &[],
             MAX_TEXT,
         )
         .unwrap();
@@ -477,6 +606,7 @@ mod tests {
                     ..StructuredSummary::default()
                 },
             ),
+            &[],
             MAX_TEXT,
         )
         .unwrap();
