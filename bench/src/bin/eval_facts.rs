@@ -60,6 +60,56 @@ struct FactItem {
     text: String,
     label: String,
     about: Option<String>,
+    /// Why the label: the phatic kinds ([`PHATIC_WHY`]) are what a summary must leave out.
+    #[serde(default)]
+    why: String,
+}
+
+/// The labels' reasons that mark a sentence said for the conversation's sake (greetings,
+/// thanks, reactions, compliments, farewells, agreement, filler): no summary sentence.
+const PHATIC_WHY: &[&str] = &[
+    "Filler",
+    "Reaction",
+    "Farewell",
+    "Greeting",
+    "Thanks",
+    "Compliment",
+    "Agreement",
+    "The assistant's reaction",
+];
+
+/// Of the labelled phatic sentences, how many a summary kept: each said in a segment with a
+/// plain statement beside it (so that the summary has something else to say), as the
+/// extractive summary of that segment.
+fn phatic_in_summaries(items: &[FactItem]) -> (usize, usize, Vec<String>) {
+    let phatic: Vec<&FactItem> = items
+        .iter()
+        .filter(|item| PHATIC_WHY.iter().any(|why| item.why.starts_with(why)))
+        .collect();
+    let mut kept = Vec::new();
+    for item in &phatic {
+        let other = if item.setting == "chat" {
+            "user"
+        } else {
+            "Sam"
+        };
+        let mut turns = vec![turn(
+            &item.setting,
+            other,
+            "We moved the team meeting to Thursday at ten, in the big room upstairs.",
+            false,
+        )];
+        turns.push(turn(&item.setting, &item.speaker, &item.text, true));
+        let summary = extractive_episode(&turns).summary;
+        let said = item
+            .text
+            .trim()
+            .trim_end_matches(['.', '!', '?', '。', '！', '？']);
+        if summary.contains(said) {
+            kept.push(format!("{} {}", item.id, item.text));
+        }
+    }
+    (phatic.len(), kept.len(), kept)
 }
 
 #[derive(Deserialize)]
@@ -510,7 +560,20 @@ fn main() -> anyhow::Result<()> {
         ),
     ];
 
-    let text = report(&args.command_line, &fact_scores, &conflict_scores);
+    let (phatic, phatic_kept, kept) = phatic_in_summaries(&fact_set.items);
+    if args.misses {
+        for sentence in &kept {
+            println!("phatic in a summary: {sentence}");
+        }
+    }
+    let mut text = report(&args.command_line, &fact_scores, &conflict_scores);
+    text.push_str(&format!(
+        "\n## Summaries: phatic sentences\n\nThe {phatic} sentences of the fact set labelled as \
+         said for the conversation's sake (greetings, thanks, reactions, compliments, \
+         farewells, agreement, filler), each said in a segment beside a plain statement: the \
+         extractive summary of that segment kept **{phatic_kept}** of them ({:.1} %).\n",
+        100.0 * phatic_kept as f64 / phatic.max(1) as f64
+    ));
     println!("{text}");
     if args.report != "-" {
         std::fs::write(&args.report, &text).with_context(|| format!("writing {}", args.report))?;

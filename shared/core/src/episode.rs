@@ -796,7 +796,8 @@ fn segment_units(turns: &[SegmentTurn]) -> Vec<Unit<'_>> {
                     && !chit_chat
                     && !control_command
                     && !short_question
-                    && !assistant_question;
+                    && !assistant_question
+                    && !is_phatic(text, words, cjk_chars);
                 let opening = eligible && by_user && !opening_seen;
                 opening_seen |= opening;
                 units.push(Unit {
@@ -823,6 +824,56 @@ fn segment_units(turns: &[SegmentTurn]) -> Vec<Unit<'_>> {
     }
     units
 }
+
+/// A sentence said for the conversation's sake, not to tell anything: a reaction, compliment,
+/// vague maybe or passing state ([`is_passing`]: "That's horrible.", "I'm so tired"), or an
+/// exclamation of a word or two ("A banana!", "Amazing.", "Third!"). A summary has no room for
+/// them. A short statement stays ("It's Parkinson's.", "Olympic distance.").
+fn is_phatic(text: &str, words: usize, cjk_chars: usize) -> bool {
+    // Said to someone by name first: "Rafa, that's beautiful."
+    let addressed = VOCATIVE.find(text).map_or(text, |name| &text[name.end()..]);
+    // What an interjection opens is a reaction too: "Oh no, poor thing", "Haha fair enough".
+    let reacting = INTERJECTION_OPENING.is_match(text) || INTERJECTION_OPENING.is_match(addressed);
+    if is_passing(text)
+        || is_passing(addressed)
+        || INTERJECTION.is_match(addressed)
+        || REACTION.is_match(addressed)
+        || reacting
+    {
+        return true;
+    }
+    let exclaimed = text.trim_end().ends_with(['!', '！']);
+    cjk_chars == 0 && (words <= 1 || (words <= 2 && exclaimed))
+}
+
+/// A name and a comma opening a sentence: whom it is said to.
+static VOCATIVE: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^\p{Lu}[\p{L}'’\-]*\s*[,，]\s*").expect("valid vocative regex"));
+
+/// An interjection opening a sentence: what follows reacts to what the other said.
+static INTERJECTION_OPENING: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)^(?:oh+|ah+|aw+|ha(?:ha)+|lol|ugh|wow|ooh+|yikes|whoa|interesting|hmm+|哇|哎呀|天哪|哈哈+)(?:[\s,，!！.。]+|$)",
+    )
+    .expect("valid interjection regex")
+});
+
+/// Reactions, agreement and farewells by their opening: "That sounds like a plan", "Good
+/// question", "Sounds great", "I'm glad it worked out", "Night, talk tomorrow", "晚安", "辛苦了".
+static REACTION: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)^(?:that\s+(?:sounds|looks|seems)|sounds\s+(?:good|great|like|fun|lovely|amazing)|(?:good|great|fair)\s+(?:question|point|enough)|i'?m\s+(?:so\s+|really\s+)?glad\b|(?:good\s*)?night\b|bye\b|see\s+you\b|talk\s+(?:tomorrow|soon|later)\b|(?:have\s+)?fun\b|晚安|明天聊|回头聊|辛苦了|说得(?:真|太)?好|太厉害了|真厉害|好厉害)",
+    )
+    .expect("valid reaction regex")
+});
+
+/// A whole sentence that only reacts: "Thank god.", "Oh no!", "No way", "Me too", "天哪".
+static INTERJECTION: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)^(?:thank\s+(?:god|goodness|heavens)|oh\s+(?:no|god|my\s+god|man|dear|wow)|no\s+way|me\s+too|same\s+here|omg|wow|yay|ugh|phew|oops|aww+|no|nooo+|yes+|so\s+cool|so\s+good|how\s+lovely|lucky\s+you|天哪|天啊|我的天|哇|好棒|太好了|真的吗)[\s!！.。?？~]*$",
+    )
+    .expect("valid interjection regex")
+});
 
 /// Labels that name a role, not a person: a transcript of "User: … / Assistant: …" is a chat.
 const ROLE_LABELS: &[&str] = &[
@@ -1753,6 +1804,25 @@ mod tests {
         SegmentTurn {
             role: SpeakerRole::Assistant,
             content: content.to_owned(),
+        }
+    }
+
+    #[test]
+    fn reactions_and_exclamations_are_left_out_of_the_summary() {
+        let turns = [
+            user("Mia: Someone broke into my car in Leeds and took my camera bag."),
+            assistant("Tom: That's horrible."),
+            user("Mia: Thank god the memory cards were in my jacket pocket."),
+            assistant("Tom: Mia, that's awful."),
+            user("Mia: The police said it's the third car this month on that street."),
+            assistant("Tom: Third!"),
+            assistant("Tom: Wow."),
+        ];
+        let summary = extractive_episode(&turns).summary;
+        assert!(summary.contains("camera bag"), "{summary}");
+        assert!(summary.contains("third car this month"), "{summary}");
+        for phatic in ["horrible", "awful", "Third!", "Wow"] {
+            assert!(!summary.contains(phatic), "{phatic}: {summary}");
         }
     }
 
