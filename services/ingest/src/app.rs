@@ -16,6 +16,8 @@ use tonic::service::Routes;
 use crate::backfill::{BackfillSettings, EmbeddingBackfill};
 use crate::bus::{EmbeddingConsumer, OutboxRelay, SegmentationConsumer};
 use crate::config::IngestSettings;
+use crate::conversations::consolidation::Consolidator;
+use crate::conversations::describe::Describer;
 use crate::conversations::segmentation::Segmenter;
 use crate::grpc::IngestApi;
 use crate::metrics::IngestMetrics;
@@ -145,6 +147,17 @@ impl App {
             pool: pool.clone(),
             writer: writer.clone(),
             topic_embedder: embedders.topic,
+            describer: Describer {
+                llm: llm.clone(),
+                metrics: metrics.clone(),
+                max_text_chars: settings.memory.max_text_chars,
+            },
+            consolidator: Consolidator {
+                pool: pool.clone(),
+                writer: writer.clone(),
+                llm: llm.clone(),
+                metrics: metrics.clone(),
+            },
             llm,
             settings: Arc::new(settings.segmentation.clone()),
             metrics: metrics.clone(),

@@ -17,10 +17,15 @@ use engram_store::retrieval::{self, Bm25, SearchFilter};
 use engram_store::{memories, segments, write_path};
 use uuid::Uuid;
 
+use std::sync::Arc;
+
+use engram_llm::ChatClient;
+use sqlx::PgPool;
+
 use super::llm::judge_conflicts;
-use super::segmentation::Segmenter;
 use crate::error::IngestError;
-use crate::write_path::{RememberCommand, RememberResult};
+use crate::metrics::IngestMetrics;
+use crate::write_path::{MemoryWriter, RememberCommand, RememberResult};
 
 /// Keywords kept with a consolidated fact.
 const MAX_FACT_KEYWORDS: usize = 8;
@@ -36,7 +41,17 @@ const ENDED_CANDIDATES: i64 = 20;
 /// Episodes one sweep consolidates, at most.
 const LEFTOVERS_PER_SWEEP: i64 = 50;
 
-impl Segmenter {
+/// Turns episodes into facts: what segmentation calls once an episode is written, and what its
+/// sweep calls for episodes a failure left unconsolidated. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Consolidator {
+    pub(crate) pool: PgPool,
+    pub(crate) writer: MemoryWriter,
+    pub(crate) llm: Option<ChatClient>,
+    pub(crate) metrics: Arc<IngestMetrics>,
+}
+
+impl Consolidator {
     /// Writes the facts of an episode and marks it consolidated; returns how many facts were
     /// written or merged. An episode gone or consolidated already is left alone.
     pub(crate) async fn consolidate_episode(

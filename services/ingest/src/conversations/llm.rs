@@ -15,7 +15,7 @@ use engram_core::{MemoryText, ValidationError};
 use engram_llm::{ChatClient, LlmError, StructuredRequest, TokenUsage};
 use serde::Deserialize;
 
-use super::segmentation::SegmentText;
+use super::segment_text::SegmentText;
 use crate::import::MAX_TITLE_CHARS;
 use crate::write_path::MAX_TAG_CHARS;
 

@@ -6,17 +6,23 @@
 //! - [`segmentation`] closes segments by the rules of `engram_core::segmentation` (or an LLM's
 //!   judgement), writes each as an episodic memory, takes the conversation's pending reviews and
 //!   announces `SegmentClosed` for the review service.
-//! - [`consolidation`] derives semantic facts from new episodes (through the normal write path,
-//!   where a newer fact about the same subject supersedes an older one).
+//! - [`describe`] titles and summarises a closed segment and extracts what it established: the
+//!   LLM ([`llm`]) when configured, the extractive rules otherwise, behind one `Describer`
+//!   ([`segment_text`] is the turn both read).
+//! - [`consolidation`] (`Consolidator`) derives semantic facts from new episodes (through the
+//!   normal write path, where a newer fact about the same subject supersedes an older one, and
+//!   a fact saying a thing is over supersedes the speaker's facts naming it).
 //! - [`forget`] deletes a conversation and what was derived only from it.
 //!
 //! Nothing is stored for an incognito conversation or a space with memory off: not a turn, not an
 //! event, not a pending review.
 
 pub mod consolidation;
+pub(crate) mod describe;
 pub mod events;
 pub mod forget;
 pub mod llm;
+pub mod segment_text;
 pub mod segmentation;
 
 use chrono::{DateTime, Duration, Utc};

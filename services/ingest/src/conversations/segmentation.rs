@@ -40,7 +40,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use engram_core::episode::{StructuredSummary, extractive_episode};
+use engram_core::episode::StructuredSummary;
 use engram_core::memory_state::{NEUTRAL_SURPRISE, initial_state};
 use engram_core::normalize::normalize_for_fingerprint;
 use engram_core::segmentation::{ClosedSegment, TurnView, close_segments};
@@ -61,8 +61,9 @@ use sqlx::PgPool;
 use tokio::sync::{Notify, watch};
 use uuid::Uuid;
 
+use super::consolidation::Consolidator;
+use super::describe::{Describer, Describers, SegmentText};
 use super::events::{ClosedSegmentEvent, segment_closed};
-use super::llm::describe_segment;
 use crate::config::SegmentationSettings;
 use crate::error::IngestError;
 use crate::metrics::IngestMetrics;
@@ -80,14 +81,6 @@ const CONVERSATIONS_WRITTEN_AT_ONCE: usize = 4;
 /// How far before a sweep's start the next sweep looks for changed conversations.
 const CHANGE_MARGIN: chrono::Duration = chrono::Duration::seconds(5);
 
-/// A turn of a closed segment, as the describers read it.
-#[derive(Debug, Clone)]
-pub struct SegmentText {
-    pub role: SpeakerRole,
-    pub content: String,
-    pub spoken_at: DateTime<Utc>,
-}
-
 /// Closes segments and writes episodes; cheap to clone.
 #[derive(Clone)]
 pub struct Segmenter {
@@ -98,6 +91,10 @@ pub struct Segmenter {
     pub(crate) llm: Option<ChatClient>,
     pub(crate) settings: Arc<SegmentationSettings>,
     pub(crate) metrics: Arc<IngestMetrics>,
+    /// Titles, summarises and extracts what a closed segment established.
+    pub(crate) describer: Describer,
+    /// Writes the facts of the episodes written.
+    pub(crate) consolidator: Consolidator,
 }
 
 impl std::fmt::Debug for Segmenter {
@@ -135,15 +132,6 @@ struct Plan {
     /// The open tail the segments were found in, to describe them again by the rules when the
     /// LLM's description cannot be written.
     tail: OpenTail,
-}
-
-/// Who may describe a segment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Describers {
-    /// The LLM when one is configured, the extractive rules otherwise or when it fails.
-    LlmThenRules,
-    /// The extractive rules only.
-    RulesOnly,
 }
 
 /// A closed segment ready to write.
@@ -401,7 +389,7 @@ impl Segmenter {
         }
         for closed in outcome.closed.iter().filter(|c| c.created) {
             if let Some(episode) = closed.episode
-                && let Err(error) = self.consolidate_episode(scope, episode).await
+                && let Err(error) = self.consolidator.consolidate_episode(scope, episode).await
             {
                 // The sweep consolidates what is left unconsolidated.
                 tracing::warn!(%error, %episode, "consolidation failed; the sweep will retry");
@@ -502,7 +490,14 @@ impl Segmenter {
                 "nothing",
             )
         } else {
-            self.describe(&texts, describers).await
+            let description = self.describer.describe(&texts, describers).await;
+            (
+                description.title,
+                description.summary,
+                description.structured,
+                description.surprise,
+                description.described_by,
+            )
         };
         // Without the LLM's judgement an episode is neutral until the backfill measures it with
         // its embedding; without an embedder it stays neutral.
@@ -568,58 +563,6 @@ impl Segmenter {
             described_by,
             last_received_at: turns.last().map_or(now, |turn| turn.created_at),
         })
-    }
-
-    /// Title, summary, structured summary and (from an LLM) surprise of a segment, and who wrote
-    /// them: the LLM, or the extractive rules when there is none or it failed.
-    async fn describe(
-        &self,
-        turns: &[SegmentText],
-        describers: Describers,
-    ) -> (String, String, StructuredSummary, Option<f64>, &'static str) {
-        let llm = match describers {
-            Describers::LlmThenRules => self.llm.as_ref(),
-            Describers::RulesOnly => None,
-        };
-        if let Some(llm) = llm {
-            match describe_segment(llm, turns, self.writer.settings.max_text_chars).await {
-                Ok(episode) => {
-                    return (
-                        episode.title,
-                        episode.summary,
-                        episode.structured,
-                        Some(episode.surprise),
-                        "llm",
-                    );
-                }
-                Err(error) => {
-                    self.metrics.record_llm_fallback("segment_episode");
-                    tracing::warn!(%error, "the LLM could not describe the segment; using the extractive rules");
-                }
-            }
-        }
-        let spoken: Vec<DateTime<Utc>> = turns.iter().map(|turn| turn.spoken_at).collect();
-        let turns: Vec<engram_core::episode::SegmentTurn> = turns
-            .iter()
-            .map(|turn| engram_core::episode::SegmentTurn {
-                role: turn.role,
-                content: turn.content.clone(),
-            })
-            .collect();
-        // Tens of turns of up to 8,192 characters each: work for a blocking thread.
-        let mut draft = engram_recall::cpu_bound(move || extractive_episode(&turns)).await;
-        for fact in &draft.facts {
-            if let Some(turn) = spoken.get(fact.turn) {
-                draft.structured.said_at.insert(fact.text.clone(), *turn);
-            }
-        }
-        (
-            draft.title,
-            draft.summary,
-            draft.structured,
-            None,
-            "extractive",
-        )
     }
 
     /// Writes the prepared segments in one transaction (see the module documentation).
@@ -893,7 +836,7 @@ impl Segmenter {
             self.segment_many(batch).await;
         }
         if self.settings.consolidate && !*stop.borrow() {
-            self.consolidate_leftovers().await?;
+            self.consolidator.consolidate_leftovers().await?;
         }
         Ok(())
     }
