@@ -1759,32 +1759,75 @@ fn facts_of(units: &[Unit<'_>]) -> Vec<ExtractedFact> {
         if too_short || unit.terms.is_empty() {
             continue;
         }
-        // Whom it is about: a named speaker's fact says so; a chat's are the user's.
-        let text = match unit.speaker {
-            Some(name) => format!("{name}: {}", with_full_stop(unit.text)),
-            None => with_full_stop(unit.text),
+        // Two statements joined in one sentence, each standing alone, are two facts.
+        let to_assistant = unit.role == SpeakerRole::User && unit.speaker.is_none();
+        let statements = match two_statements(unit.text, to_assistant) {
+            Some([first, second]) => vec![first, second],
+            None => vec![(unit.text, category)],
         };
-        if !seen.insert(normalize_for_fingerprint(&text)) {
-            continue;
+        for (statement, category) in statements {
+            // Whom it is about: a named speaker's fact says so; a chat's are the user's.
+            let text = match unit.speaker {
+                Some(name) => format!("{name}: {}", with_full_stop(statement)),
+                None => with_full_stop(statement),
+            };
+            if !seen.insert(normalize_for_fingerprint(&text)) {
+                continue;
+            }
+            let mut keywords: Vec<String> = if metadata_finds_nothing_in(&text) {
+                Vec::new()
+            } else {
+                metadata::extract(&text)
+                    .tags
+                    .into_iter()
+                    .filter(|tag| is_useful_tag(tag))
+                    .collect()
+            };
+            keywords.truncate(MAX_FACT_KEYWORDS);
+            facts.push(ExtractedFact {
+                text,
+                category,
+                keywords,
+                turn: unit.turn,
+            });
         }
-        let mut keywords: Vec<String> = if metadata_finds_nothing_in(&text) {
-            Vec::new()
-        } else {
-            metadata::extract(&text)
-                .tags
-                .into_iter()
-                .filter(|tag| is_useful_tag(tag))
-                .collect()
-        };
-        keywords.truncate(MAX_FACT_KEYWORDS);
-        facts.push(ExtractedFact {
-            text,
-            category,
-            keywords,
-            turn: unit.turn,
-        });
     }
     facts
+}
+
+/// Where a sentence joins two statements of its speaker: "…, and I …", "…, but my …", "…; we …".
+static STATEMENT_JOIN: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)(?:,\s+(?:and|but|so|plus|also)\s+|;\s+)(?:also\s+)?(?:i|i'm|i've|i'd|my|we|we're|we've|our)\b",
+    )
+    .expect("valid statement join regex")
+});
+
+/// A sentence of two statements that each stand alone as a fact ("I moved to Lisbon last year,
+/// and I work at a bakery now"), split in two with each one's kind; `None` when it is one
+/// statement, or when a half says nothing on its own ("I love it, and I'd go again").
+fn two_statements(text: &str, to_assistant: bool) -> Option<[(&str, Category); 2]> {
+    let join = STATEMENT_JOIN.find(text)?;
+    let first = text[..join.start()].trim();
+    // The second keeps its subject ("I work at …"), not the conjunction before it.
+    let subject_at = join
+        .as_str()
+        .rfind(|c: char| c.is_whitespace() || c == ',' || c == ';');
+    let second_start = join.start() + subject_at.map_or(0, |at| at + 1);
+    let second = text[second_start..]
+        .trim_start_matches(|c: char| c.is_whitespace())
+        .trim();
+    let second = second
+        .strip_prefix("also ")
+        .or_else(|| second.strip_prefix("Also "))
+        .unwrap_or(second);
+    let words = |part: &str| part.split_whitespace().count();
+    if words(first) < 3 || words(second) < 3 {
+        return None;
+    }
+    let first_kind = lasting_statement(first, to_assistant)?;
+    let second_kind = lasting_statement(second, to_assistant)?;
+    Some([(first, first_kind), (second, second_kind)])
 }
 
 #[cfg(test)]
@@ -1805,6 +1848,26 @@ mod tests {
             role: SpeakerRole::Assistant,
             content: content.to_owned(),
         }
+    }
+
+    #[test]
+    fn a_sentence_of_two_statements_is_two_facts() {
+        let facts = extract_facts(&[user(
+            "I moved to Lisbon last year, and I work at a bakery in Alfama now.",
+        )]);
+        let texts: Vec<&str> = facts.iter().map(|f| f.text.as_str()).collect();
+        assert_eq!(
+            texts,
+            [
+                "I moved to Lisbon last year.",
+                "I work at a bakery in Alfama now."
+            ]
+        );
+        // A half that says nothing alone keeps the sentence whole.
+        let facts = extract_facts(&[user(
+            "I prefer green tea over coffee, and I'd say that's that.",
+        )]);
+        assert_eq!(facts.len(), 1, "{facts:?}");
     }
 
     #[test]
