@@ -100,7 +100,9 @@ async fn redact_copies(
                 .collect();
             if forgotten.redact_lines(&mut contents) {
                 for (line, content) in lines.iter_mut().zip(contents) {
-                    line["content"] = serde_json::Value::String(content);
+                    if let Some(line) = line.as_object_mut() {
+                        line.insert("content".to_owned(), serde_json::Value::String(content));
+                    }
                 }
                 changed = true;
             }

@@ -14,6 +14,8 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
+use super::fold;
+
 /// A thing a fact says is over, and whose it was (a named speaker's, or the user's in a chat).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ended {
@@ -157,13 +159,6 @@ const NOT_A_THING: &[&str] = &[
     "worrying",
 ];
 
-fn fold(text: &str) -> String {
-    text.split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
-        .to_lowercase()
-}
-
 /// The thing's name from what follows an ending verb: at most three words, up to the first word
 /// that starts something else, without a leading article or possessive.
 fn thing_named(raw: &str) -> Option<String> {
@@ -215,13 +210,18 @@ fn chinese_thing(raw: &str) -> Option<String> {
         .then(|| thing.to_owned())
 }
 
+/// A fact's named speaker (lowercased; none for a chat's user) and what they said.
+fn speaker_and_said(fact: &str) -> (Option<String>, &str) {
+    match crate::speaker::split_speaker(fact) {
+        Some((speaker, said)) => (Some(speaker.to_lowercase()), said),
+        None => (None, fact.trim()),
+    }
+}
+
 /// What a fact says is over for its speaker (see the module documentation). Each clause is
 /// looked at alone.
 pub fn ended_things(fact: &str) -> Vec<Ended> {
-    let (speaker, said) = match crate::speaker::split_speaker(fact) {
-        Some((speaker, said)) => (Some(speaker.to_lowercase()), said),
-        None => (None, fact.trim()),
-    };
+    let (speaker, said) = speaker_and_said(fact);
     let mut ended: Vec<Ended> = Vec::new();
     for clause in super::CLAUSE_BREAK.split(said) {
         let clause = clause
@@ -286,10 +286,7 @@ fn things_ended_in(clause: &str) -> Vec<String> {
 /// Whether `fact` (an older fact, as stored) is about `ended`: said by the same speaker, naming
 /// the thing (whole words; a Chinese name anywhere in the text).
 pub fn names(fact: &str, ended: &Ended) -> bool {
-    let (speaker, said) = match crate::speaker::split_speaker(fact) {
-        Some((speaker, said)) => (Some(speaker.to_lowercase()), said),
-        None => (None, fact.trim()),
-    };
+    let (speaker, said) = speaker_and_said(fact);
     if speaker != ended.speaker {
         return false;
     }
