@@ -101,7 +101,8 @@ eval-reads: up models ## What an assistant reads from the dialogs alone, printed
 eval-facts: ## Facts from conversations: the local consolidation on the labelled fact and conflict sets (seconds, no database; writes docs/eval/facts.md)
 	cargo build --release --bin eval-facts
 	$(CARGO_TARGET_DIR)/release/eval-facts --facts tests/eval/facts/labelled.json \
-		--conflicts tests/eval/conflicts/labelled.json --report docs/eval/facts.md
+		--conflicts tests/eval/conflicts/labelled.json --dialogs tests/eval/dialogs \
+		--dialog-facts tests/eval/dialog_facts/labelled.json --report docs/eval/facts.md
 
 .PHONY: eval-topic
 eval-topic: models ## Segmentation: calibrate the topic rules for their turn vectors on tests/eval/dialogs and write docs/eval/topic.md (release build)
