@@ -176,6 +176,14 @@ static PERSONAL: LazyLock<RegexSet> = LazyLock::new(|| {
     ])
 });
 
+/// When something is to happen or how often: a day, a date, a time, "next week", "every
+/// morning", 明天, 每天; or a firm intent ("I have to", "I'm going to").
+static WHEN: LazyLock<Regex> = LazyLock::new(|| {
+    regex(
+        r"(?i)\b(?:today|tonight|tomorrow|this\s+(?:morning|afternoon|evening|week|weekend|month|year)|next\s+(?:week|month|year|\w+day)|on\s+(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)|(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)|by\s+the\s+\w+|in\s+(?:january|february|march|april|may|june|july|august|september|october|november|december)|\d{1,2}(?::\d\d)?\s*(?:am|pm)|\d{1,2}(?:st|nd|rd|th)|(?:every|each)\s+\w+|end\s+of\s+\w+|before\s+\w+|i\s+(?:have|need)\s+to|i(?:'m|\s+am)\s+going\s+to)\b|今天|今晚|明天|后天|下周|下个月|周末|月底|年底|每天|每周|每晚|每个月|\d+号|[\d一二三四五六七八九十]+月|之前|我需要|我得",
+    )
+});
+
 /// Whether a sentence says nothing lasting about its speaker: a reaction or compliment to the
 /// other speaker, a vague maybe, a hypothetical, the conversation itself, a passing state or
 /// hearsay.
@@ -226,6 +234,10 @@ pub fn lasting_statement(text: &str, to_assistant: bool) -> Option<Category> {
     match infer_category(text) {
         // A guideline is the user's to the assistant, not one person's to another.
         Category::Guideline if !to_assistant => None,
+        // A "to do" the task rules above did not recognise is a task only when it says when;
+        // without, it is mostly a promise made in the conversation ("I'll be unbearable until
+        // then", "I'll remind you you said that").
+        Category::Todo if !WHEN.is_match(text) => None,
         Category::Fact => None,
         category => Some(category),
     }
