@@ -1004,7 +1004,9 @@ static COURTESY_PREFIX: LazyLock<Regex> = LazyLock::new(|| {
             (?:hi|hello|hey|hiya|ok|okay|oh|well|so|thanks|thank\s+you|thx|great|cool|nice|sure
                |yes|yeah|yep|alright|all\s+right|perfect|awesome|got\s+it
                |by\s+the\s+way|btw|anyway|actually|honestly|ha|haha|wow|oh\s+wow
-               |good\s+(?:morning|afternoon|evening))
+               |good\s+(?:morning|afternoon|evening)
+               |quick\s+(?:one|question|update|thing)|(?:big|good|bad|some)\s+news|news
+               |update|fun\s+fact|heads\s+up|side\s+note)
             (?:\s+(?:there|again|so\s+much|a\s+lot|then))?
             \s*[,!.~:;—–-]+\s*
           | (?:你好|您好|嗨|哈喽|好的|好吧|好嘞|嗯+|哦+|谢谢你?|多谢|是的|对|没问题|明白了?|知道了|收到|懂了)
@@ -1848,6 +1850,15 @@ mod tests {
             role: SpeakerRole::Assistant,
             content: content.to_owned(),
         }
+    }
+
+    #[test]
+    fn a_news_opener_is_not_part_of_the_fact() {
+        let facts = extract_facts(&[user("Big news: we moved to Lisbon last month.")]);
+        let texts: Vec<&str> = facts.iter().map(|f| f.text.as_str()).collect();
+        assert_eq!(texts.len(), 1, "{texts:?}");
+        assert!(!texts[0].starts_with("Big news"), "{texts:?}");
+        assert!(texts[0].contains("moved to Lisbon"), "{texts:?}");
     }
 
     #[test]
