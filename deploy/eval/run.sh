@@ -5,7 +5,8 @@
 # waits for the embeddings, runs every configuration and writes docs/eval/retrieval.md;
 # `eval-dialogs` loads tests/eval/dialogs as turns and as conversations and writes
 # docs/eval/dialogs.md; `eval-facts` measures the facts consolidation writes on the labelled sets
-# (no services needed) and writes docs/eval/facts.md.
+# and the judged sample of the dev dialogs' facts (no services needed) and writes
+# docs/eval/facts.md.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -56,5 +57,6 @@ env "${segmentation_env[@]}" "$bin/eval-dialogs" --dialogs "$repo/tests/eval/dia
     --ingest "http://127.0.0.1:$ingest_port" --retrieval "http://127.0.0.1:$retrieval_port" \
     --database-url "$url" --report "$repo/docs/eval/dialogs.md" --command-line "make eval"
 "$bin/eval-facts" --facts "$repo/tests/eval/facts/labelled.json" \
-    --conflicts "$repo/tests/eval/conflicts/labelled.json" \
+    --conflicts "$repo/tests/eval/conflicts/labelled.json" --dialogs "$repo/tests/eval/dialogs" \
+    --dialog-facts "$repo/tests/eval/dialog_facts/labelled.json" \
     --report "$repo/docs/eval/facts.md" --command-line "make eval"
