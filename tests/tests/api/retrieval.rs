@@ -673,7 +673,12 @@ async fn memory_off_and_incognito_get_nothing_from_storage() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(recall.reply, "No relevant memories.\n");
+    // The recall says why it has nothing (issue 39), not "No relevant memories.".
+    assert!(
+        recall.reply.starts_with("Memory is off for this space"),
+        "{}",
+        recall.reply
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
