@@ -74,10 +74,13 @@ static THING_ENDED: LazyLock<Regex> = LazyLock::new(|| {
     .expect("valid ending rule")
 });
 
-/// A named person leaving: "Ruth left", "Dana left last month".
+/// A named person leaving, as the whole clause: "Ruth left", "Dana left last month" ("Mum left
+/// for work" is no ending).
 static NAMED_LEFT: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"^(\p{Lu}[\p{L}'’\-]+)\s+(?:has\s+)?(?:left|retired|moved\s+on)\b")
-        .expect("valid ending rule")
+    Regex::new(
+        r"^(\p{Lu}[\p{L}'’\-]+)\s+(?:has\s+)?(?:left|retired|moved\s+on)(?:\s+(?:last\s+\w+|this\s+\w+|in\s+\w+|on\s+\w+|yesterday|recently|the\s+(?:company|team|firm|school|practice)))?$",
+    )
+    .expect("valid ending rule")
 });
 
 /// Chinese: "卡罗拉卖了", "那家健身房倒闭了", "可乐上个月走了", "电动车被偷了".
@@ -174,7 +177,7 @@ fn thing_named(raw: &str) -> Option<String> {
             break;
         }
         words.push(bare);
-        if word.ends_with(|c: char| matches!(c, ',' | '.' | ';' | '!' | '?')) || words.len() == 3 {
+        if word.ends_with([',', '.', ';', '!', '?']) || words.len() == 3 {
             break;
         }
     }
@@ -268,7 +271,13 @@ fn things_ended_in(clause: &str) -> Vec<String> {
         things.extend(thing_named(&found[1]));
     }
     if let Some(found) = NAMED_LEFT.captures(clause) {
-        things.extend(thing_named(&found[1]));
+        // A relative leaving ("Mum left") is a visit's end, not a person gone from one's life.
+        let relative = super::RELATIVES
+            .iter()
+            .any(|(said, _)| said.eq_ignore_ascii_case(&found[1]));
+        if !relative {
+            things.extend(thing_named(&found[1]));
+        }
     }
     if NOT_ENDED.is_match(clause) && ENDING_VERB.is_match(clause) {
         // "I didn't quit the gym", "I might sell the car": the verb's own clause says not.
@@ -341,6 +350,8 @@ mod tests {
             "I didn't quit the choir after all.",
             "I want to give up sugar.",
             "My dad left for work early.",
+            "Mum left for work early.",
+            "Mum left last week.",
             "We stopped for lunch in Lyon.",
             "I gave up.",
             "It died down after a while.",
