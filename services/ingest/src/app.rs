@@ -155,10 +155,9 @@ impl App {
             consolidator: Consolidator {
                 pool: pool.clone(),
                 writer: writer.clone(),
-                llm: llm.clone(),
+                llm,
                 metrics: metrics.clone(),
             },
-            llm,
             settings: Arc::new(settings.segmentation.clone()),
             metrics: metrics.clone(),
         });

@@ -201,11 +201,12 @@ pub fn lasting_statement(text: &str, to_assistant: bool) -> Option<Category> {
     // A value of who or where the speaker is (home, work, manager, role, partner, diet, contact
     // details) is lasting even when said as of now ("I'm single at the moment"), and it is what
     // a later statement may supersede.
-    let states_value = crate::conflict::subject_value(text).is_some();
+    // Run only where the answer decides something: most sentences end at a rule above it.
+    let states_value = || crate::conflict::subject_value(text).is_some();
     // Something of the speaker's that is over ("I gave up the cello", "我戒烟了"): the old fact
     // naming it is no longer true, and this one says so.
-    let ends_something = !crate::conflict::ended_things(text).is_empty();
-    if is_passing(text) && !states_value {
+    let ends_something = || !crate::conflict::ended_things(text).is_empty();
+    if is_passing(text) && !states_value() {
         return None;
     }
     if DECISION.is_match(text) {
@@ -228,7 +229,7 @@ pub fn lasting_statement(text: &str, to_assistant: bool) -> Option<Category> {
     if PREFERENCE.is_match(text) {
         return Some(Category::Preference);
     }
-    if PERSONAL.is_match(text) || states_value || ends_something {
+    if PERSONAL.is_match(text) || states_value() || ends_something() {
         return Some(Category::Fact);
     }
     match infer_category(text) {

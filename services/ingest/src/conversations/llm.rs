@@ -260,18 +260,9 @@ fn episode_of(
         kept
     });
     facts_dropped += keep_in_turn(&mut lists, MAX_FACTS_PER_SEGMENT);
-    let [
-        facts,
-        preferences,
-        decisions,
-        todos,
-        goals,
-        experiences,
-        guidelines,
-    ] = lists;
     // Times come from the turns the items cite, never from the model's words.
     let mut said_at = std::collections::BTreeMap::new();
-    let mut texts = |list: Vec<(String, Option<i64>)>| -> Vec<String> {
+    let texts = |list: Vec<(String, Option<i64>)>| -> Vec<String> {
         list.into_iter()
             .map(|(text, turn)| {
                 let cited = turn
@@ -285,15 +276,15 @@ fn episode_of(
             })
             .collect()
     };
-    let (facts, preferences, decisions, todos, goals, experiences, guidelines) = (
-        texts(facts),
-        texts(preferences),
-        texts(decisions),
-        texts(todos),
-        texts(goals),
-        texts(experiences),
-        texts(guidelines),
-    );
+    let [
+        facts,
+        preferences,
+        decisions,
+        todos,
+        goals,
+        experiences,
+        guidelines,
+    ] = lists.map(texts);
     let (entities, entities_dropped) = cleaned_entities(entities);
     Ok((
         LlmEpisode {

@@ -88,7 +88,6 @@ pub struct Segmenter {
     pub(crate) writer: MemoryWriter,
     /// Embeds turns for the topic rules (see `engram_embed::Embedders::topic`).
     pub(crate) topic_embedder: Option<Arc<dyn Embedder>>,
-    pub(crate) llm: Option<ChatClient>,
     pub(crate) settings: Arc<SegmentationSettings>,
     pub(crate) metrics: Arc<IngestMetrics>,
     /// Titles, summarises and extracts what a closed segment established.
@@ -104,7 +103,7 @@ impl std::fmt::Debug for Segmenter {
                 "topic_embedder",
                 &self.topic_embedder.as_ref().map(|e| e.model_id()),
             )
-            .field("llm", &self.llm.as_ref().map(ChatClient::model))
+            .field("llm", &self.describer.llm.as_ref().map(ChatClient::model))
             .finish()
     }
 }
