@@ -12,16 +12,22 @@
 //! does not fit at all is left out; either way the response is marked truncated. The
 //! assembled Markdown is counted once more at the end, and parts are dropped from the back should
 //! joining them have cost more than their separate counts.
+//!
+//! Counting is a line at a time, each distinct line once ([`LineTokens`]): an episode's
+//! renderings repeat its heading and lines, and the assembled Markdown repeats every part taken.
+//! Counting every rendering whole was a fifth of the retrieval service's CPU time at saturation
+//! (`make bench-retrieval`, docs/benchmarks/README.md).
 
+use std::collections::HashMap;
 use std::sync::LazyLock;
-
-use tiktoken_rs::CoreBPE;
 
 use super::markdown::{EPISODIC_HEADING, SEMANTIC_HEADING, assemble};
 
-static TOKENIZER: LazyLock<CoreBPE> = LazyLock::new(|| {
-    tiktoken_rs::o200k_base().expect("the o200k_base vocabulary ships with tiktoken-rs")
-});
+/// The o200k vocabulary (the encoding of current OpenAI models), counted by the `bpe` crate's
+/// encoder: the same counts as OpenAI's own tokenizer (tiktoken; the tests check it), about five
+/// times faster than tiktoken-rs, which was a fifth of the retrieval service's CPU time at
+/// saturation (docs/benchmarks/README.md).
+static TOKENIZER: LazyLock<&'static bpe_openai::Tokenizer> = LazyLock::new(bpe_openai::o200k_base);
 
 /// Default budget of a retrieval's Markdown.
 pub const DEFAULT_TOKEN_BUDGET: u32 = 2_000;
@@ -34,51 +40,76 @@ pub fn load_tokenizer() {
     LazyLock::force(&TOKENIZER);
 }
 
-/// The longest run of characters of one kind (whitespace, or not) that is counted in one go.
-///
-/// The tokenizer cuts text into pieces at spaces and punctuation, then merges each piece's bytes
-/// in time that grows with the square of the piece's length; a text without spaces (Chinese,
-/// Japanese, a long token or URL) is one piece: 8,192 unspaced CJK characters took 250 ms, and a
-/// request of a hundred of them stalled a service (issue 37). A longer run is counted in parts of
-/// this many characters, so the cost stays linear in the text; each cut changes the count by a
-/// token or so, in texts that ordinary prose never produces (ordinary text is one part and is
-/// counted exactly).
-const LONGEST_RUN_COUNTED_WHOLE: usize = 128;
-
-/// Tokens of a text: exact for ordinary text, within a token or so per cut for runs longer than
-/// [`LONGEST_RUN_COUNTED_WHOLE`] characters.
+/// Tokens of a text, exactly. The encoder's time is linear in the text, unspaced text included:
+/// tiktoken-rs merged each piece's bytes in time that grew with the square of its length, and
+/// 8,192 unspaced CJK characters took 250 ms (issue 37), which needed long runs cut; this
+/// encoder counts 65,536 of them in about 3 ms.
 pub fn count_tokens(text: &str) -> usize {
-    parts_of_bounded_runs(text)
-        .into_iter()
-        .map(|part| TOKENIZER.encode_ordinary(part).len())
-        .sum()
+    TOKENIZER.count(text)
 }
 
-/// `text` cut inside every run of more than [`LONGEST_RUN_COUNTED_WHOLE`] characters of one kind
-/// (whitespace or not), and nowhere else.
-fn parts_of_bounded_runs(text: &str) -> Vec<&str> {
-    let mut cuts = Vec::new();
-    let mut run = 0usize;
-    let mut run_is_whitespace = None;
-    for (at, character) in text.char_indices() {
-        let whitespace = character.is_whitespace();
-        if run_is_whitespace == Some(whitespace) {
-            run += 1;
-        } else {
-            run = 1;
-            run_is_whitespace = Some(whitespace);
-        }
-        if run > LONGEST_RUN_COUNTED_WHOLE {
-            cuts.push(at);
-            run = 1;
-        }
+/// Token counts of Markdown, a line at a time, each distinct line counted once and remembered:
+/// exactly [`count_tokens`] of the whole text.
+///
+/// Why the sum of the lines is the count of the whole: the tokenizer first cuts text into pieces
+/// by a pattern, then encodes each piece on its own. A line break followed by a character that is
+/// neither whitespace nor `/` always ends a piece (no alternative of the pattern runs on past
+/// it: a run of line breaks stops at the character, letters never take a line break as their
+/// prefix, and a run of punctuation takes only line breaks and slashes after it), and the next
+/// piece starts there whatever came before. So the text is cut at exactly those places, a blank
+/// line staying with the line before it, and the pieces, hence the tokens, are the same as the
+/// whole text's.
+#[derive(Debug, Default)]
+pub struct LineTokens {
+    counted: HashMap<Box<str>, usize>,
+}
+
+impl LineTokens {
+    pub fn new() -> Self {
+        Self::default()
     }
-    let starts = std::iter::once(0).chain(cuts.iter().copied());
-    let ends = cuts.iter().copied().chain(std::iter::once(text.len()));
-    starts
-        .zip(ends)
-        .map(|(start, end)| &text[start..end])
-        .collect()
+
+    /// Tokens of `text`, as [`count_tokens`] counts them.
+    pub fn count(&mut self, text: &str) -> usize {
+        lines_counted_apart(text)
+            .map(|line| match self.counted.get(line) {
+                Some(&tokens) => tokens,
+                None => {
+                    let tokens = count_tokens(line);
+                    self.counted.insert(line.into(), tokens);
+                    tokens
+                }
+            })
+            .sum()
+    }
+}
+
+/// `text` cut after every line break followed by a character that is neither whitespace nor `/`
+/// (see [`LineTokens`]): the cuts the tokenizer's pieces never cross.
+fn lines_counted_apart(text: &str) -> impl Iterator<Item = &str> {
+    let bytes = text.as_bytes();
+    let mut start = 0;
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        while at < bytes.len() {
+            at += 1;
+            let cut = bytes[at - 1] == b'\n'
+                && text[at..]
+                    .chars()
+                    .next()
+                    .is_some_and(|next| !next.is_whitespace() && next != '/');
+            if cut {
+                let line = &text[start..at];
+                start = at;
+                return Some(line);
+            }
+        }
+        (start < bytes.len()).then(|| {
+            let line = &text[start..];
+            start = bytes.len();
+            line
+        })
+    })
 }
 
 /// A fact as the budget takes it: its Markdown line and how well it answers the query.
@@ -140,6 +171,7 @@ pub fn fit(facts: &[FactPart], episodes: &[EpisodePart], budget: usize) -> Fitte
     }
     let mut taking = Taking {
         budget,
+        tokens: LineTokens::new(),
         used: 0,
         truncated: false,
         facts: Vec::new(),
@@ -155,6 +187,7 @@ pub fn fit(facts: &[FactPart], episodes: &[EpisodePart], budget: usize) -> Fitte
 /// The parts taken so far, and the tokens they cost.
 struct Taking {
     budget: usize,
+    tokens: LineTokens,
     used: usize,
     truncated: bool,
     facts: Vec<usize>,
@@ -171,11 +204,11 @@ impl Taking {
             Part::Fact(index) => {
                 // The section's heading is paid with its first part.
                 let overhead = if self.facts.is_empty() {
-                    count_tokens(SEMANTIC_HEADING)
+                    self.tokens.count(SEMANTIC_HEADING)
                 } else {
                     0
                 };
-                let cost = overhead + count_tokens(&facts[index].line);
+                let cost = overhead + self.tokens.count(&facts[index].line);
                 if self.used + cost <= self.budget {
                     self.used += cost;
                     self.facts.push(index);
@@ -187,12 +220,12 @@ impl Taking {
             Part::Episode(index) => {
                 // The heading and the blank lines between blocks.
                 let overhead = if self.episodes.is_empty() {
-                    count_tokens(EPISODIC_HEADING) + 2
+                    self.tokens.count(EPISODIC_HEADING) + 2
                 } else {
                     1
                 };
                 for (rendering, text) in episodes[index].renderings.iter().enumerate() {
-                    let cost = overhead + count_tokens(text);
+                    let cost = overhead + self.tokens.count(text);
                     if self.used + cost <= self.budget {
                         self.used += cost;
                         self.episodes.push((index, rendering));
@@ -220,7 +253,7 @@ impl Taking {
                 .map(|&(i, rendering)| episodes[i].renderings[rendering].clone())
                 .collect();
             let markdown = assemble(&fact_lines, &blocks);
-            let tokens = count_tokens(&markdown);
+            let tokens = self.tokens.count(&markdown);
             if tokens <= self.budget || self.order.is_empty() {
                 return Fitted {
                     facts: self.facts,
@@ -350,41 +383,85 @@ mod tests {
     }
 
     #[test]
+    fn counting_a_line_at_a_time_is_counting_the_whole() {
+        let markdown = "## Semantic Memory\n- [preference] Nate loves coconut milk (said 3 May 2026; sources: 1 conversation)\n\n## Episodic Memories\n\n### Dairy-free desserts — 3 May 2026 (7 months ago)\n- Nate: \"I love coconut milk, but I also enjoy chocolate and mixed berry flavors.\"\n- Joanna: \"Ooh!\"\n\n### 里斯本 [rank: 2, score: 0.412, key moment]\n**When:** yesterday\n**Summary:** 我们下周五飞里斯本。\n\n**Details:**\n- user: \"Ship it by Friday!!!\n\"\n";
+        let awkward = [
+            markdown,
+            "",
+            "\n",
+            "\n\n\n",
+            "a line\n/then a slash\n  indented\n\tand a tab\n\n\nthree breaks before\n",
+            "ends in punctuation?!\n\n- next\n).\n/path/to\n",
+            "no break at the end",
+            "trailing spaces   \nnext   \n   \n",
+            "Ünïcödé line\n漢字が続く行\n12345678 digits\n'quoted'\n",
+        ];
+        let mut counter = LineTokens::new();
+        for text in awkward {
+            let lines: Vec<&str> = lines_counted_apart(text).collect();
+            assert_eq!(lines.concat(), text, "cutting loses nothing");
+            assert_eq!(counter.count(text), count_tokens(text), "{text:?}");
+            // Again, from what it remembers.
+            assert_eq!(counter.count(text), count_tokens(text), "{text:?}");
+        }
+        let long = format!(
+            "{}\n{}\n",
+            "的是我们在这个世界上".repeat(40),
+            "word ".repeat(300)
+        );
+        assert_eq!(counter.count(&long), count_tokens(&long));
+        // Texts made of the characters the pattern treats apart, in every mix.
+        let alphabet = [
+            "a", "Bc", " ", "\n", "\r\n", "/", "!", ".", "的", "12", "\t", "'s", "-", "\"", "é",
+        ];
+        let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..2_000 {
+            let mut text = String::new();
+            for _ in 0..24 {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1);
+                text.push_str(alphabet[(state >> 33) as usize % alphabet.len()]);
+            }
+            assert_eq!(counter.count(&text), count_tokens(&text), "{text:?}");
+        }
+    }
+
+    #[test]
     fn counts_real_tokens() {
         assert_eq!(count_tokens("hello world"), 2);
         assert!(count_tokens("我喜欢深色模式") >= 3);
     }
 
-    #[test]
-    fn ordinary_text_is_counted_whole_and_exactly() {
-        let text = "Nate: I love coconut milk, but I also enjoy chocolate and mixed berry \
-                    flavors.\n\n我喜欢深色模式，也喜欢喝绿茶。 "
-            .repeat(50);
-        assert_eq!(parts_of_bounded_runs(&text).len(), 1);
-        assert_eq!(count_tokens(&text), TOKENIZER.encode_ordinary(&text).len());
+    /// OpenAI's tokenizer, as tiktoken-rs ports it: the counts the budget promises.
+    fn reference_count(text: &str) -> usize {
+        static REFERENCE: LazyLock<tiktoken_rs::CoreBPE> =
+            LazyLock::new(|| tiktoken_rs::o200k_base().expect("o200k ships with tiktoken-rs"));
+        REFERENCE.encode_ordinary(text).len()
     }
 
     #[test]
-    fn long_runs_are_cut_and_counted_close_to_whole() {
-        let unspaced = "的是我们在这个世界上有很多不同的人".repeat(500);
-        let parts = parts_of_bounded_runs(&unspaced);
-        assert!(parts.len() > 1);
-        assert_eq!(parts.concat(), unspaced, "cutting loses nothing");
-        assert!(
-            parts
-                .iter()
-                .all(|part| part.chars().count() <= LONGEST_RUN_COUNTED_WHOLE)
-        );
-        let whole = TOKENIZER.encode_ordinary(&unspaced).len();
-        let counted = count_tokens(&unspaced);
-        // At most one token more or less per cut.
-        assert!(
-            counted.abs_diff(whole) <= parts.len(),
-            "counted {counted}, whole {whole}, {} parts",
-            parts.len()
-        );
-        let spaces = format!("a{}b", " ".repeat(1_000));
-        assert!(parts_of_bounded_runs(&spaces).len() > 1);
-        assert_eq!(parts_of_bounded_runs(""), vec![""]);
+    fn counts_as_openais_tokenizer_does() {
+        let prose = "Nate: I love coconut milk, but I also enjoy chocolate and mixed berry \
+                    flavors.\n\n我喜欢深色模式，也喜欢喝绿茶。 Café naïve e\u{301} 😀 ﬁ ß 12345 'S\r\n"
+            .repeat(20);
+        assert_eq!(count_tokens(&prose), reference_count(&prose));
+        let unspaced = "的是我们在这个世界上有很多不同的人".repeat(100);
+        assert_eq!(count_tokens(&unspaced), reference_count(&unspaced));
+        let alphabet = [
+            "a", "Bc", " ", "\n", "\r\n", "/", "!", "的", "12", "\t", "'s", "'S", "é", "e\u{301}",
+            "😀", "ß", "ﬁ", "\u{200b}", "ǅ", "123456",
+        ];
+        let mut state: u64 = 0x2545_F491_4F6C_DD1D;
+        for _ in 0..5_000 {
+            let mut text = String::new();
+            for _ in 0..16 {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1);
+                text.push_str(alphabet[(state >> 33) as usize % alphabet.len()]);
+            }
+            assert_eq!(count_tokens(&text), reference_count(&text), "{text:?}");
+        }
     }
 }
