@@ -858,11 +858,14 @@ static INTERJECTION_OPENING: LazyLock<Regex> = LazyLock::new(|| {
     .expect("valid interjection regex")
 });
 
-/// Reactions, agreement and farewells by their opening: "That sounds like a plan", "Good
-/// question", "Sounds great", "I'm glad it worked out", "Night, talk tomorrow", "晚安", "辛苦了".
+/// Reactions, agreement and farewells by their opening: "That sounds like a plan", "That recipe
+/// sounds amazing", "Good question", "Sounds great", "I'm glad it worked out", "Night, talk
+/// tomorrow", "这句话说得真好", "晚安", "辛苦了". What the other said, judged by how it sounds or
+/// looks ("this place looks amazing"), is a reaction; a thing said to be good ("This laptop is
+/// great for coding") is not.
 static REACTION: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
-        r"(?i)^(?:that\s+(?:sounds|looks|seems)|sounds\s+(?:good|great|like|fun|lovely|amazing)|(?:good|great|fair)\s+(?:question|point|enough)|i'?m\s+(?:so\s+|really\s+)?glad\b|(?:good\s*)?night\b|bye\b|see\s+you\b|talk\s+(?:tomorrow|soon|later)\b|(?:have\s+)?fun\b|晚安|明天聊|回头聊|辛苦了|说得(?:真|太)?好|太厉害了|真厉害|好厉害)",
+        r"(?i)^(?:(?:that|this|it)(?:\s+[\p{L}'’\-]+)?\s+(?:sounds|looks|seems)\b|(?:这|那)(?:句话|话|个|样)?(?:说得|听起来|看起来)(?:真|太|很|好)?(?:好|棒|妙|有道理|不错|厉害)|sounds\s+(?:good|great|like|fun|lovely|amazing)|(?:good|great|fair)\s+(?:question|point|enough)|i'?m\s+(?:so\s+|really\s+)?glad\b|(?:good\s*)?night\b|bye\b|see\s+you\b|talk\s+(?:tomorrow|soon|later)\b|(?:have\s+)?fun\b|晚安|明天聊|回头聊|辛苦了|说得(?:真|太)?好|太厉害了|真厉害|好厉害)",
     )
     .expect("valid reaction regex")
 });
@@ -1891,13 +1894,22 @@ mod tests {
             user("Mia: The police said it's the third car this month on that street."),
             assistant("Tom: Third!"),
             assistant("Tom: Wow."),
+            user("Mia: I made a lemon drizzle cake to cheer myself up."),
+            assistant("Tom: That cake sounds amazing, you have to send me the recipe."),
         ];
         let summary = extractive_episode(&turns).summary;
         assert!(summary.contains("camera bag"), "{summary}");
         assert!(summary.contains("third car this month"), "{summary}");
-        for phatic in ["horrible", "awful", "Third!", "Wow"] {
+        for phatic in ["horrible", "awful", "Third!", "Wow", "sounds amazing"] {
             assert!(!summary.contains(phatic), "{phatic}: {summary}");
         }
+        let chinese = [
+            user("小林：我把那本书翻译完了，下个月出版。"),
+            assistant("小王：这句话说得真好。"),
+        ];
+        let summary = extractive_episode(&chinese).summary;
+        assert!(summary.contains("出版"), "{summary}");
+        assert!(!summary.contains("说得真好"), "{summary}");
     }
 
     /// What the local rules store for a segment that established nothing.
