@@ -4,7 +4,9 @@
 # release retrieval service; then AppendMessages at 200 turns/s from 16 clients, segmentation
 # keeping up (or not), the time from a closing turn to its searchable episode, and a closed loop;
 # writes docs/benchmarks/conversations.md.
-# BENCH_RATE, BENCH_SECONDS, BENCH_CLIENTS override the load; BENCH_REPORT the report's path.
+# BENCH_RATE, BENCH_SECONDS, BENCH_CLIENTS override the load; BENCH_REPORT the report's path;
+# BENCH_INGEST_BIN and BENCH_RETRIEVAL_BIN measure other builds (an earlier commit's, for a
+# before/after on the same host): the database gets that ingest's migrations.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -28,7 +30,9 @@ done
 
 log "creating a fresh $db database"
 pg_psql postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db TEMPLATE template1"
-ENGRAM_DATABASE__URL="$url" "$bin/ingest" migrate
+ingest_bin="${BENCH_INGEST_BIN:-$bin/ingest}"
+retrieval_bin="${BENCH_RETRIEVAL_BIN:-$bin/retrieval}"
+ENGRAM_DATABASE__URL="$url" "$ingest_bin" migrate
 
 ingest=""
 retrieval=""
@@ -56,13 +60,13 @@ ingest_env=(
 log "starting a release ingest service on 127.0.0.1:$ingest_port (bus prefix $prefix, local embedder)"
 # shellcheck disable=SC2086  # BENCH_SERVER_ENV holds extra VAR=value words for the ingest service
 env "${ingest_env[@]}" RUST_LOG=warn ${BENCH_SERVER_ENV:-} \
-    "$bin/ingest" >"$ENGRAM_LOG_DIR/bench-conversations-ingest.log" 2>&1 &
+    "$ingest_bin" >"$ENGRAM_LOG_DIR/bench-conversations-ingest.log" 2>&1 &
 ingest=$!
 # As `make run` starts it: one model thread for query embeddings. It only answers at the end.
 log "starting a release retrieval service on 127.0.0.1:$retrieval_port"
 env ENGRAM_DATABASE__URL="$url" ENGRAM_GRPC__LISTEN_ADDR="127.0.0.1:$retrieval_port" ENGRAM_GRPC__METRICS_LISTEN_ADDR=127.0.0.1:0 \
     ENGRAM_EMBED__PROVIDER=local ENGRAM_EMBED__MODEL_DIR="$model_dir" RAYON_NUM_THREADS=1 RUST_LOG=warn \
-    "$bin/retrieval" >"$ENGRAM_LOG_DIR/bench-conversations-retrieval.log" 2>&1 &
+    "$retrieval_bin" >"$ENGRAM_LOG_DIR/bench-conversations-retrieval.log" 2>&1 &
 retrieval=$!
 wait_for_port 127.0.0.1 "$ingest_port" 120 ||
     die "the ingest service did not start (see $ENGRAM_LOG_DIR/bench-conversations-ingest.log)"
