@@ -77,8 +77,9 @@ static PASSING: LazyLock<RegexSet> = LazyLock::new(|| {
         // musings ("I don't know if I want to …", "I'm saying …").
         r"(?i)^i'?ll\s+(?:ring|call|text|tell|message|email)\s+(?:you|her|him|them)\b",
         r"(?i)^i\s+don'?t\s+know\s+(?:if|what|whether|how)\b|^i'?m\s+saying\b",
-        // A verbless "No more X." says what stopped, not what is: the sentence before it does.
-        r"(?i)^no\s+more\s+[\p{L}\s]+\W*$",
+        // A verbless "No more X." of a word or two says what stopped, not what is: the
+        // sentence before it does. ("No more meat for me" says whose: it is left to the rules.)
+        r"(?i)^no\s+more\s+(?:\p{L}+\s+)?\p{L}+\W*$",
         // Chinese: pauses, hearsay, hypotheticals, vague plans, reactions.
         r"^(?:等一下|等等|稍等|我找一下|我看看|算了|哈哈|好吧|听说|据说|要是|如果我|假如|万一|你说|你的|你真|太厉害|真厉害|恭喜)",
         r"(?:改天|有空再|以后再说|有机会的话|有机会再|再说吧|随便吧|要是.*就好了)",
@@ -310,6 +311,7 @@ mod tests {
             "Give me a window seat over an aisle any day.",
             "I'll send you the invoice on Monday.",
             "I've been vegetarian since 2019.",
+            "No more meat for me.",
         ] {
             assert!(!is_passing(text), "{text}");
         }

@@ -410,21 +410,30 @@ mod tests {
             "word ".repeat(300)
         );
         assert_eq!(counter.count(&long), count_tokens(&long));
-        // Texts made of the characters the pattern treats apart, in every mix.
-        let alphabet = [
-            "a", "Bc", " ", "\n", "\r\n", "/", "!", ".", "的", "12", "\t", "'s", "-", "\"", "é",
-        ];
-        let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
-        for _ in 0..2_000 {
-            let mut text = String::new();
-            for _ in 0..24 {
-                state = state
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1);
-                text.push_str(alphabet[(state >> 33) as usize % alphabet.len()]);
-            }
+        for text in mixes(2_000) {
             assert_eq!(counter.count(&text), count_tokens(&text), "{text:?}");
         }
+    }
+
+    /// `count` texts of sixteen pieces, each drawn from the characters the tokenizer's pattern
+    /// treats apart (letters of each case, digits, CJK, emoji, combining marks, ligatures, line
+    /// breaks of both kinds, slashes, punctuation, spaces and tabs), in every mix.
+    fn mixes(count: usize) -> impl Iterator<Item = String> {
+        const PIECES: [&str; 24] = [
+            "a", "Bc", " ", "\n", "\r\n", "/", "!", ".", "的", "12", "\t", "'s", "'S", "-", "\"",
+            "é", "e\u{301}", "😀", "ß", "ﬁ", "\u{200b}", "ǅ", "123456", "  ",
+        ];
+        let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+        (0..count).map(move |_| {
+            (0..16)
+                .map(|_| {
+                    state = state
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1);
+                    PIECES[(state >> 33) as usize % PIECES.len()]
+                })
+                .collect()
+        })
     }
 
     #[test]
@@ -448,19 +457,7 @@ mod tests {
         assert_eq!(count_tokens(&prose), reference_count(&prose));
         let unspaced = "的是我们在这个世界上有很多不同的人".repeat(100);
         assert_eq!(count_tokens(&unspaced), reference_count(&unspaced));
-        let alphabet = [
-            "a", "Bc", " ", "\n", "\r\n", "/", "!", "的", "12", "\t", "'s", "'S", "é", "e\u{301}",
-            "😀", "ß", "ﬁ", "\u{200b}", "ǅ", "123456",
-        ];
-        let mut state: u64 = 0x2545_F491_4F6C_DD1D;
-        for _ in 0..5_000 {
-            let mut text = String::new();
-            for _ in 0..16 {
-                state = state
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1);
-                text.push_str(alphabet[(state >> 33) as usize % alphabet.len()]);
-            }
+        for text in mixes(5_000) {
             assert_eq!(count_tokens(&text), reference_count(&text), "{text:?}");
         }
     }
