@@ -713,8 +713,6 @@ struct Unit<'a> {
     /// The kind of lasting statement its speaker makes about themselves, if it is a fact
     /// ([`statement_kind`]).
     fact_kind: Option<Category>,
-    /// The first sentence of its turn (the summary names a named speaker there).
-    first_in_turn: bool,
     /// Worth summarising: not chit-chat, no control command, no short question, no assistant
     /// question, and it has a content term.
     eligible: bool,
@@ -753,7 +751,6 @@ fn segment_units(turns: &[SegmentTurn]) -> Vec<Unit<'_>> {
         // In a dialog of named people, each states facts about themselves, whichever role the
         // client sent them as; in a chat, only the user does.
         let states_facts = by_user || speaker.is_some();
-        let mut first_in_turn = true;
         for region in prose_regions(content) {
             for sentence in sentences(region) {
                 let text = without_courtesy_prefix(sentence);
@@ -814,11 +811,9 @@ fn segment_units(turns: &[SegmentTurn]) -> Vec<Unit<'_>> {
                     category,
                     personal,
                     fact_kind,
-                    first_in_turn,
                     eligible,
                     opening,
                 });
-                first_in_turn = false;
             }
         }
     }
@@ -1200,7 +1195,12 @@ fn summary(units: &[Unit<'_>], scores: &[f64]) -> String {
     let mut seen = HashSet::new();
     let mut length = 0;
     for index in ranked {
-        let sentence = summary_sentence(&units[index]);
+        // One name per turn, paid for by the first of its sentences chosen; the name moves to
+        // the turn's earliest chosen sentence below, at the same length.
+        let named = !chosen
+            .iter()
+            .any(|&(other, _)| units[other].turn == units[index].turn);
+        let sentence = summary_sentence(&units[index], named);
         let added = sentence.chars().count() + usize::from(!chosen.is_empty());
         if length + added > MAX_SUMMARY_CHARS || !seen.insert(normalize_for_fingerprint(&sentence))
         {
@@ -1218,7 +1218,7 @@ fn summary(units: &[Unit<'_>], scores: &[f64]) -> String {
         // Every salient sentence is longer than the limit, or nothing is salient (chit-chat):
         // the best sentence cut, else what the user said, so the episode still says something.
         let fallback = match ranked_first(scores) {
-            Some(index) => summary_sentence(&units[index]),
+            Some(index) => summary_sentence(&units[index], true),
             None => units
                 .iter()
                 .filter(|unit| unit.role == SpeakerRole::User)
@@ -1230,6 +1230,15 @@ fn summary(units: &[Unit<'_>], scores: &[f64]) -> String {
     }
 
     chosen.sort_by_key(|(index, _)| *index);
+    // A named speaker's name opens the first sentence of theirs the summary shows from a turn,
+    // whichever sentence of the turn that is: when the turn's opening greeting is left out, the
+    // sentence after it still says who spoke ("Joanna: Pretty good, I finished my draft.").
+    let mut previous_turn = None;
+    for (index, sentence) in &mut chosen {
+        let turn = units[*index].turn;
+        *sentence = summary_sentence(&units[*index], previous_turn != Some(turn));
+        previous_turn = Some(turn);
+    }
     join_sentences(chosen.iter().map(|(_, sentence)| sentence.as_str()))
 }
 
@@ -1253,11 +1262,11 @@ fn join_sentences<'a>(sentences: impl Iterator<Item = &'a str>) -> String {
 
 /// A sentence as the summary shows it: inline Markdown markers gone, ending in punctuation so
 /// that joined sentences stay readable (a question without its mark gets one).
-fn summary_sentence(unit: &Unit<'_>) -> String {
+/// `named`: the first sentence shown of its turn, which a named speaker's name opens.
+fn summary_sentence(unit: &Unit<'_>, named: bool) -> String {
     let sentence = summary_words(unit);
     match unit.speaker {
-        // A named speaker's turn opens with their name, as it was said.
-        Some(name) if unit.first_in_turn => format!("{name}: {sentence}"),
+        Some(name) if named => format!("{name}: {sentence}"),
         _ => sentence,
     }
 }
@@ -1910,6 +1919,28 @@ mod tests {
         let summary = extractive_episode(&chinese).summary;
         assert!(summary.contains("出版"), "{summary}");
         assert!(!summary.contains("说得真好"), "{summary}");
+    }
+
+    #[test]
+    fn a_summary_sentence_says_who_spoke_when_the_greeting_before_it_is_left_out() {
+        let turns = [
+            user("Nate: Hey Joanna! How was the weekend?"),
+            assistant(
+                "Joanna: Hey Nate! Pretty good, I finished the first draft of my screenplay.",
+            ),
+            user("Nate: I adopted a rescue greyhound called Pixel last month."),
+            assistant("Joanna: I will. I am starting a pottery class on Tuesday evenings."),
+        ];
+        let summary = extractive_episode(&turns).summary;
+        assert!(
+            summary.contains("Joanna: Pretty good, I finished the first draft"),
+            "{summary}"
+        );
+        assert!(
+            summary.contains("Joanna: I am starting a pottery class"),
+            "{summary}"
+        );
+        assert!(!summary.contains("Hey"), "{summary}");
     }
 
     /// What the local rules store for a segment that established nothing.
