@@ -19,25 +19,26 @@
 //! (`make bench-retrieval`, docs/benchmarks/README.md).
 
 use std::collections::HashMap;
-use std::sync::LazyLock;
 
 use super::markdown::{EPISODIC_HEADING, SEMANTIC_HEADING, assemble};
 
 /// The o200k vocabulary (the encoding of current OpenAI models), counted by the `bpe` crate's
 /// encoder: the same counts as OpenAI's own tokenizer (tiktoken; the tests check it), about five
 /// times faster than tiktoken-rs, which was a fifth of the retrieval service's CPU time at
-/// saturation (docs/benchmarks/README.md).
-static TOKENIZER: LazyLock<&'static bpe_openai::Tokenizer> = LazyLock::new(bpe_openai::o200k_base);
+/// saturation (docs/benchmarks/README.md). The crate loads it once, on first use.
+fn tokenizer() -> &'static bpe_openai::Tokenizer {
+    bpe_openai::o200k_base()
+}
 
 /// Default budget of a retrieval's Markdown.
 pub const DEFAULT_TOKEN_BUDGET: u32 = 2_000;
 
-/// Loads the token counter's vocabulary now (a few hundred milliseconds of one core). Services
+/// Loads the token counter's vocabulary now (about 100 ms of one core). Services
 /// call it at start, on a blocking thread, before they report ready: otherwise the first request
 /// that counts tokens loads it on the async runtime while every other request waits (the first
 /// appends of the conversations benchmark waited up to 250 ms).
 pub fn load_tokenizer() {
-    LazyLock::force(&TOKENIZER);
+    tokenizer();
 }
 
 /// Tokens of a text, exactly. The encoder's time is linear in the text, unspaced text included:
@@ -45,7 +46,7 @@ pub fn load_tokenizer() {
 /// 8,192 unspaced CJK characters took 250 ms (issue 37), which needed long runs cut; this
 /// encoder counts 65,536 of them in about 3 ms.
 pub fn count_tokens(text: &str) -> usize {
-    TOKENIZER.count(text)
+    tokenizer().count(text)
 }
 
 /// Token counts of Markdown, a line at a time, each distinct line counted once and remembered:
@@ -444,8 +445,10 @@ mod tests {
 
     /// OpenAI's tokenizer, as tiktoken-rs ports it: the counts the budget promises.
     fn reference_count(text: &str) -> usize {
-        static REFERENCE: LazyLock<tiktoken_rs::CoreBPE> =
-            LazyLock::new(|| tiktoken_rs::o200k_base().expect("o200k ships with tiktoken-rs"));
+        static REFERENCE: std::sync::LazyLock<tiktoken_rs::CoreBPE> =
+            std::sync::LazyLock::new(|| {
+                tiktoken_rs::o200k_base().expect("o200k ships with tiktoken-rs")
+            });
         REFERENCE.encode_ordinary(text).len()
     }
 
