@@ -1943,6 +1943,17 @@ mod tests {
         assert!(!summary.contains("Hey"), "{summary}");
     }
 
+    #[test]
+    fn what_the_user_tells_the_assistant_to_do_stays_in_the_summary() {
+        let turns = [
+            user("I'm planning a week in Lisbon with my sister in May."),
+            assistant("Lovely! Shall I look at hotels in Alfama?"),
+            user("Don't book anything until she confirms the dates on Friday."),
+        ];
+        let summary = extractive_episode(&turns).summary;
+        assert!(summary.contains("Don't book anything"), "{summary}");
+    }
+
     /// What the local rules store for a segment that established nothing.
     fn local_empty_summary() -> StructuredSummary {
         StructuredSummary {

@@ -68,14 +68,7 @@ static PASSING: LazyLock<RegexSet> = LazyLock::new(|| {
         // been refreshing my phone all morning", "I've been avoiding that spreadsheet".
         r"(?i)^i(?:'ve|\s+have)\s+been\s+\w+ing\b.*\b(?:all\s+(?:morning|day|night|afternoon|evening)|for\s+(?:\w+\s+)?(?:minutes|hours)|since\s+(?:this\s+morning|breakfast|lunch))\b",
         r"(?i)^i(?:'ve|\s+have)\s+been\s+(?:\w+ing\s+(?:that|this|it)\b|thinking\b)",
-        // Said to the other: an instruction or advice ("Tell her I'll call tonight", "Keep an
-        // eye on Mabel", "Put a little aside every week") is about the listener. (A user's
-        // instruction to the assistant is a guideline, recognised before this; "Give me a quiet
-        // pub over a club any day" is a preference.)
-        r"(?i)^(?:tell|keep|put|stop|give\s+(?:her|him|them|it)|send|ask|bring|don'?t|do\s+not|make\s+sure)\b",
-        // Promises of the conversation ("I'll ring her tomorrow", "I'll tell you next week") and
-        // musings ("I don't know if I want to …", "I'm saying …").
-        r"(?i)^i'?ll\s+(?:ring|call|text|tell|message|email)\s+(?:you|her|him|them)\b",
+        // Musings ("I don't know if I want to …", "I'm saying …").
         r"(?i)^i\s+don'?t\s+know\s+(?:if|what|whether|how)\b|^i'?m\s+saying\b",
         // A verbless "No more X." of a word or two says what stopped, not what is: the
         // sentence before it does. ("No more meat for me" says whose: it is left to the rules.)
@@ -83,6 +76,21 @@ static PASSING: LazyLock<RegexSet> = LazyLock::new(|| {
         // Chinese: pauses, hearsay, hypotheticals, vague plans, reactions.
         r"^(?:等一下|等等|稍等|我找一下|我看看|算了|哈哈|好吧|听说|据说|要是|如果我|假如|万一|你说|你的|你真|太厉害|真厉害|恭喜)",
         r"(?:改天|有空再|以后再说|有机会的话|有机会再|再说吧|随便吧|要是.*就好了)",
+    ])
+});
+
+/// Sentences said to the other speaker, about them or about the conversation: no fact about the
+/// speaker, though a summary may need them (a user's "Don't book the hotel until Friday" is what
+/// the chat decided).
+static TO_THE_LISTENER: LazyLock<RegexSet> = LazyLock::new(|| {
+    set(&[
+        // An instruction or advice ("Tell her I'll call tonight", "Keep an eye on Mabel", "Put a
+        // little aside every week") is about the listener. (A user's instruction to the
+        // assistant is a guideline, recognised before this; "Give me a quiet pub over a club any
+        // day" is a preference.)
+        r"(?i)^(?:tell|keep|put|stop|give\s+(?:her|him|them|it)|send|ask|bring|don'?t|do\s+not|make\s+sure)\b",
+        // Promises of the conversation: "I'll ring her tomorrow", "I'll tell you next week".
+        r"(?i)^i'?ll\s+(?:ring|call|text|tell|message|email)\s+(?:you|her|him|them)\b",
     ])
 });
 
@@ -229,7 +237,7 @@ pub fn lasting_statement(text: &str, to_assistant: bool) -> Option<Category> {
     // Something of the speaker's that is over ("I gave up the cello", "我戒烟了"): the old fact
     // naming it is no longer true, and this one says so.
     let ends_something = || !crate::conflict::ended_things(text).is_empty();
-    if is_passing(text) && !states_value() {
+    if (is_passing(text) || TO_THE_LISTENER.is_match(text)) && !states_value() {
         return None;
     }
     if DECISION.is_match(text) {
@@ -297,13 +305,19 @@ mod tests {
             "I've made my decision.",
             "I've been pacing the kitchen all afternoon.",
             "I've been putting it off.",
-            "Tell him I said hi.",
-            "Don't let her near the cake.",
-            "I'll text you when I land.",
             "I don't know whether to laugh or cry.",
             "No more night shifts!",
         ] {
             assert!(is_passing(text), "{text}");
+        }
+        for text in [
+            "Tell him I said hi.",
+            "Don't let her near the cake.",
+            "I'll text you when I land.",
+        ] {
+            assert_eq!(lasting_statement(text, false), None, "{text}");
+            // Not passing: a summary may need what was said to the other.
+            assert!(!is_passing(text), "{text}");
         }
         // What lasts stays: a long habit, a preference said as "give me", a task to send.
         for text in [
