@@ -86,29 +86,54 @@ impl TokenVectorEmbedder {
 
     /// Embeds synchronously (the caller is on a blocking thread), in the order of `texts`.
     pub fn embed_blocking(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let token_lists = self.token_lists(texts)?;
+        self.fill(&token_lists)?;
+        let common = self.common()?;
+        Ok(self.weighted_means(&token_lists, common))
+    }
+
+    /// The vectors of `texts` if every token of theirs was met before, so that no model pass is
+    /// needed (None otherwise). Synchronous, microseconds a text.
+    pub fn embed_if_known(&self, texts: &[String]) -> Result<Option<Vec<Vec<f32>>>, EmbedError> {
+        let token_lists = self.token_lists(texts)?;
+        let Some(common) = self.inner.common.get() else {
+            return Ok(None);
+        };
+        let all_known = token_lists
+            .iter()
+            .flatten()
+            .all(|&id| self.inner.vectors[id as usize].get().is_some());
+        Ok(all_known.then(|| self.weighted_means(&token_lists, common)))
+    }
+
+    /// Each text's tokens that say something about its topic (weight above 0).
+    fn token_lists(&self, texts: &[String]) -> Result<Vec<Vec<u32>>, EmbedError> {
         let inner = &self.inner;
         // One text after another: tokenizing a turn takes microseconds, and `encode_batch` would
         // hand each small batch to a thread pool that the grader's and segmentation's concurrent
         // calls then fight over.
-        let encodings = texts
+        texts
             .iter()
-            .map(|text| inner.tokenizer.encode(text.as_str(), false))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| EmbedError::Inference(e.to_string()))?;
-        let token_lists: Vec<Vec<u32>> = encodings
-            .iter()
-            .map(|encoding| {
-                encoding
+            .map(|text| {
+                let encoding = inner
+                    .tokenizer
+                    .encode(text.as_str(), false)
+                    .map_err(|e| EmbedError::Inference(e.to_string()))?;
+                Ok(encoding
                     .get_ids()
                     .iter()
                     .copied()
                     .filter(|&id| inner.weight(id) > 0.0)
-                    .collect()
+                    .collect())
             })
-            .collect();
-        self.fill(&token_lists)?;
-        let common = self.common()?;
-        Ok(token_lists
+            .collect()
+    }
+
+    /// Each token list's weighted mean of its tokens' vectors, less what all tokens share
+    /// (`common`); every token's vector must have been computed.
+    fn weighted_means(&self, token_lists: &[Vec<u32>], common: &[f32]) -> Vec<Vec<f32>> {
+        let inner = &self.inner;
+        token_lists
             .iter()
             .map(|ids| {
                 // Σ w·(v − common), as Σ w·v − (Σ w)·common.
@@ -118,7 +143,7 @@ impl TokenVectorEmbedder {
                     let weight = inner.weight(id);
                     let vector = inner.vectors[id as usize]
                         .get()
-                        .expect("fill computed every token's vector");
+                        .expect("every token's vector was computed");
                     sum.iter_mut()
                         .zip(vector.iter())
                         .for_each(|(s, v)| *s += weight * v);
@@ -128,7 +153,7 @@ impl TokenVectorEmbedder {
                 normalize(&mut sum);
                 sum
             })
-            .collect())
+            .collect()
     }
 
     /// What every token's vector shares: the mean of the sample's (computed on first use).
@@ -258,14 +283,29 @@ impl Embedder for TokenVectorEmbedder {
     }
 
     fn embed<'a>(&'a self, texts: &'a [String]) -> EmbedFuture<'a> {
-        let embedder = self.clone();
-        self.inner
-            .model
-            .inference_threads()
-            // Segmentation waits for these (a few new tokens at most, once warm): never behind
-            // the backfill's batches.
-            .embed(Lane::Urgent, texts, move |texts| {
-                embedder.embed_blocking(texts)
-            })
+        Box::pin(async move {
+            // Once warm, every token of a text was met before and its vector is a weighted mean:
+            // no model pass, so it need not queue on the model threads behind the passes for
+            // other texts' new tokens (a query's turn vector waited there, milliseconds on the
+            // path of a retrieval). Worked out on a blocking thread.
+            let embedder = self.clone();
+            let owned = texts.to_vec();
+            let known = tokio::task::spawn_blocking(move || embedder.embed_if_known(&owned))
+                .await
+                .map_err(|_| EmbedError::Inference("a token-vector job panicked".into()))??;
+            if let Some(vectors) = known {
+                return Ok(vectors);
+            }
+            let embedder = self.clone();
+            self.inner
+                .model
+                .inference_threads()
+                // Segmentation waits for these (a few new tokens at most, once warm): never
+                // behind the backfill's batches.
+                .embed(Lane::Urgent, texts, move |texts| {
+                    embedder.embed_blocking(texts)
+                })
+                .await
+        })
     }
 }

@@ -113,3 +113,72 @@ async fn each_token_goes_through_the_model_once() {
         "word order does not matter"
     );
 }
+
+#[tokio::test]
+async fn a_text_of_known_tokens_needs_no_model_pass_and_waits_for_none() {
+    let model = model();
+    let tokens = TokenVectorEmbedder::new(model.clone());
+    let known = texts(&["a trip to Lisbon in June"]);
+    let first = tokens.embed(&known).await.unwrap();
+    assert!(
+        tokens
+            .embed_if_known(&texts(&["an unheard-of zeppelin"]))
+            .unwrap()
+            .is_none(),
+        "new tokens need the model"
+    );
+    let without_model = tokens
+        .embed_if_known(&texts(&["June in Lisbon: a trip to"]))
+        .unwrap()
+        .expect("every token was met before");
+    assert!(cosine(&first[0], &without_model[0]) > 0.9999);
+
+    // Texts of tokens never met keep every model thread busy computing their vectors, with
+    // more queued behind; the known text's vector does not queue behind them (a query's turn
+    // vector waited there for other queries' new words, milliseconds on the path of a
+    // retrieval): it is ready before the first of them is done.
+    let words: Vec<String> = {
+        let model = model.clone();
+        tokio::task::spawn_blocking(move || vocabulary_words(&model))
+            .await
+            .unwrap()
+    };
+    let (done, mut order) = tokio::sync::mpsc::unbounded_channel();
+    let busy: Vec<_> = words
+        .chunks(words.len() / 6)
+        .map(|chunk| {
+            let text = vec![chunk.join(" ")];
+            let done = done.clone();
+            let tokens = tokens.clone();
+            tokio::spawn(async move {
+                tokens.embed(&text).await.unwrap();
+                let _ = done.send("new tokens");
+            })
+        })
+        .collect();
+    // Let them reach the model threads first.
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    tokens.embed(&known).await.unwrap();
+    let _ = done.send("known text");
+    for job in busy {
+        job.await.unwrap();
+    }
+    assert_eq!(order.recv().await, Some("known text"));
+}
+
+/// Six thousand whole words of the model's vocabulary (each a token of its own).
+fn vocabulary_words(model: &LocalEmbedder) -> Vec<String> {
+    let mut words: Vec<(u32, String)> = model
+        .tokenizer()
+        .get_vocab(false)
+        .into_iter()
+        .filter(|(word, _)| word.len() > 3 && word.chars().all(|c| c.is_ascii_lowercase()))
+        .map(|(word, id)| (id, word))
+        .collect();
+    words.sort();
+    words
+        .into_iter()
+        .take(6_000)
+        .map(|(_, word)| word)
+        .collect()
+}
