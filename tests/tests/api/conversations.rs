@@ -1547,6 +1547,80 @@ async fn the_line_that_answers_reaches_the_assistant_verbatim_within_1000_tokens
     );
 }
 
+/// A line shown for context is of the same session as the line it goes with: the first line of
+/// a later session ("Mira: We fly on the 16th now.", short, so shown with the line before it)
+/// does not bring the last line of a session days earlier under its own episode's heading and
+/// date (seen by hand: "Thanks for telling me, have a great trip!" read as said 18 days later).
+#[tokio::test]
+async fn a_line_of_an_earlier_session_is_not_shown_as_a_later_lines_context() {
+    let mut sandbox = Sandbox::start().await;
+    let chat = Chat::new("sessions");
+    let sessions: [(i64, &[&str]); 2] = [
+        (
+            10,
+            &[
+                "Mira: I booked the trip to Reykjavik with my sister Ines.",
+                "Tomas: Lovely, the northern lights should be out in December.",
+                "Mira: I hope so, Ines has never seen them.",
+                "Tomas: Have a lovely evening, talk soon!",
+            ],
+        ),
+        (
+            2,
+            &[
+                "Mira: We fly on the 16th now.",
+                "Tomas: Because of Ines's work?",
+                "Mira: Yes, her project deadline moved to the 15th.",
+                "Tomas: Makes sense, pack warm socks.",
+            ],
+        ),
+    ];
+    for (days, lines) in sessions {
+        let messages = lines
+            .iter()
+            .enumerate()
+            .map(|(position, line)| {
+                let at = days_ago(days, position as i64);
+                if position % 2 == 0 {
+                    user(line, at)
+                } else {
+                    assistant(line, at)
+                }
+            })
+            .collect();
+        chat.append(&mut sandbox, messages).await;
+        chat.close(&mut sandbox).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while chat.state(&mut sandbox).await.segmented_through < 7 {
+        assert!(Instant::now() < deadline, "not segmented after 40 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    chat.wait_for_consolidation(&mut sandbox).await;
+
+    let answer = sandbox
+        .retrieval
+        .retrieve_memory(v1::RetrieveMemoryRequest {
+            scope: Some(chat.scope.clone()),
+            query: "Which day do we fly now?".to_owned(),
+            token_budget: Some(1_000),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let block = block_holding(&answer.markdown, "Mira: \"We fly on the 16th now.\"");
+    assert!(
+        block.contains(&days_ago(2, 0).format("%-d %b %Y").to_string()),
+        "under the later session's episode: {block}"
+    );
+    assert!(
+        !block.contains("Have a lovely evening"),
+        "the earlier session's last line is not this line's context:\n{}",
+        answer.markdown
+    );
+}
+
 /// The stored turns are searched as soon as AppendMessages acknowledged them (issue 38): before
 /// any segment closes, the line that answers is shown under "Conversation in progress" with the
 /// day it was said; once the segment closes, under its episode. Forgetting the episode (its

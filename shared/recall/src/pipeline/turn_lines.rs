@@ -95,15 +95,22 @@ fn weigh_turns<'a>(
     let speakers = NamedSpeakers::in_query(query, turns.iter().map(|turn| turn.content.as_str()));
     let params = context.params;
     let factor = |applies: bool, factor: f64| if applies { factor } else { 1.0 };
+    // Two turns further apart than this are in different sessions, as segmentation sees them.
+    let same_session = engram_core::segmentation::SegmentationRules::default().hard_gap;
     turns
         .iter()
         .zip(&legs)
         .enumerate()
         .map(|(position, (turn, legs))| {
+            // The turn said just before, in the same session: a turn of an earlier session is
+            // no context for a line (shown beside it, it would read as said the later day,
+            // under the later episode's heading).
             let follows_previous = position > 0 && {
                 let previous = &turns[position - 1];
                 previous.conversation_id == turn.conversation_id
                     && previous.turn_index + 1 == turn.turn_index
+                    && (previous.episode_id == turn.episode_id
+                        || turn.spoken_at - previous.spoken_at < same_session)
             };
             let evidence = legs.as_ref().map_or(0.0, |legs| {
                 let in_window = context
