@@ -38,6 +38,9 @@ const COMMON_SAMPLE: usize = 512;
 /// What [`TokenVectorEmbedder`] calls itself: stored turn vectors carry it.
 pub const TOKEN_VECTORS_MODEL_ID: &str = "token-vectors/sentence-transformers/all-MiniLM-L6-v2";
 
+/// Texts' vectors, when no model pass was needed, or else their token lists.
+type KnownOrTokens = Result<Vec<Vec<f32>>, Vec<Vec<u32>>>;
+
 /// Static token vectors over a [`LocalEmbedder`]; cheap to clone, the cache is shared.
 #[derive(Clone)]
 pub struct TokenVectorEmbedder {
@@ -87,23 +90,34 @@ impl TokenVectorEmbedder {
     /// Embeds synchronously (the caller is on a blocking thread), in the order of `texts`.
     pub fn embed_blocking(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
         let token_lists = self.token_lists(texts)?;
-        self.fill(&token_lists)?;
-        let common = self.common()?;
-        Ok(self.weighted_means(&token_lists, common))
+        self.embed_token_lists(&token_lists)
     }
 
     /// The vectors of `texts` if every token of theirs was met before, so that no model pass is
     /// needed (None otherwise). Synchronous, microseconds a text.
     pub fn embed_if_known(&self, texts: &[String]) -> Result<Option<Vec<Vec<f32>>>, EmbedError> {
+        Ok(self.known_or_token_lists(texts)?.ok())
+    }
+
+    /// The vectors of `texts` if every token was met before, else their token lists (for
+    /// [`Self::embed_token_lists`] on a model thread, not tokenized again).
+    fn known_or_token_lists(&self, texts: &[String]) -> Result<KnownOrTokens, EmbedError> {
         let token_lists = self.token_lists(texts)?;
-        let Some(common) = self.inner.common.get() else {
-            return Ok(None);
-        };
         let all_known = token_lists
             .iter()
             .flatten()
             .all(|&id| self.inner.vectors[id as usize].get().is_some());
-        Ok(all_known.then(|| self.weighted_means(&token_lists, common)))
+        Ok(match self.inner.common.get() {
+            Some(common) if all_known => Ok(self.weighted_means(&token_lists, common)),
+            _ => Err(token_lists),
+        })
+    }
+
+    /// The vectors of texts given as token lists, computing the tokens' vectors not met before.
+    fn embed_token_lists(&self, token_lists: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.fill(token_lists)?;
+        let common = self.common()?;
+        Ok(self.weighted_means(token_lists, common))
     }
 
     /// Each text's tokens that say something about its topic (weight above 0).
@@ -290,20 +304,22 @@ impl Embedder for TokenVectorEmbedder {
             // path of a retrieval). Worked out on a blocking thread.
             let embedder = self.clone();
             let owned = texts.to_vec();
-            let known = tokio::task::spawn_blocking(move || embedder.embed_if_known(&owned))
-                .await
-                .map_err(|_| EmbedError::Inference("a token-vector job panicked".into()))??;
-            if let Some(vectors) = known {
-                return Ok(vectors);
-            }
+            let token_lists =
+                match tokio::task::spawn_blocking(move || embedder.known_or_token_lists(&owned))
+                    .await
+                    .map_err(|_| EmbedError::Inference("a token-vector job panicked".into()))??
+                {
+                    Ok(vectors) => return Ok(vectors),
+                    Err(token_lists) => token_lists,
+                };
             let embedder = self.clone();
             self.inner
                 .model
                 .inference_threads()
                 // Segmentation waits for these (a few new tokens at most, once warm): never
                 // behind the backfill's batches.
-                .embed(Lane::Urgent, texts, move |texts| {
-                    embedder.embed_blocking(texts)
+                .run(Lane::Urgent, move || {
+                    embedder.embed_token_lists(&token_lists)
                 })
                 .await
         })

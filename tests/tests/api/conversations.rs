@@ -151,6 +151,38 @@ fn block_holding<'a>(markdown: &'a str, text: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no block shows {text:?}:\n{markdown}"))
 }
 
+/// Appends each session (said `days` ago, a line a minute, the first speaker as the user and the
+/// second as the assistant, as the dev dialogs send two people) and closes it.
+async fn append_sessions(sandbox: &mut Sandbox, chat: &Chat, sessions: &[(i64, &[&str])]) {
+    for &(days, lines) in sessions {
+        let messages = lines
+            .iter()
+            .enumerate()
+            .map(|(position, line)| {
+                let at = days_ago(days, position as i64);
+                if position % 2 == 0 {
+                    user(line, at)
+                } else {
+                    assistant(line, at)
+                }
+            })
+            .collect();
+        chat.append(sandbox, messages).await;
+        chat.close(sandbox).await;
+    }
+}
+
+/// Waits until every turn up to `last_turn` is segmented (the rules may split a session), then
+/// until what was segmented is consolidated.
+async fn wait_until_segmented(sandbox: &mut Sandbox, chat: &Chat, last_turn: i32) {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while chat.state(sandbox).await.segmented_through < last_turn {
+        assert!(Instant::now() < deadline, "not segmented after 40 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    chat.wait_for_consolidation(sandbox).await;
+}
+
 fn days_ago(days: i64, minutes: i64) -> DateTime<Utc> {
     Utc::now() - chrono::Duration::days(days) + chrono::Duration::minutes(minutes)
 }
@@ -1482,29 +1514,8 @@ async fn the_line_that_answers_reaches_the_assistant_verbatim_within_1000_tokens
             ],
         ),
     ];
-    for (days, lines) in sessions {
-        let messages = lines
-            .iter()
-            .enumerate()
-            .map(|(position, line)| {
-                let at = days_ago(days, position as i64);
-                if position % 2 == 0 {
-                    user(line, at)
-                } else {
-                    assistant(line, at)
-                }
-            })
-            .collect();
-        chat.append(&mut sandbox, messages).await;
-        chat.close(&mut sandbox).await;
-    }
-    // Every turn segmented (the rules may split a session), then consolidated.
-    let deadline = Instant::now() + Duration::from_secs(40);
-    while chat.state(&mut sandbox).await.segmented_through < 25 {
-        assert!(Instant::now() < deadline, "not segmented after 40 s");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    chat.wait_for_consolidation(&mut sandbox).await;
+    append_sessions(&mut sandbox, &chat, &sessions).await;
+    wait_until_segmented(&mut sandbox, &chat, 25).await;
 
     let answer = sandbox
         .retrieval
@@ -1575,28 +1586,8 @@ async fn a_line_of_an_earlier_session_is_not_shown_as_a_later_lines_context() {
             ],
         ),
     ];
-    for (days, lines) in sessions {
-        let messages = lines
-            .iter()
-            .enumerate()
-            .map(|(position, line)| {
-                let at = days_ago(days, position as i64);
-                if position % 2 == 0 {
-                    user(line, at)
-                } else {
-                    assistant(line, at)
-                }
-            })
-            .collect();
-        chat.append(&mut sandbox, messages).await;
-        chat.close(&mut sandbox).await;
-    }
-    let deadline = Instant::now() + Duration::from_secs(40);
-    while chat.state(&mut sandbox).await.segmented_through < 7 {
-        assert!(Instant::now() < deadline, "not segmented after 40 s");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    chat.wait_for_consolidation(&mut sandbox).await;
+    append_sessions(&mut sandbox, &chat, &sessions).await;
+    wait_until_segmented(&mut sandbox, &chat, 7).await;
 
     let answer = sandbox
         .retrieval
