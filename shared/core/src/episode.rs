@@ -834,12 +834,37 @@ fn is_phatic(text: &str, words: usize, cjk_chars: usize) -> bool {
         || INTERJECTION.is_match(addressed)
         || REACTION.is_match(addressed)
         || reacting
+        || every_clause_phatic(text)
     {
         return true;
     }
     let exclaimed = text.trim_end().ends_with(['!', '！']);
     cjk_chars == 0 && (words <= 1 || (words <= 2 && exclaimed))
 }
+
+/// A sentence of several clauses each said only for the conversation's sake: "Hey Tomas, long
+/// time!", "Thanks for telling me, have a great trip!". One clause that says something keeps it
+/// ("Thanks for the recipe, I made it last night").
+fn every_clause_phatic(text: &str) -> bool {
+    let clauses: Vec<&str> = text
+        .split([',', '，', ';', '；'])
+        .map(str::trim)
+        .filter(|clause| !clause.is_empty())
+        .collect();
+    clauses.len() > 1
+        && clauses.iter().all(|clause| {
+            is_chit_chat(clause) || PLEASANTRY.is_match(clause) || PHATIC_CLAUSE.is_match(clause)
+        })
+}
+
+/// A clause of greeting or thanks that the chit-chat rules do not know: a greeting with a name,
+/// "long time", "good to hear from you", "how have you been", thanks for something.
+static PHATIC_CLAUSE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)^(?:(?:hi|hello|hey|dear)\s+[\p{L}'’\-]+|long\s+time(?:\s+no\s+(?:see|talk))?|(?:good|great|nice|lovely)\s+to\s+(?:see|hear\s+from)\s+you|how\s+(?:are\s+you|have\s+you\s+been)(?:\s+doing)?|how'?s\s+it\s+going|(?:thanks|thank\s+you)(?:\s+so\s+much)?\s+for\s+(?:[\p{L}'’\-]+\s+){0,3}[\p{L}'’\-]+)[\s\p{P}]*$",
+    )
+    .expect("valid phatic clause regex")
+});
 
 /// A name and a comma opening a sentence: whom it is said to.
 static VOCATIVE: LazyLock<Regex> =
@@ -1919,6 +1944,23 @@ mod tests {
         let summary = extractive_episode(&chinese).summary;
         assert!(summary.contains("出版"), "{summary}");
         assert!(!summary.contains("说得真好"), "{summary}");
+    }
+
+    #[test]
+    fn a_sentence_of_greetings_and_thanks_alone_is_left_out_of_the_summary() {
+        let turns = [
+            user("Mira: Hey Tomas, long time!"),
+            assistant("Tomas: My pottery teacher moved the class to Thursday evenings."),
+            user("Mira: Ines and I now fly to Reykjavik on the 16th."),
+            assistant("Tomas: Thanks for telling me, have a great trip!"),
+            user("Mira: Thanks for the recipe, I made the soup for Ines last night."),
+        ];
+        let summary = extractive_episode(&turns).summary;
+        assert!(summary.contains("Thursday evenings"), "{summary}");
+        assert!(summary.contains("the soup for Ines"), "{summary}");
+        for phatic in ["long time", "Thanks for telling me"] {
+            assert!(!summary.contains(phatic), "{phatic}: {summary}");
+        }
     }
 
     #[test]
