@@ -834,37 +834,12 @@ fn is_phatic(text: &str, words: usize, cjk_chars: usize) -> bool {
         || INTERJECTION.is_match(addressed)
         || REACTION.is_match(addressed)
         || reacting
-        || every_clause_phatic(text)
     {
         return true;
     }
     let exclaimed = text.trim_end().ends_with(['!', '！']);
     cjk_chars == 0 && (words <= 1 || (words <= 2 && exclaimed))
 }
-
-/// A sentence of several clauses each said only for the conversation's sake: "Hey Tomas, long
-/// time!", "Thanks for telling me, have a great trip!". One clause that says something keeps it
-/// ("Thanks for the recipe, I made it last night").
-fn every_clause_phatic(text: &str) -> bool {
-    let clauses: Vec<&str> = text
-        .split([',', '，', ';', '；'])
-        .map(str::trim)
-        .filter(|clause| !clause.is_empty())
-        .collect();
-    clauses.len() > 1
-        && clauses.iter().all(|clause| {
-            is_chit_chat(clause) || PLEASANTRY.is_match(clause) || PHATIC_CLAUSE.is_match(clause)
-        })
-}
-
-/// A clause of greeting or thanks that the chit-chat rules do not know: a greeting with a name,
-/// "long time", "good to hear from you", "how have you been", thanks for something.
-static PHATIC_CLAUSE: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(
-        r"(?i)^(?:(?:hi|hello|hey|dear)\s+[\p{L}'’\-]+|long\s+time(?:\s+no\s+(?:see|talk))?|(?:good|great|nice|lovely)\s+to\s+(?:see|hear\s+from)\s+you|how\s+(?:are\s+you|have\s+you\s+been)(?:\s+doing)?|how'?s\s+it\s+going|(?:thanks|thank\s+you)(?:\s+so\s+much)?\s+for\s+(?:[\p{L}'’\-]+\s+){0,3}[\p{L}'’\-]+)[\s\p{P}]*$",
-    )
-    .expect("valid phatic clause regex")
-});
 
 /// A name and a comma opening a sentence: whom it is said to.
 static VOCATIVE: LazyLock<Regex> =
@@ -1032,6 +1007,10 @@ static COURTESY_PREFIX: LazyLock<Regex> = LazyLock::new(|| {
                |update|fun\s+fact|heads\s+up|side\s+note)
             (?:\s+(?:there|again|so\s+much|a\s+lot|then))?
             \s*[,!.~:;—–-]+\s*
+          # A greeting with the name of whom it greets (Hey Tomas,); thanks for something said
+          # or done (Thanks for telling me, / Thank you so much for the recipe!).
+          | (?:hi|hello|hey|hiya|dear)\s+\p{Lu}[\p{L}'’-]*\s*[,!.~:;—–-]+\s*
+          | (?:thanks|thank\s+you)(?:\s+so\s+much)?\s+for(?:\s+[\p{L}'’-]+){1,4}\s*[,!.~:;—–-]+\s*
           | (?:你好|您好|嗨|哈喽|好的|好吧|好嘞|嗯+|哦+|谢谢你?|多谢|是的|对|没问题|明白了?|知道了|收到|懂了)
             [\s,，!！.。~～、]+
         )+",
