@@ -41,6 +41,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 
 mod ended;
+mod usage;
 
 pub use ended::{Ended, ended_things, names};
 
@@ -102,7 +103,16 @@ const KNOWN_SUBJECTS: &[&str] = &[
     "fiance",
     "fiancee",
     "doctor",
+    "gp",
     "dentist",
+    "vet",
+    "therapist",
+    "gym",
+    "bank",
+    "broadband",
+    "insurer",
+    "car insurance",
+    "home insurance",
     "landlord",
     "username",
     "handle",
@@ -158,6 +168,9 @@ enum Subject {
     /// A relative's attribute: the relative named in this group ("my mum lives with us":
     /// `mother: residence`), never the speaker's own.
     Relative(usize, &'static str),
+    /// The kind of thing the value names ("an iPhone 12": `phone`; [`usage::kind_of`]); the rule
+    /// states nothing when the value names no known kind.
+    KindOf,
 }
 
 enum Value {
@@ -225,14 +238,14 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
     let role = format!(
         r"(?i)^(?:i'?m|i\s+am)\s+(?:now\s+|currently\s+|still\s+|officially\s+)?(?:a|an|the)\s+((?:[\p{{L}}\-]+\s+){{0,3}}(?:{ROLE_WORDS}))(?:\s+(?:on|in|of|at|for)\b.*)?$"
     );
-    vec![
+    let mut rules = vec![
         rule(
             r"(?i)^my\s+fav(?:ou?)?rite\s+([\p{L}\- ]{2,30}?)\s+(?:is|are)\s+(.+)$",
             Subject::Prefixed("favorite ", 1),
             2,
         ),
         rule(
-            r"(?i)^my\s+([\p{L}\- ]{2,30}?)(?:\s+(?:is|are)|'s|’s)\s+(.+)$",
+            r"(?i)^(?:my|our)\s+([\p{L}\- ]{2,30}?)(?:\s+(?:is|are)|'s|’s)\s+(.+)$",
             Subject::Known(1),
             2,
         ),
@@ -459,7 +472,9 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
             Value::Prefixed("no ", 1),
         ),
         rule(r"^我(?:今年)?(\d{1,3})岁$", Subject::Fixed("age"), 1),
-    ]
+    ];
+    rules.extend(usage::rules());
+    rules
 });
 
 /// "I prefer X over Y": the subject is the pair, the value the one preferred.
@@ -492,6 +507,8 @@ const CHINESE_SUBJECTS: &[(&str, &str)] = &[
     ("专业", "major"),
     ("学校", "school"),
     ("医生", "doctor"),
+    ("微信", "wechat"),
+    ("微信号", "wechat"),
     ("妻子", "wife"),
     ("老婆", "wife"),
     ("丈夫", "husband"),
@@ -531,6 +548,10 @@ fn clean_value(raw: &str) -> Option<String> {
             Some(rest) => value = rest,
             None => break,
         }
+    }
+    // "My car insurance is with Admiral": the provider.
+    if let Some(provider) = value.strip_prefix("with ") {
+        value = provider.to_owned();
     }
     value = value
         .trim_start_matches("现在")
@@ -757,8 +778,14 @@ fn clause_value(clause: &str) -> Option<SubjectValue> {
             return None;
         }
         let captures = rule.pattern.captures(clause)?;
+        let value = match rule.value {
+            Value::Group(group) => clean_value(&captures[group])?,
+            Value::Fixed(value) => value.to_owned(),
+            Value::Prefixed(prefix, group) => format!("{prefix}{}", fold(&captures[group])),
+        };
         let subject = match rule.subject {
             Subject::Fixed(subject) => subject.to_owned(),
+            Subject::KindOf => usage::kind_of(&value)?.to_owned(),
             Subject::Known(group) => known_subject(&captures[group])?,
             Subject::Prefixed(prefix, group) => {
                 let thing = fold(&captures[group]);
@@ -771,11 +798,6 @@ fn clause_value(clause: &str) -> Option<SubjectValue> {
             Subject::Relative(group, attribute) => {
                 format!("{}: {attribute}", relative(&captures[group])?)
             }
-        };
-        let value = match rule.value {
-            Value::Group(group) => clean_value(&captures[group])?,
-            Value::Fixed(value) => value.to_owned(),
-            Value::Prefixed(prefix, group) => format!("{prefix}{}", fold(&captures[group])),
         };
         Some(SubjectValue { subject, value })
     })

@@ -196,7 +196,11 @@ static PREFERENCE: LazyLock<RegexSet> = LazyLock::new(|| {
 static PERSONAL: LazyLock<RegexSet> = LazyLock::new(|| {
     set(&[
         r"(?i)\bi'?m\s+(?:(?:left|right)-handed|colou?r-?blind|diabetic|deaf|dyslexic|autistic|self-employed|freelance|freelancing|vegetarian|vegan|pescatarian|teetotal|an?\s+only\s+child|on\s+\d+\s*mg|on\s+(?:the\s+)?(?:night|day|early|late)\s+(?:rota|shift))\b",
-        r"(?i)\bi\s+(?:have|'ve\s+got|have\s+got|got)\s+(?:type\s+\d|asthma|diabetes|coeliac|celiac|adhd|arthritis|epilepsy|migraines|eczema|a\s+(?:mild|bad|chronic|severe)\b|(?:a|one|two|three|four|five|\d+)\s+(?:\w+\s+){0,2}(?:kids?|children|sons?|daughters?|brothers?|sisters?|dogs?|cats?|apprentices|grandchildren|employees|flatmates|roommates))",
+        r"(?i)\bi(?:\s+have|'ve\s+got|\s+have\s+got|\s+got)\s+(?:type\s+\d|asthma|diabetes|coeliac|celiac|adhd|arthritis|epilepsy|migraines|eczema|a\s+(?:mild|bad|chronic|severe)\b|(?:a|one|two|three|four|five|six|\d+)\s+(?:\w+\s+){0,2}(?:kids?|children|sons?|daughters?|brothers?|sisters?|dogs?|cats?|fish|guppies|goldfish|hamsters?|rabbits?|guinea\s+pigs?|budgies?|parrots?|tortoises?|horses?|chickens?|apprentices|grandchildren|employees|flatmates|roommates))",
+        // Daily habits: "I drink four coffees a day", "I smoke about ten a day".
+        r"(?i)^i\s+(?:\w+\s+)?(?:drink|smoke|eat|vape)\b.{0,40}\b(?:a|per|every)\s+(?:day|week)\b",
+        // Where one teaches or volunteers regularly.
+        r"(?i)^i\s+(?:teach|volunteer|coach|lecture)\s+(?:\w+\s+){0,2}(?:at|for)\b",
         r"(?i)^(?:my|our)\s+(?:wife|husband|partner|son|daughter|kids|children|mum|mom|dad|mother|father|parents|brother|sister|dog|cat|landlord|flat|house|mortgage|rent|car|laptop|boss|manager|job|office|team|doctor|gp)\b(?:'s|\s+\p{Lu}\p{L}+|\s+(?:is|are|was|works|lives|turns|has))",
         r"(?i)\b(?:we|i)\s+(?:rent|own|live|have\s+lived)\b",
         r"(?i)\bi\s+work\s+(?:\w+\s+){0,2}(?:days|nights|shifts|part-time|full-time|remotely|from\s+home|weekends)\b",
@@ -204,6 +208,8 @@ static PERSONAL: LazyLock<RegexSet> = LazyLock::new(|| {
         r"(?i)\bthat'?s\s+my\s+(?:address|number|email|phone|postcode|birthday)\b",
         r"(?i)\bi\s+(?:don'?t|do\s+not|no\s+longer)\s+(?:eat|drink|smoke)\b|\b(?:eat|drink|smoke)\s+(?:meat|alcohol)?\s*any\s*more\b",
         r"(?:我(?:老公|老婆|爸|妈|爸爸|妈妈|儿子|女儿|孩子|男朋友|女朋友|先生|太太|对象)(?:是|在)|我在.{1,20}?(?:公司|医院|学校|银行|工厂|机构|单位|大学)(?:当|做)|我有.{0,6}(?:病|症|过敏|高血压|糖尿病|哮喘)|(?:血压|血脂|血糖).{0,4}(?:高|低)|我.{0,4}(?:手机号|电话|邮箱|地址)是)",
+        // Chinese habits and memberships: 一天一包烟, 每天两杯咖啡, 在健身房办了年卡.
+        r"(?:一天|每天|一周|每周).{0,6}[\d一二两三四五六七八九十半]+(?:包|杯|瓶|根|支|罐)|办了?(?:的|张)?(?:年卡|月卡|会员卡|会员)",
     ])
 });
 

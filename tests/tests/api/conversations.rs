@@ -1889,6 +1889,65 @@ async fn a_move_and_a_new_manager_in_other_words_supersede_from_their_turn() {
     assert_eq!(micros(&learning.invalid_at), at(gave_up_at));
 }
 
+/// Issue 39 part 3: the things one has one of at a time (a bank, a phone, a shift), replaced
+/// in words that name no attribute ("moved my accounts over to", "I'm on … now"), supersede the
+/// older facts; another phone said as an addition does not.
+#[tokio::test]
+async fn a_bank_a_phone_and_a_shift_replaced_in_other_words_supersede_the_older_facts() {
+    let mut sandbox = Sandbox::start().await;
+    let chat = Chat::new("replacements");
+    chat.append(
+        &mut sandbox,
+        vec![
+            user("I bank with Barclays, always have.", days_ago(30, 0)),
+            user("I'm on an iPhone 11, it still works fine.", days_ago(30, 1)),
+            user("I work nights at the sorting office.", days_ago(30, 2)),
+            user("My sister has a Honda Jazz.", days_ago(30, 3)),
+        ],
+    )
+    .await;
+    chat.close(&mut sandbox).await;
+    chat.wait_for_episodes(&mut sandbox, 1).await;
+    chat.wait_for_consolidation(&mut sandbox).await;
+
+    chat.append(
+        &mut sandbox,
+        vec![
+            user(
+                "I moved all my accounts over to Monzo last week.",
+                days_ago(2, 0),
+            ),
+            user("Got a new phone, I'm on a Galaxy S23 now.", days_ago(2, 1)),
+            user("I'm on days now, seven till three.", days_ago(2, 2)),
+            user("I drive a Skoda Fabia.", days_ago(2, 3)),
+        ],
+    )
+    .await;
+    chat.close(&mut sandbox).await;
+    chat.wait_for_episodes(&mut sandbox, 2).await;
+    chat.wait_for_consolidation(&mut sandbox).await;
+
+    let all = entries(&mut sandbox, &chat.scope).await;
+    let find = |needle: &str| {
+        all.iter()
+            .find(|m| m.kind() == v1::MemoryKind::Semantic && m.text.contains(needle))
+            .unwrap_or_else(|| panic!("a fact holding {needle:?}: {all:?}"))
+    };
+    for (older, newer) in [
+        ("Barclays", "Monzo"),
+        ("iPhone 11", "Galaxy S23"),
+        ("work nights", "on days"),
+    ] {
+        assert_eq!(
+            find(older).superseded_by,
+            find(newer).id,
+            "{older} superseded by {newer}"
+        );
+    }
+    // The sister's car is hers: the user's car does not supersede it.
+    assert!(find("Honda Jazz").superseded_by.is_empty(), "{all:?}");
+}
+
 /// Rows of any table of the database whose text holds `needle` in any case (every column, JSON
 /// and search documents included), by table.
 async fn tables_holding(sandbox: &Sandbox, needle: &str) -> Vec<(String, i64)> {

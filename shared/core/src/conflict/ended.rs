@@ -45,7 +45,7 @@ static ENDING_VERB: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
         r"(?ix)
         (?:^|\b(?:i|we)(?:'ve|\s+have|'d|\s+had|\s+had\s+to|\s+have\s+had\s+to)?\s+(?:just\s+|finally\s+|already\s+|also\s+|recently\s+|completely\s+|eventually\s+)?)
-        (?:gave\s+up|given\s+up|quit|stopped\s+(?:seeing|using|going\s+to|doing|playing|taking)|stopped|cancell?ed|canceled|sold|ditched|dropped|got\s+rid\s+of|handed\s+(?:over\s+)?|pulled\s+out\s+of|moved\s+(?:away\s+)?from|switched\s+(?:away\s+)?from|broke\s+up\s+with|split\s+(?:up\s+)?with|finished\s+with|(?:am|'m)\s+done\s+with|no\s+longer\s+(?:have|use|see|go\s+to|do|play)|put\s+down)
+        (?:gave\s+up|given\s+up|quit|stopped\s+(?:seeing|using|going\s+to|doing|playing|taking)|stopped|cancell?ed|canceled|sold|ditched|dropped|got\s+rid\s+of|handed(?:\s+over)?|pulled\s+out\s+of|moved\s+(?:away\s+)?from|switched\s+(?:away\s+)?from|broke\s+up\s+with|split\s+(?:up\s+)?with|finished\s+with|(?:am|'m)\s+done\s+with|no\s+longer\s+(?:have|use|see|go\s+to|do|play)|put\s+down)
         \s+(.+)$",
     )
     .expect("valid ending rule")
@@ -162,6 +162,18 @@ const NOT_A_THING: &[&str] = &[
     "worrying",
 ];
 
+/// Words after a thing that name one's part in it, not another thing.
+const THING_ROLE_WORDS: &[&str] = &[
+    "job",
+    "role",
+    "position",
+    "post",
+    "membership",
+    "subscription",
+    "account",
+    "contract",
+];
+
 /// The thing's name from what follows an ending verb: at most three words, up to the first word
 /// that starts something else, without a leading article or possessive.
 fn thing_named(raw: &str) -> Option<String> {
@@ -181,6 +193,14 @@ fn thing_named(raw: &str) -> Option<String> {
             break;
         }
     }
+    // "the treasurer job", "my gym membership": the thing is the treasurer's, the gym.
+    if words.len() > 1
+        && words
+            .last()
+            .is_some_and(|last| THING_ROLE_WORDS.contains(&last.to_lowercase().as_str()))
+    {
+        words.pop();
+    }
     let thing = fold(&words.join(" "));
     let thing = thing
         .strip_suffix("'s")
@@ -190,6 +210,12 @@ fn thing_named(raw: &str) -> Option<String> {
     let long_enough = thing.chars().count() >= 3;
     (long_enough && !NOT_A_THING.contains(&thing.as_str())).then_some(thing)
 }
+
+/// A duration at the end of a Chinese ending ("两个月", "三年", "半年多").
+static CHINESE_DURATION: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"[\d一二两三四五六七八九十几半]+个?多?(?:月|年|周|星期|天)多?$")
+        .expect("valid duration rule")
+});
 
 /// A Chinese thing's name without a leading demonstrative or possessive ("那家健身房": 健身房).
 fn chinese_thing(raw: &str) -> Option<String> {
@@ -209,6 +235,10 @@ fn chinese_thing(raw: &str) -> Option<String> {
         thing = thing.strip_prefix(prefix).unwrap_or(thing);
     }
     let thing = thing.trim_end_matches(['，', ',', '了']).trim();
+    // "我戒烟两个月了": how long ago is not the thing.
+    let thing = CHINESE_DURATION
+        .find(thing)
+        .map_or(thing, |duration| &thing[..duration.start()]);
     (thing.chars().count() >= 1 && !thing.is_empty() && thing.chars().count() <= 8)
         .then(|| thing.to_owned())
 }
@@ -303,13 +333,40 @@ pub fn names(fact: &str, ended: &Ended) -> bool {
     if ended.thing.chars().any(crate::normalize::is_cjk) {
         return said.contains(&ended.thing);
     }
-    said.match_indices(&ended.thing).any(|(at, _)| {
-        let before = said[..at].chars().next_back();
-        let after = said[at + ended.thing.len()..].chars().next();
-        let boundary = |c: Option<char>| c.is_none_or(|c| !c.is_alphanumeric());
-        // "guppies" names "guppy"'s plural too, and "cello" in "cellos".
-        boundary(before) && (boundary(after) || after == Some('s'))
-    })
+    let named = |thing: &str| {
+        said.match_indices(thing).any(|(at, _)| {
+            let before = said[..at].chars().next_back();
+            let after = said[at + thing.len()..].chars().next();
+            let boundary = |c: Option<char>| c.is_none_or(|c| !c.is_alphanumeric());
+            // "guppies" names "guppy"'s plural too, and "cello" in "cellos".
+            boundary(before) && (boundary(after) || after == Some('s'))
+        })
+    };
+    if named(&ended.thing) {
+        return true;
+    }
+    let words: Vec<&str> = ended.thing.split_whitespace().collect();
+    match words.as_slice() {
+        // "the Friday music school" is the music school.
+        [_, rest @ ..] if rest.len() >= 2 => named(&rest.join(" ")),
+        // "freelancing" ends "freelance", "smoking" "smoker": one stem of six letters or more.
+        [word] => {
+            let thing_stem = stem(word);
+            thing_stem.chars().count() >= 6
+                && said
+                    .split(|c: char| !c.is_alphanumeric())
+                    .any(|older| stem(older) == thing_stem)
+        }
+        _ => false,
+    }
+}
+
+/// A word without an -ing, -er, -ed, -e or -s ending, to match a thing's forms.
+fn stem(word: &str) -> &str {
+    ["ing", "er", "ed", "e", "s"]
+        .iter()
+        .find_map(|ending| word.strip_suffix(ending).filter(|stem| stem.len() >= 4))
+        .unwrap_or(word)
 }
 
 #[cfg(test)]
@@ -373,5 +430,18 @@ mod tests {
         assert!(names("I've got a tank with six guppies.", goldfish));
         let bike = &ended_things("我的自行车被偷了。")[0];
         assert!(names("我每天骑自行车上班。", bike));
+    }
+
+    #[test]
+    fn a_thing_is_named_by_its_core_its_last_words_or_its_stem() {
+        let post = &ended_things("I handed the secretary job over to Priti.")[0];
+        assert_eq!(post.thing, "secretary");
+        assert!(names("I'm the secretary of the allotment society.", post));
+        let class = &ended_things("I quit the Tuesday pottery class.")[0];
+        assert!(names("I go to a pottery class near work.", class));
+        let freelancing = &ended_things("No more freelancing for me.")[0];
+        assert!(names("I'm a freelance translator.", freelancing));
+        assert!(!names("I'm a translator.", freelancing));
+        assert_eq!(things("我戒酒半年了。"), ["酒"]);
     }
 }
