@@ -16,10 +16,13 @@
 //!   [`MAX_SUMMARY_CHARS`]: user sentences and sentences with a category signal weigh more;
 //!   chit-chat, closing pleasantries, memory commands, short questions and the assistant's
 //!   questions are left out.
-//! - The title joins the most salient keyphrases: content words, and runs of two or three of them
-//!   that recur ("JR Pass", "borrow checker"), with named entities found by [`metadata::extract`]
-//!   in user turns weighed up. Chinese has no spaces to find phrases by, so a Chinese title is the
-//!   opening clause of the first substantive user sentence.
+//! - The title is a short phrase naming the topic: the clause of the first statement that says
+//!   the most salient keyphrase, without its fillers and first-person subject, cut to a few
+//!   words around it ("Moved to Lisbon last month"). Keyphrases are content words, and runs of
+//!   two or three of them that recur ("JR Pass", "borrow checker"), with named entities found by
+//!   [`metadata::extract`] in user turns weighed up; where no clause reads as a headline, the
+//!   title lists the best ones. Chinese has no spaces to find phrases by, so a Chinese title is
+//!   the opening clause of the first substantive user sentence.
 //! - Facts are the lasting statements a speaker makes about themselves
 //!   ([`crate::statement::lasting_statement`]: who they are, what they have, like, did, aim for,
 //!   decided or must do; reactions, compliments, vague maybes, hypotheticals and talk about the
@@ -1464,8 +1467,15 @@ fn keyphrase_title(
         }
     }
 
+    // The people talking are no topic: "Caroline, Melanie" names no conversation.
+    let speakers: HashSet<String> = units
+        .iter()
+        .filter_map(|unit| unit.speaker)
+        .flat_map(|name| name.split_whitespace().map(str::to_lowercase))
+        .collect();
     let mut ranked: Vec<(f64, &String, &Phrase)> = phrases
         .iter()
+        .filter(|(_, phrase)| !phrase.words.iter().any(|word| speakers.contains(word)))
         .map(|(key, phrase)| {
             let word_salience: f64 = phrase.words.iter().map(|word| salience.weight(word)).sum();
             // Word salience already counts frequency; a phrase said again and again is a
@@ -1507,6 +1517,25 @@ fn keyphrase_title(
         length += added;
         chosen.push(phrase);
     }
+    // A short phrase naming the topic: the clause that says the best keyphrase. A list of the
+    // keyphrases only where no clause reads as one.
+    // Of the headlines the keyphrases give, the one that names most of them.
+    let names_of = |headline: &str| {
+        let said: HashSet<String> = word_keys(headline).into_iter().collect();
+        chosen
+            .iter()
+            .filter(|phrase| phrase.words.iter().all(|word| said.contains(word)))
+            .count()
+    };
+    let best_headline = chosen
+        .iter()
+        .filter_map(|phrase| headline(units, scores, &phrase.words))
+        .enumerate()
+        .max_by_key(|(order, headline)| (names_of(headline), std::cmp::Reverse(*order)))
+        .map(|(_, headline)| headline);
+    if best_headline.is_some() {
+        return best_headline;
+    }
     let parts: Vec<String> = chosen
         .iter()
         .map(|phrase| {
@@ -1519,6 +1548,120 @@ fn keyphrase_title(
         .collect();
     (!parts.is_empty()).then(|| parts.join(", "))
 }
+
+/// Where a sentence's clauses part, for a headline.
+static HEADLINE_CLAUSE_BREAK: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)\s*[,;:!?()—–]\s*|\s+-\s+|\.\s+|\s+(?:but|and|so|because|which|who|although|though|while|whereas|if)\s+",
+    )
+    .expect("valid headline clause regex")
+});
+
+/// What opens a clause without naming its topic: fillers, and its speaker as the subject ("so
+/// we've just", "Big news: I", "honestly I'm").
+static HEADLINE_OPENER: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?ix)^
+        (?:(?:so|well|oh|and|but|also|actually|anyway|honestly|yeah|yes|ok|okay|btw|finally|now|guess\s+what|big\s+news|by\s+the\s+way)\b[\s,!:]*)*
+        (?:(?:i|we)(?:'m|’m|'re|’re|'ve|’ve|'d|’d|'ll|’ll|\s+am|\s+are|\s+have|\s+had|\s+will)?\s+
+           (?:just\s+|finally\s+|really\s+|also\s+|actually\s+|recently\s+|already\s+|still\s+|totally\s+)*)?",
+    )
+    .expect("valid headline opener regex")
+});
+
+/// A headline of at most this many words.
+const MAX_HEADLINE_WORDS: usize = 9;
+/// Words a headline keeps either side of its keyphrase when the clause is longer.
+const HEADLINE_CONTEXT_WORDS: usize = 3;
+
+/// The clause of the first statement that says the keyphrase `topic` (its words as keys),
+/// without its opening fillers and first-person subject, cut to a few words around the
+/// keyphrase: "we moved to Lisbon last month, boxes everywhere" gives "Moved to Lisbon last
+/// month". `None` when no statement says it, or what is left says too little to stand alone.
+fn headline(units: &[Unit<'_>], scores: &[f64], topic: &[String]) -> Option<String> {
+    // The statements that say it, in order, a user's first where a user says it: the first
+    // is where the topic is brought up.
+    let says_it = |(index, unit): &(usize, &Unit<'_>)| {
+        scores[*index] > 0.0
+            && !unit.question
+            && keyphrase_at(&word_keys(unit.text), topic).is_some()
+    };
+    let statements = units.iter().enumerate().filter(says_it);
+    let (users, others): (Vec<_>, Vec<_>) =
+        statements.partition(|(_, unit)| unit.role == SpeakerRole::User);
+    users.into_iter().chain(others).find_map(|(_, unit)| {
+        HEADLINE_CLAUSE_BREAK
+            .split(unit.text)
+            .find(|clause| keyphrase_at(&word_keys(clause), topic).is_some())
+            .and_then(|clause| headline_of_clause(clause, topic))
+    })
+}
+
+/// A text's words as keys ([`word_key`]), split at anything but letters, digits, apostrophes
+/// and hyphens.
+fn word_keys(text: &str) -> Vec<String> {
+    text.split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '’' || c == '-'))
+        .filter(|word| !word.is_empty())
+        .map(|word| word_key(word).into_owned())
+        .collect()
+}
+
+/// Where the keyphrase `topic` starts among `keys`.
+fn keyphrase_at(keys: &[String], topic: &[String]) -> Option<usize> {
+    if topic.is_empty() {
+        return None;
+    }
+    keys.windows(topic.len())
+        .position(|window| window.iter().zip(topic).all(|(key, word)| key == word))
+}
+
+/// A clause saying the keyphrase, as a headline: see [`headline`].
+fn headline_of_clause(clause: &str, topic: &[String]) -> Option<String> {
+    let clause = clause.trim().trim_end_matches(['.', '!', '?', '…']);
+    let clause = &clause[HEADLINE_OPENER
+        .find(clause)
+        .map_or(0, |opener| opener.end())..];
+    let words: Vec<&str> = clause.split_whitespace().collect();
+    let keys: Vec<String> = words.iter().map(|word| word_keys(word).join(" ")).collect();
+    let at = keyphrase_at(&keys, topic)?;
+    let (mut start, mut end) = (0, words.len());
+    if words.len() > MAX_HEADLINE_WORDS {
+        // The clause's opening words where they hold the keyphrase, else a few either side.
+        if at + topic.len() <= MAX_HEADLINE_WORDS {
+            end = MAX_HEADLINE_WORDS;
+        } else {
+            start = at.saturating_sub(HEADLINE_CONTEXT_WORDS);
+            end = (at + topic.len() + HEADLINE_CONTEXT_WORDS).min(words.len());
+        }
+        // A cut headline starts and ends on a word that says something.
+        while start < at && !is_content_word(&keys[start]) {
+            start += 1;
+        }
+        while end > at + topic.len() && !is_content_word(&keys[end - 1]) {
+            end -= 1;
+        }
+    }
+    // A headline says something of its own: three words or more, two of them content words,
+    // not a clause that leans on the one before ("Then Mum called", "Which feels rude").
+    let content_words = keys[start..end]
+        .iter()
+        .filter(|key| is_content_word(key))
+        .count();
+    let leans_back = HEADLINE_LEANS_BACK.contains(&keys[start].as_str());
+    if end - start < 3 || content_words < 2 || leans_back {
+        return None;
+    }
+    let headline = words[start..end].join(" ");
+    let headline = headline.trim_end_matches([',', ';', ':', '-']);
+    Some(capitalise_first(headline))
+}
+
+/// First words of a clause that only reads after the one before it.
+const HEADLINE_LEANS_BACK: &[&str] = &[
+    "which", "then", "it", "it's", "that", "that's", "this", "she", "she's", "he", "he's", "they",
+    "they're", "you", "you're", "you'll", "there", "there's", "so", "but", "and", "or", "because",
+    "since", "also", "even", "though",
+];
 
 /// Runs of adjacent content words (as span positions), separated by nothing but spaces and
 /// hyphens: stop words, numbers, punctuation and CJK characters break a run.
@@ -2018,6 +2161,25 @@ mod tests {
             user("thanks!"),
             assistant("You're welcome, enjoy the trip!"),
         ]
+    }
+
+    #[test]
+    fn a_title_is_a_short_phrase_naming_the_topic_not_a_list_of_words() {
+        let draft = extractive_episode(&[
+            user("Hey! Big news: we moved to Lisbon last month, boxes everywhere."),
+            assistant("Congratulations! How are you finding Lisbon so far?"),
+            user("Lisbon is lovely, the light is amazing and the flat is near the river."),
+            user("We still need a bigger sofa for the Lisbon flat."),
+        ]);
+        assert_eq!(draft.title, "Moved to Lisbon last month");
+        let draft = extractive_episode(&[
+            user("Caroline: I went to an LGBTQ support group yesterday and it was so powerful."),
+            assistant("Melanie: Wow, Caroline, that's brave. What was the support group like?"),
+            user("Caroline: The support group meets every Tuesday, everyone was so welcoming."),
+        ]);
+        assert!(!draft.title.contains(','), "{}", draft.title);
+        assert!(draft.title.contains("support group"), "{}", draft.title);
+        assert!(!draft.title.contains("Caroline"), "{}", draft.title);
     }
 
     #[test]

@@ -68,6 +68,16 @@ static PASSING: LazyLock<RegexSet> = LazyLock::new(|| {
         // been refreshing my phone all morning", "I've been avoiding that spreadsheet".
         r"(?i)^i(?:'ve|\s+have)\s+been\s+\w+ing\b.*\b(?:all\s+(?:morning|day|night|afternoon|evening)|for\s+(?:\w+\s+)?(?:minutes|hours)|since\s+(?:this\s+morning|breakfast|lunch))\b",
         r"(?i)^i(?:'ve|\s+have)\s+been\s+(?:\w+ing\s+(?:that|this|it)\b|thinking\b)",
+        // Apologies, asides and warnings about the conversation, and leaving it: "I'm so sorry
+        // I'll miss it", "You know Dad's going to gloat", "Warning: the dog is barking", "I have
+        // to go and be a grown-up".
+        r"(?i)^(?:i'?m|i\s+am)\s+(?:so\s+|really\s+|very\s+|terribly\s+)?sorry\b|^you\s+know\b|^(?:warning|fair\s+warning|heads\s+up|spoiler(?:\s+alert)?)\b",
+        r"(?i)^i\s+(?:have\s+to|need\s+to|gotta|got\s+to|must)\s+(?:go|run|dash|head\s+off)(?:\s*[,.!;]|\s*$|\s+(?:and|now|soon|be)\b)",
+        // The body this moment: "My hands were shaking", "My legs are dead".
+        r"(?i)^my\s+(?:hands|arms|forearms|legs|feet|knees|back|shoulders|eyes|head|brain|body|fingers)\s+(?:are|were|is|was|'re|feel|felt)\s+(?:still\s+|totally\s+|so\s+|completely\s+)?(?:shaking|dead|killing\s+me|jelly|numb|spinning|aching|burning|on\s+fire|tingling)\b",
+        // A first reaction to someone just met or described: "I love Dennis already", "I like
+        // his attitude".
+        r"(?i)^i\s+(?:already\s+)?(?:love|like|adore)\s+(?:\p{Lu}\p{L}+\s+already|(?:his|her|their)\s+(?:attitude|energy|style|vibe|spirit|enthusiasm|confidence|humou?r|thinking))\b",
         // Musings ("I don't know if I want to …", "I'm saying …").
         r"(?i)^i\s+don'?t\s+know\s+(?:if|what|whether|how)\b|^i'?m\s+saying\b",
         // A verbless "No more X." of a word or two says what stopped, not what is: the
@@ -313,6 +323,13 @@ mod tests {
             "I've been putting it off.",
             "I don't know whether to laugh or cry.",
             "No more night shifts!",
+            "I'm really sorry I can't make it on Sunday.",
+            "You know my brother will never let me forget this.",
+            "Fair warning: the baby is awake.",
+            "I have to run, the bus is here.",
+            "My legs are jelly after that class.",
+            "I love Marguerite already.",
+            "I like her energy.",
         ] {
             assert!(is_passing(text), "{text}");
         }
@@ -332,6 +349,8 @@ mod tests {
             "I'll send you the invoice on Monday.",
             "I've been vegetarian since 2019.",
             "No more meat for me.",
+            "I have to go to the dentist on Monday.",
+            "My back is bad, I've had a slipped disc since 2020.",
         ] {
             assert!(!is_passing(text), "{text}");
         }

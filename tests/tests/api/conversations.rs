@@ -141,6 +141,20 @@ impl Chat {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+
+    /// Appends one session, closes its segment and waits until the space holds `episodes`
+    /// episodes, all consolidated; returns the valid facts.
+    pub(crate) async fn say_session(
+        &self,
+        sandbox: &mut Sandbox,
+        messages: Vec<v1::ConversationMessage>,
+        episodes: usize,
+    ) -> Vec<v1::Memory> {
+        self.append(sandbox, messages).await;
+        self.close(sandbox).await;
+        self.wait_for_episodes(sandbox, episodes).await;
+        self.wait_for_consolidation(sandbox).await
+    }
 }
 
 /// The Markdown block (from its `### ` heading on) that shows `text`.
@@ -1817,45 +1831,33 @@ async fn facts_say_whom_they_are_about_and_reactions_are_no_facts() {
 async fn a_move_and_a_new_manager_in_other_words_supersede_from_their_turn() {
     let mut sandbox = Sandbox::start().await;
     let chat = Chat::new("updates");
-    chat.append(
-        &mut sandbox,
-        vec![
-            user("I live in Paris, near the canal.", days_ago(20, 0)),
-            user("My manager is Alice Chen.", days_ago(20, 1)),
-            user(
-                "I'm learning the cello on Tuesday evenings.",
-                days_ago(20, 2),
-            ),
-        ],
-    )
-    .await;
-    chat.close(&mut sandbox).await;
-    chat.wait_for_episodes(&mut sandbox, 1).await;
-    chat.wait_for_consolidation(&mut sandbox).await;
+    let first = vec![
+        user("I live in Paris, near the canal.", days_ago(20, 0)),
+        user("My manager is Alice Chen.", days_ago(20, 1)),
+        user(
+            "I'm learning the cello on Tuesday evenings.",
+            days_ago(20, 2),
+        ),
+    ];
+    chat.say_session(&mut sandbox, first, 1).await;
 
     let moved_at = days_ago(3, 0);
     let new_manager_at = days_ago(3, 2);
     let gave_up_at = days_ago(3, 3);
-    chat.append(
-        &mut sandbox,
-        vec![
-            user(
-                "Big news: we moved to Lisbon last month, boxes everywhere.",
-                moved_at,
-            ),
-            assistant("That's wonderful, congratulations!", days_ago(3, 1)),
-            user(
-                "Also, Bob is my manager now, Alice moved to the data team.",
-                new_manager_at,
-            ),
-            user("I gave up the cello, it just wasn't clicking.", gave_up_at),
-            user("Anyway, what should I cook tonight?", days_ago(3, 30)),
-        ],
-    )
-    .await;
-    chat.close(&mut sandbox).await;
-    chat.wait_for_episodes(&mut sandbox, 2).await;
-    let valid = chat.wait_for_consolidation(&mut sandbox).await;
+    let second = vec![
+        user(
+            "Big news: we moved to Lisbon last month, boxes everywhere.",
+            moved_at,
+        ),
+        assistant("That's wonderful, congratulations!", days_ago(3, 1)),
+        user(
+            "Also, Bob is my manager now, Alice moved to the data team.",
+            new_manager_at,
+        ),
+        user("I gave up the cello, it just wasn't clicking.", gave_up_at),
+        user("Anyway, what should I cook tonight?", days_ago(3, 30)),
+    ];
+    let valid = chat.say_session(&mut sandbox, second, 2).await;
     let texts: Vec<&str> = valid.iter().map(|f| f.text.as_str()).collect();
     assert!(!texts.iter().any(|t| t.contains("Paris")), "{texts:?}");
     assert!(!texts.iter().any(|t| t.contains("Alice Chen")), "{texts:?}");
@@ -1896,36 +1898,23 @@ async fn a_move_and_a_new_manager_in_other_words_supersede_from_their_turn() {
 async fn a_bank_a_phone_and_a_shift_replaced_in_other_words_supersede_the_older_facts() {
     let mut sandbox = Sandbox::start().await;
     let chat = Chat::new("replacements");
-    chat.append(
-        &mut sandbox,
-        vec![
-            user("I bank with Barclays, always have.", days_ago(30, 0)),
-            user("I'm on an iPhone 11, it still works fine.", days_ago(30, 1)),
-            user("I work nights at the sorting office.", days_ago(30, 2)),
-            user("My sister has a Honda Jazz.", days_ago(30, 3)),
-        ],
-    )
-    .await;
-    chat.close(&mut sandbox).await;
-    chat.wait_for_episodes(&mut sandbox, 1).await;
-    chat.wait_for_consolidation(&mut sandbox).await;
-
-    chat.append(
-        &mut sandbox,
-        vec![
-            user(
-                "I moved all my accounts over to Monzo last week.",
-                days_ago(2, 0),
-            ),
-            user("Got a new phone, I'm on a Galaxy S23 now.", days_ago(2, 1)),
-            user("I'm on days now, seven till three.", days_ago(2, 2)),
-            user("I drive a Skoda Fabia.", days_ago(2, 3)),
-        ],
-    )
-    .await;
-    chat.close(&mut sandbox).await;
-    chat.wait_for_episodes(&mut sandbox, 2).await;
-    chat.wait_for_consolidation(&mut sandbox).await;
+    let first = vec![
+        user("I bank with Barclays, always have.", days_ago(30, 0)),
+        user("I'm on an iPhone 11, it still works fine.", days_ago(30, 1)),
+        user("I work nights at the sorting office.", days_ago(30, 2)),
+        user("My sister has a Honda Jazz.", days_ago(30, 3)),
+    ];
+    chat.say_session(&mut sandbox, first, 1).await;
+    let second = vec![
+        user(
+            "I moved all my accounts over to Monzo last week.",
+            days_ago(2, 0),
+        ),
+        user("Got a new phone, I'm on a Galaxy S23 now.", days_ago(2, 1)),
+        user("I'm on days now, seven till three.", days_ago(2, 2)),
+        user("I drive a Skoda Fabia.", days_ago(2, 3)),
+    ];
+    chat.say_session(&mut sandbox, second, 2).await;
 
     let all = entries(&mut sandbox, &chat.scope).await;
     let find = |needle: &str| {
