@@ -104,6 +104,17 @@ static TO_THE_LISTENER: LazyLock<RegexSet> = LazyLock::new(|| {
     ])
 });
 
+/// Sentences that may tell something, but not on their own: a fact needs what came before to be
+/// read ("It was lovely", "It pays a bit less than the bar"), or is someone else's view of the
+/// speaker ("Sione says I've gone soft"; "My doctor says I'm diabetic" is the speaker's own
+/// news, and stays). A summary keeps them ("It's Parkinson's."); a fact does not.
+static NOT_ON_ITS_OWN: LazyLock<RegexSet> = LazyLock::new(|| {
+    set(&[
+        r"(?i)^it(?:'s|\s+is|\s+was|\s+pays|\s+costs|\s+looks|\s+feels|\s+sounds|\s+seems)\b",
+        r"^\p{Lu}\p{Ll}+\s+(?:says|said|reckons|thinks|claims)\b",
+    ])
+});
+
 /// How the user wants the assistant to behave; said by the user in a chat only.
 static GUIDELINE: LazyLock<RegexSet> = LazyLock::new(|| {
     set(&[
@@ -253,7 +264,8 @@ pub fn lasting_statement(text: &str, to_assistant: bool) -> Option<Category> {
     // Something of the speaker's that is over ("I gave up the cello", "我戒烟了"): the old fact
     // naming it is no longer true, and this one says so.
     let ends_something = || !crate::conflict::ended_things(text).is_empty();
-    if (is_passing(text) || TO_THE_LISTENER.is_match(text)) && !states_value() {
+    let said_for_others = TO_THE_LISTENER.is_match(text) || NOT_ON_ITS_OWN.is_match(text);
+    if (is_passing(text) || said_for_others) && !states_value() {
         return None;
     }
     if DECISION.is_match(text) {
@@ -337,6 +349,8 @@ mod tests {
             "Tell him I said hi.",
             "Don't let her near the cake.",
             "I'll text you when I land.",
+            "Marek says I've gone soft.",
+            "It was a bit much, honestly.",
         ] {
             assert_eq!(lasting_statement(text, false), None, "{text}");
             // Not passing: a summary may need what was said to the other.
