@@ -606,7 +606,8 @@ pub struct Superseding<'a> {
 /// same subject, another value. They stay, as history; each is audited as `supersede`. Returns
 /// (superseded, by) pairs. An older fact stops being true when the new one was said (its
 /// `valid_at`; now when that is unknown), not when it was written; a fact said after the new one
-/// (a history imported out of order) is not superseded by it.
+/// (a history imported out of order, or a later session consolidated first) is not superseded
+/// by it: the new one is written as superseded by that later fact instead.
 pub async fn supersede_facts(
     connection: &mut PgConnection,
     facts: &[Superseding<'_>],
@@ -623,35 +624,15 @@ pub async fn supersede_facts(
         .iter()
         .map(|f| f.conversation.map(|c| c.as_uuid()))
         .collect();
-    let pairs = sqlx::query_as(
-        "WITH incoming AS ( \
-             SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::text[], $5::text[], $6::uuid[]) \
-                 AS i(user_id, space, new_fact, subject, value, conversation_id)), \
-         superseded AS ( \
-             UPDATE memories m SET invalid_at = said.at, superseded_by = i.new_fact, updated_at = now() \
-             FROM incoming i \
-             CROSS JOIN LATERAL (SELECT COALESCE((SELECT n.valid_at FROM memories n \
-                 WHERE n.user_id = i.user_id AND n.id = i.new_fact), now()) AS at) said \
-             WHERE m.user_id = i.user_id AND m.space = i.space AND m.kind = 'semantic' \
-               AND m.fact_subject = i.subject AND m.invalid_at IS NULL AND m.id <> i.new_fact \
-               AND m.fact_value IS DISTINCT FROM i.value \
-               AND COALESCE(m.valid_at, m.created_at) <= said.at \
-             RETURNING m.id, m.user_id, m.space, i.new_fact, i.subject, i.conversation_id), \
-         audited AS ( \
-             INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \
-             SELECT user_id, space, 'supersede', id, conversation_id, \
-                    jsonb_build_object('superseded_by', new_fact, 'subject', subject) \
-             FROM superseded) \
-         SELECT id, new_fact FROM superseded",
-    )
-    .bind(&users)
-    .bind(&spaces)
-    .bind(&new_facts)
-    .bind(&subjects)
-    .bind(&values)
-    .bind(&conversations)
-    .fetch_all(connection)
-    .await?;
+    let pairs = sqlx::query_as(include_str!("write_path/supersede_facts.sql"))
+        .bind(&users)
+        .bind(&spaces)
+        .bind(&new_facts)
+        .bind(&subjects)
+        .bind(&values)
+        .bind(&conversations)
+        .fetch_all(connection)
+        .await?;
     Ok(pairs)
 }
 

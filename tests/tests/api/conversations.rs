@@ -1891,6 +1891,41 @@ async fn a_move_and_a_new_manager_in_other_words_supersede_from_their_turn() {
     assert_eq!(micros(&learning.invalid_at), at(gave_up_at));
 }
 
+/// Issue 39 part 3: which of two facts of a subject is current follows when each was said, not
+/// the order they were written in. A later session consolidated first (here another
+/// conversation of the space, appended first) leaves the earlier session's fact superseded
+/// from the moment the later one was said.
+#[tokio::test]
+async fn a_fact_written_after_a_newer_one_of_its_subject_is_written_superseded() {
+    let mut sandbox = Sandbox::start().await;
+    let later = Chat::new("order");
+    let moved_at = days_ago(3, 0);
+    let moved = vec![user(
+        "We moved to Lisbon last month, boxes everywhere.",
+        moved_at,
+    )];
+    later.say_session(&mut sandbox, moved, 1).await;
+    let earlier = Chat {
+        scope: later.scope.clone(),
+        id: Uuid::new_v4().to_string(),
+    };
+    let lived = vec![user("I live in Paris, near the canal.", days_ago(40, 0))];
+    let valid = earlier.say_session(&mut sandbox, lived, 2).await;
+    let texts: Vec<&str> = valid.iter().map(|f| f.text.as_str()).collect();
+    assert!(!texts.iter().any(|t| t.contains("Paris")), "{texts:?}");
+
+    let all = entries(&mut sandbox, &later.scope).await;
+    let find = |needle: &str| {
+        all.iter()
+            .find(|m| m.kind() == v1::MemoryKind::Semantic && m.text.contains(needle))
+            .unwrap_or_else(|| panic!("a fact holding {needle:?}: {all:?}"))
+    };
+    let (paris, lisbon) = (find("Paris"), find("Lisbon"));
+    assert_eq!(paris.superseded_by, lisbon.id);
+    assert_eq!(paris.invalid_at, lisbon.valid_at, "until the move was said");
+    assert!(lisbon.invalid_at.is_none());
+}
+
 /// Issue 39 part 3: the things one has one of at a time (a bank, a phone, a shift), replaced
 /// in words that name no attribute ("moved my accounts over to", "I'm on … now"), supersede the
 /// older facts; another phone said as an addition does not.
