@@ -688,6 +688,27 @@ pub async fn valid_facts_naming(
     Ok(texts)
 }
 
+/// The valid facts of a space said after `after` (by their `valid_at`), first said first, at
+/// most `limit`: the newer facts that may end a fact written after them.
+pub async fn valid_facts_said_after(
+    pool: &PgPool,
+    scope: &Scope,
+    after: DateTime<Utc>,
+    limit: i64,
+) -> Result<Vec<(Uuid, String)>, StoreError> {
+    let texts = sqlx::query_as(
+        "SELECT id, text FROM memories WHERE user_id = $1 AND space = $2 AND kind = 'semantic' \
+           AND invalid_at IS NULL AND valid_at > $3 ORDER BY valid_at, id LIMIT $4",
+    )
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(after)
+    .bind(limit)
+    .fetch_all(pool)
+    .await?;
+    Ok(texts)
+}
+
 pub async fn valid_fact_texts(
     pool: &PgPool,
     scope: &Scope,

@@ -1891,8 +1891,8 @@ async fn a_move_and_a_new_manager_in_other_words_supersede_from_their_turn() {
     assert_eq!(micros(&learning.invalid_at), at(gave_up_at));
 }
 
-/// Issue 39 part 3: which of two facts of a subject is current follows when each was said, not
-/// the order they were written in. A later session consolidated first (here another
+/// Issue 39 part 3: which of two facts of a subject (or a fact and the one saying it is over) is
+/// current follows when each was said, not the order they were written in. A later session consolidated first (here another
 /// conversation of the space, appended first) leaves the earlier session's fact superseded
 /// from the moment the later one was said.
 #[tokio::test]
@@ -1900,16 +1900,23 @@ async fn a_fact_written_after_a_newer_one_of_its_subject_is_written_superseded()
     let mut sandbox = Sandbox::start().await;
     let later = Chat::new("order");
     let moved_at = days_ago(3, 0);
-    let moved = vec![user(
-        "We moved to Lisbon last month, boxes everywhere.",
-        moved_at,
-    )];
+    let gave_up_at = days_ago(3, 1);
+    let moved = vec![
+        user("We moved to Lisbon last month, boxes everywhere.", moved_at),
+        user("I gave up the cello, it just wasn't clicking.", gave_up_at),
+    ];
     later.say_session(&mut sandbox, moved, 1).await;
     let earlier = Chat {
         scope: later.scope.clone(),
         id: Uuid::new_v4().to_string(),
     };
-    let lived = vec![user("I live in Paris, near the canal.", days_ago(40, 0))];
+    let lived = vec![
+        user("I live in Paris, near the canal.", days_ago(40, 0)),
+        user(
+            "I'm learning the cello on Tuesday evenings.",
+            days_ago(40, 1),
+        ),
+    ];
     let valid = earlier.say_session(&mut sandbox, lived, 2).await;
     let texts: Vec<&str> = valid.iter().map(|f| f.text.as_str()).collect();
     assert!(!texts.iter().any(|t| t.contains("Paris")), "{texts:?}");
@@ -1924,6 +1931,10 @@ async fn a_fact_written_after_a_newer_one_of_its_subject_is_written_superseded()
     assert_eq!(paris.superseded_by, lisbon.id);
     assert_eq!(paris.invalid_at, lisbon.valid_at, "until the move was said");
     assert!(lisbon.invalid_at.is_none());
+    // The same for something said to be over.
+    let (learning, gave_up) = (find("learning the cello"), find("gave up the cello"));
+    assert_eq!(learning.superseded_by, gave_up.id);
+    assert_eq!(learning.invalid_at, gave_up.valid_at);
 }
 
 /// Issue 39 part 3: the things one has one of at a time (a bank, a phone, a shift), replaced

@@ -10,7 +10,7 @@
 //! written; running it again for the same episode changes nothing (a fact whose entry already
 //! lists the episode is left as it is).
 
-use chrono::{Duration, Utc};
+use chrono::{DateTime, Duration, Utc};
 use engram_core::episode::StructuredSummary;
 use engram_core::{ConversationId, MemoryKind, MemoryText, Scope, conflict, metadata};
 use engram_store::retrieval::{self, Bm25, SearchFilter};
@@ -38,6 +38,9 @@ const MAX_CONFLICT_CANDIDATES: usize = 16;
 const CONFLICT_BM25: Bm25 = Bm25 { k1: 1.2, b: 0.75 };
 /// Older facts naming a thing a new fact says is over, looked at per thing.
 const ENDED_CANDIDATES: i64 = 20;
+/// Facts said after a segment's first new fact looked at for endings of what it names: in order
+/// consolidation none, or the segment's own.
+const LATER_CANDIDATES: i64 = 50;
 /// Episodes one sweep consolidates, at most.
 const LEFTOVERS_PER_SWEEP: i64 = 50;
 
@@ -76,6 +79,7 @@ impl Consolidator {
         let max_chars = self.writer.settings.max_text_chars;
         let mut written = 0;
         let mut created: Vec<(Uuid, String)> = Vec::new();
+        let mut earliest_said: Option<DateTime<Utc>> = None;
         for (text_said, category) in summary.established() {
             let Ok(text) = MemoryText::parse("fact", &text_said, max_chars) else {
                 continue;
@@ -100,13 +104,16 @@ impl Consolidator {
             match result {
                 RememberResult::Created { memory, .. } => {
                     written += 1;
+                    if let Some(said) = memory.valid_at {
+                        earliest_said = Some(earliest_said.map_or(said, |first| first.min(said)));
+                    }
                     created.push((memory.id, memory.text));
                 }
                 RememberResult::Merged { .. } => written += 1,
                 _ => {}
             }
         }
-        self.supersede_ended(scope, &created).await?;
+        self.supersede_ended(scope, &created, earliest_said).await?;
         if let Some(llm) = &self.llm
             && !created.is_empty()
         {
@@ -122,11 +129,15 @@ impl Consolidator {
     /// The rules' second kind of conflict (the first, a new value of a subject, is the write
     /// path's): a new fact saying something of its speaker's is over ("I gave up the cello",
     /// "We had to put Rex down") supersedes the valid older facts of the same speaker that name
-    /// it ("I'm learning the cello"), each from when the new one was said.
+    /// it ("I'm learning the cello"), each from when the new one was said. Whichever is written
+    /// first: a new fact naming what a fact said after it ended (a later session consolidated
+    /// first) is superseded by that one. `earliest_said`: when the first of the new facts was
+    /// said.
     async fn supersede_ended(
         &self,
         scope: &Scope,
         created: &[(Uuid, String)],
+        earliest_said: Option<DateTime<Utc>>,
     ) -> Result<(), IngestError> {
         let mut pairs: Vec<(Uuid, Uuid)> = Vec::new();
         for (new_fact, text) in created {
@@ -141,6 +152,26 @@ impl Consolidator {
                         && !pairs.iter().any(|(known, _)| *known == older)
                     {
                         pairs.push((older, *new_fact));
+                    }
+                }
+            }
+        }
+        if let Some(earliest) = earliest_said {
+            let later =
+                segments::valid_facts_said_after(&self.pool, scope, earliest, LATER_CANDIDATES)
+                    .await?;
+            for (newer, newer_text) in &later {
+                if created.iter().any(|(id, _)| id == newer) {
+                    continue;
+                }
+                for ended in conflict::ended_things(newer_text) {
+                    for (fact, text) in created {
+                        if conflict::names(text, &ended)
+                            && !pairs.iter().any(|(known, _)| known == fact)
+                        {
+                            // (supersede_judged leaves it alone if it was said after `newer`.)
+                            pairs.push((*fact, *newer));
+                        }
                     }
                 }
             }
