@@ -1825,6 +1825,13 @@ async fn facts_say_whom_they_are_about_and_reactions_are_no_facts() {
     );
 }
 
+/// The fact (valid or not) whose text holds `needle`.
+fn fact_holding<'a>(all: &'a [v1::Memory], needle: &str) -> &'a v1::Memory {
+    all.iter()
+        .find(|m| m.kind() == v1::MemoryKind::Semantic && m.text.contains(needle))
+        .unwrap_or_else(|| panic!("a fact holding {needle:?}: {all:?}"))
+}
+
 /// Issue 39 parts 3 and 4: a move said in the plural and a new manager said in the third person
 /// supersede the older facts, each from the turn it was said in (not the episode's end).
 #[tokio::test]
@@ -1863,11 +1870,7 @@ async fn a_move_and_a_new_manager_in_other_words_supersede_from_their_turn() {
     assert!(!texts.iter().any(|t| t.contains("Alice Chen")), "{texts:?}");
 
     let all = entries(&mut sandbox, &chat.scope).await;
-    let find = |needle: &str| {
-        all.iter()
-            .find(|m| m.kind() == v1::MemoryKind::Semantic && m.text.contains(needle))
-            .unwrap_or_else(|| panic!("a fact holding {needle:?}: {all:?}"))
-    };
+    let find = |needle: &str| fact_holding(&all, needle);
     let micros = |t: &Option<prost_types::Timestamp>| {
         t.as_ref()
             .map(|t| (t.seconds, t.nanos / 1_000))
@@ -1922,11 +1925,7 @@ async fn a_fact_written_after_a_newer_one_of_its_subject_is_written_superseded()
     assert!(!texts.iter().any(|t| t.contains("Paris")), "{texts:?}");
 
     let all = entries(&mut sandbox, &later.scope).await;
-    let find = |needle: &str| {
-        all.iter()
-            .find(|m| m.kind() == v1::MemoryKind::Semantic && m.text.contains(needle))
-            .unwrap_or_else(|| panic!("a fact holding {needle:?}: {all:?}"))
-    };
+    let find = |needle: &str| fact_holding(&all, needle);
     let (paris, lisbon) = (find("Paris"), find("Lisbon"));
     assert_eq!(paris.superseded_by, lisbon.id);
     assert_eq!(paris.invalid_at, lisbon.valid_at, "until the move was said");
@@ -1963,11 +1962,7 @@ async fn a_bank_a_phone_and_a_shift_replaced_in_other_words_supersede_the_older_
     chat.say_session(&mut sandbox, second, 2).await;
 
     let all = entries(&mut sandbox, &chat.scope).await;
-    let find = |needle: &str| {
-        all.iter()
-            .find(|m| m.kind() == v1::MemoryKind::Semantic && m.text.contains(needle))
-            .unwrap_or_else(|| panic!("a fact holding {needle:?}: {all:?}"))
-    };
+    let find = |needle: &str| fact_holding(&all, needle);
     for (older, newer) in [
         ("Barclays", "Monzo"),
         ("iPhone 11", "Galaxy S23"),

@@ -11,8 +11,8 @@ use super::{Rule, Subject, Value, rule, valued};
 
 /// Kinds of thing one has one of at a time, each with words that name one: a kind word itself
 /// ("gym", "plan"), or a maker or model. (Shifts have rules of their own: "days" is a kind word
-/// only right after "on".) A word matches whole, or as the end of a word
-/// ("PureGym" is a gym); a Chinese name anywhere in the text.
+/// only right after "on".) A word matches whole, a kind word ([`KIND_WORDS`]) also as the end
+/// of a word ("PureGym" is a gym); a Chinese name anywhere in the text.
 const KINDS: &[(&str, &[&str])] = &[
     (
         "phone",
@@ -127,9 +127,6 @@ pub(super) fn kind_of(value: &str) -> Option<&'static str> {
         let named = names.iter().any(|name| {
             if name.chars().any(crate::normalize::is_cjk) {
                 return lower.contains(name);
-            }
-            if name.contains(' ') {
-                return format!(" {} ", words.join(" ")).contains(&format!(" {name} "));
             }
             // A word ending in a kind word ("puregym") is one; a longer maker's name is not
             // ("minimalist" is no Mini).
