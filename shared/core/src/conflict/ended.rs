@@ -34,6 +34,7 @@ static ANY_ENDING: LazyLock<regex::RegexSet> = LazyLock::new(|| {
         NO_MORE.as_str(),
         THING_ENDED.as_str(),
         NAMED_LEFT.as_str(),
+        FREE_OF.as_str(),
         CHINESE_THING_ENDED.as_str(),
         CHINESE_ENDING_VERB.as_str(),
     ])
@@ -55,6 +56,16 @@ static ENDING_VERB: LazyLock<Regex> = LazyLock::new(|| {
 static PUT_DOWN: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
         r"(?i)\b(?:i|we)(?:\s+had\s+to|\s+have\s+had\s+to|'ve\s+had\s+to)?\s+put\s+(.+?)\s+down\b",
+    )
+    .expect("valid ending rule")
+});
+
+/// "Three months smoke-free", "I'm alcohol-free now", "sugar-free since June": what one has
+/// stopped, said as being free of it (a time or the speaker says so; "a sugar-free drink" ends
+/// nothing).
+static FREE_OF: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)(?:\b(?:\d+|a|one|two|three|four|five|six|seven|eight|nine|ten|twelve)\s+(?:days?|weeks?|months?|years?)\s+|^(?:i'?m|i\s+am|we'?re|we\s+are)\s+(?:now\s+|officially\s+|still\s+)?)(\p{L}+)-free\b",
     )
     .expect("valid ending rule")
 });
@@ -297,6 +308,9 @@ fn things_ended_in(clause: &str) -> Vec<String> {
     if let Some(found) = NO_MORE.captures(clause) {
         things.extend(thing_named(&found[1]));
     }
+    if let Some(found) = FREE_OF.captures(clause) {
+        things.extend(thing_named(&found[1]));
+    }
     if let Some(found) = THING_ENDED.captures(clause) {
         things.extend(thing_named(&found[1]));
     }
@@ -349,10 +363,10 @@ pub fn names(fact: &str, ended: &Ended) -> bool {
     match words.as_slice() {
         // "the Friday music school" is the music school.
         [_, rest @ ..] if rest.len() >= 2 => named(&rest.join(" ")),
-        // "freelancing" ends "freelance", "smoking" "smoker": one stem of six letters or more.
+        // "freelancing" ends "freelance", "smoke" "smoker": one stem of four letters or more.
         [word] => {
             let thing_stem = stem(word);
-            thing_stem.chars().count() >= 6
+            thing_stem.chars().count() >= 4
                 && said
                     .split(|c: char| !c.is_alphanumeric())
                     .any(|older| stem(older) == thing_stem)
@@ -443,5 +457,9 @@ mod tests {
         assert!(names("I'm a freelance translator.", freelancing));
         assert!(!names("I'm a translator.", freelancing));
         assert_eq!(things("我戒酒半年了。"), ["酒"]);
+        let smoke = &ended_things("Two weeks smoke-free, finally!")[0];
+        assert!(names("I'm a smoker, twenty a day.", smoke));
+        assert_eq!(things("I'm alcohol-free now."), ["alcohol"]);
+        assert!(things("I ordered a sugar-free cola.").is_empty());
     }
 }
