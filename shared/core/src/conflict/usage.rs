@@ -276,6 +276,25 @@ pub(super) fn rules() -> Vec<Rule> {
             Subject::Fixed("role"),
             1,
         ),
+        // Where one lives, said with whom or how: "I live with two flatmates in Brixton", "I'm
+        // living alone now, in a one-bed in Peckham".
+        rule(
+            r"(?i)^(?:i|we)(?:'m|\s+am|'re|\s+are)?\s+(?:now\s+|still\s+)?(?:live|living)\s+(?:alone|on\s+my\s+own|by\s+myself|with\s+[^,]+?)(?:\s+now)?,?\s+in\s+(.+)$",
+            Subject::Fixed("residence"),
+            1,
+        ),
+        // Where one studies: "I'm doing my master's at Leeds", "I transferred to Manchester for
+        // the second year of the course".
+        rule(
+            r"(?i)^(?:i'?m|i\s+am)\s+(?:now\s+|still\s+)?(?:doing|studying\s+for|studying)\s+(?:my\s+|a\s+|an\s+)?(?:master'?s|masters|degree|phd|doctorate|bachelor'?s|mba|undergrad|apprenticeship|a-levels|pgce)\b.*?\bat\s+(.+)$",
+            Subject::Fixed("school"),
+            1,
+        ),
+        rule(
+            r"(?i)^i(?:'ve|\s+have)?\s+(?:just\s+)?transferred\s+to\s+(.+?)\s+for\s+.*\b(?:year|degree|master'?s|masters|phd|course|studies|term|semester)\b",
+            Subject::Fixed("school"),
+            1,
+        ),
         // The relocation one's employer made: "They relocated me to Amsterdam".
         rule(
             r"(?i)^(?:they|the\s+company|work|my\s+(?:company|employer|firm))\s+(?:have\s+|has\s+)?(?:just\s+)?(?:relocated|transferred|moved)\s+me\s+to\s+(.+)$",
@@ -424,6 +443,22 @@ mod tests {
             Some("role".into())
         );
         assert_eq!(subject("我在一家医院当护士。"), Some("role".into()));
+        assert_eq!(
+            states("We live with my in-laws in Croydon."),
+            Some(("residence".into(), "croydon".into()))
+        );
+        assert_eq!(
+            states("I'm living on my own now, in a studio in Leith."),
+            Some(("residence".into(), "a studio in leith".into()))
+        );
+        assert_eq!(
+            states("I'm doing my PhD at Durham, second year."),
+            Some(("school".into(), "durham".into()))
+        );
+        assert_eq!(
+            states("I transferred to Bristol for the final year of my degree."),
+            Some(("school".into(), "bristol".into()))
+        );
         assert_eq!(subject("我升组长了。"), Some("role".into()));
         assert_eq!(subject("我在一家银行做柜员。"), Some("employer".into()));
     }
@@ -439,6 +474,8 @@ mod tests {
             "I bought a new jumper.",
             "I'm driving my dad's car this week.",
             "我在家做饭。",
+            "I'm living with my sister for the summer.",
+            "I transferred to the night team.",
             "我用了一下午。",
         ] {
             assert_eq!(states(text), None, "{text}");
