@@ -158,10 +158,14 @@ fn dialog_fact_precision(
 
 /// The titles of the dev dialogs' sessions, each consolidated as one segment: how many are a
 /// list of keyphrases rather than a phrase, and how many name a speaker.
+/// Also how many of the segments' facts their summaries hold (a fact's words, without its
+/// speaker, in the summary).
 struct Titles {
     all: Vec<String>,
     lists: usize,
     naming_a_speaker: usize,
+    facts: usize,
+    facts_in_summary: usize,
 }
 
 fn dialog_titles(sessions: &[Vec<SegmentTurn>]) -> Titles {
@@ -169,9 +173,19 @@ fn dialog_titles(sessions: &[Vec<SegmentTurn>]) -> Titles {
         all: Vec::new(),
         lists: 0,
         naming_a_speaker: 0,
+        facts: 0,
+        facts_in_summary: 0,
     };
     for turns in sessions {
-        let title = extractive_episode(turns).title;
+        let episode = extractive_episode(turns);
+        let summary = normalize_for_fingerprint(&episode.summary);
+        for fact in &episode.facts {
+            let said = split_speaker(&fact.text).map_or(fact.text.as_str(), |(_, said)| said);
+            titles.facts += 1;
+            titles.facts_in_summary +=
+                usize::from(summary.contains(&normalize_for_fingerprint(said)));
+        }
+        let title = episode.title;
         let speakers: Vec<&str> = turns
             .iter()
             .filter_map(|turn| split_speaker(&turn.content).map(|(name, _)| name))
@@ -784,14 +798,18 @@ fn main() -> anyhow::Result<()> {
         .map(|title| format!("\"{title}\""))
         .collect();
     text.push_str(&format!(
-        "\n## Titles of the dev dialogs' sessions\n\nEach session consolidated as one segment \
+        "\n## Titles and summaries of the dev dialogs' sessions\n\nEach session consolidated as one segment \
          ({} sessions): **{}** titles are a list of keyphrases rather than a phrase naming the \
          topic, **{}** name one of the people talking. Every eighth: {}. `--misses` lists them \
-         all.\n",
+         all.\n\nThe same sessions' summaries hold **{:.1} %** of their segments' facts ({} of {}: \
+         the fact's words, without its speaker, in the summary).\n",
         titles.all.len(),
         titles.lists,
         titles.naming_a_speaker,
-        examples.join(", ")
+        examples.join(", "),
+        100.0 * titles.facts_in_summary as f64 / titles.facts.max(1) as f64,
+        titles.facts_in_summary,
+        titles.facts
     ));
     println!("{text}");
     if args.report != "-" {

@@ -1825,6 +1825,46 @@ async fn facts_say_whom_they_are_about_and_reactions_are_no_facts() {
     );
 }
 
+/// Issue 39 part 5: without an LLM, an episode's title is a short phrase naming its topic (not a
+/// list of keywords or the speakers' names), and its summary leaves greetings, thanks and
+/// congratulations out.
+#[tokio::test]
+async fn an_episode_is_titled_by_its_topic_and_summarised_without_courtesies() {
+    let mut sandbox = Sandbox::start().await;
+    let chat = Chat::new("titles");
+    let session = vec![
+        user(
+            "Hey! Big news: we moved to Lisbon last month, boxes everywhere.",
+            days_ago(2, 0),
+        ),
+        assistant(
+            "Congratulations! How are you finding Lisbon so far?",
+            days_ago(2, 1),
+        ),
+        user(
+            "Lisbon is lovely, the light is amazing and the flat is near the river.",
+            days_ago(2, 2),
+        ),
+        user(
+            "We still need a bigger sofa for the Lisbon flat.",
+            days_ago(2, 3),
+        ),
+        user("Thanks so much, talk soon!", days_ago(2, 4)),
+    ];
+    chat.say_session(&mut sandbox, session, 1).await;
+    let episodes = chat.wait_for_episodes(&mut sandbox, 1).await;
+    let episode = &episodes[0];
+    assert_eq!(episode.title, "Moved to Lisbon last month");
+    assert!(episode.text.contains("bigger sofa"), "{}", episode.text);
+    for courtesy in ["Hey", "Thanks", "Congratulations", "talk soon"] {
+        assert!(
+            !episode.text.contains(courtesy),
+            "{courtesy}: {}",
+            episode.text
+        );
+    }
+}
+
 /// The fact (valid or not) whose text holds `needle`.
 fn fact_holding<'a>(all: &'a [v1::Memory], needle: &str) -> &'a v1::Memory {
     all.iter()

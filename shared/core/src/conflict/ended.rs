@@ -35,6 +35,7 @@ static ANY_ENDING: LazyLock<regex::RegexSet> = LazyLock::new(|| {
         THING_ENDED.as_str(),
         NAMED_LEFT.as_str(),
         FREE_OF.as_str(),
+        OVERTAKEN.as_str(),
         CHINESE_THING_ENDED.as_str(),
         CHINESE_ENDING_VERB.as_str(),
     ])
@@ -70,6 +71,15 @@ static FREE_OF: LazyLock<Regex> = LazyLock::new(|| {
     .expect("valid ending rule")
 });
 
+/// A favourite overtaken: "Ravel has overtaken Chopin for me now", "Bowie's replaced Prince".
+/// The one overtaken is no longer what the older fact said it was.
+static OVERTAKEN: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)\b(?:has|have|'s)\s+(?:now\s+|finally\s+|officially\s+)?(?:overtaken|replaced|dethroned|taken\s+over\s+from)\s+(.+)$",
+    )
+    .expect("valid ending rule")
+});
+
 /// "no more Little Acorns", "no more freelancing".
 static NO_MORE: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"(?i)\bno\s+more\s+(.+)$").expect("valid ending rule"));
@@ -96,7 +106,7 @@ static NAMED_LEFT: LazyLock<Regex> = LazyLock::new(|| {
 
 /// Chinese: "卡罗拉卖了", "那家健身房倒闭了", "可乐上个月走了", "电动车被偷了".
 static CHINESE_THING_ENDED: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"^(.{1,10}?)(?:上个月|上周|去年|前几天|昨天|最近|已经|终于)*(?:卖了|卖掉了|走了|没了|倒闭了|关门了|被偷了|丢了|去世了|死了|不见了|停了)")
+    Regex::new(r"^(.{1,10}?)(?:上个月|上周|去年|前几天|昨天|最近|已经|终于)*(?:卖了|卖掉了|走了|没了|倒闭了|关门了|被偷了|丢了|去世了|死了|不见了|停了|退居第二|退居二线|不是最喜欢的了)")
         .expect("valid ending rule")
 });
 
@@ -311,6 +321,9 @@ fn things_ended_in(clause: &str) -> Vec<String> {
     if let Some(found) = FREE_OF.captures(clause) {
         things.extend(thing_named(&found[1]));
     }
+    if let Some(found) = OVERTAKEN.captures(clause) {
+        things.extend(thing_named(&found[1]));
+    }
     if let Some(found) = THING_ENDED.captures(clause) {
         things.extend(thing_named(&found[1]));
     }
@@ -356,7 +369,7 @@ pub fn names(fact: &str, ended: &Ended) -> bool {
             boundary(before) && (boundary(after) || after == Some('s'))
         })
     };
-    if named(&ended.thing) {
+    if named(&ended.thing) || names_a_part(&said, &ended.thing) {
         return true;
     }
     let words: Vec<&str> = ended.thing.split_whitespace().collect();
@@ -373,6 +386,65 @@ pub fn names(fact: &str, ended: &Ended) -> bool {
         }
         _ => false,
     }
+}
+
+/// Things that are given up as a whole and the words an older fact names them by: "I've quit
+/// caffeine" ends "I drink too much coffee".
+const GIVEN_UP_AS_A_WHOLE: &[(&str, &[&str])] = &[
+    (
+        "caffeine",
+        &[
+            "coffee",
+            "coffees",
+            "espresso",
+            "espressos",
+            "latte",
+            "lattes",
+            "cappuccino",
+        ],
+    ),
+    (
+        "alcohol",
+        &[
+            "beer",
+            "beers",
+            "wine",
+            "pint",
+            "pints",
+            "gin",
+            "whisky",
+            "whiskey",
+            "cocktails",
+            "drinking",
+        ],
+    ),
+    (
+        "booze",
+        &["beer", "beers", "wine", "pint", "pints", "drinking"],
+    ),
+    (
+        "drinking",
+        &["beer", "beers", "wine", "pint", "pints", "alcohol"],
+    ),
+    ("cigarettes", &["smoke", "smoker", "smoking", "fags"]),
+    ("smoking", &["smoke", "smoker", "cigarettes", "fags"]),
+    ("咖啡因", &["咖啡"]),
+    ("酒", &["啤酒", "白酒", "红酒", "喝酒"]),
+];
+
+/// Whether `said` (lowercased) names something `thing` covers as a whole.
+fn names_a_part(said: &str, thing: &str) -> bool {
+    GIVEN_UP_AS_A_WHOLE
+        .iter()
+        .filter(|(whole, _)| *whole == thing)
+        .flat_map(|(_, parts)| parts.iter())
+        .any(|part| {
+            if part.chars().any(crate::normalize::is_cjk) {
+                return said.contains(part);
+            }
+            said.split(|c: char| !c.is_alphanumeric())
+                .any(|word| word == *part)
+        })
 }
 
 /// A word without an -ing, -er, -ed, -e or -s ending, to match a thing's forms.
@@ -461,5 +533,15 @@ mod tests {
         assert!(names("I'm a smoker, twenty a day.", smoke));
         assert_eq!(things("I'm alcohol-free now."), ["alcohol"]);
         assert!(things("I ordered a sugar-free cola.").is_empty());
+        let favourite = &ended_things("Honestly, Bach has overtaken Mozart for me.")[0];
+        assert_eq!(favourite.thing, "mozart");
+        assert!(names("My favourite composer is Mozart.", favourite));
+        assert_eq!(things("我最喜欢的是周杰伦了，林俊杰退居第二。"), ["林俊杰"]);
+        let caffeine = &ended_things("I've given up caffeine, two weeks now.")[0];
+        assert!(names("I need three coffees to get going.", caffeine));
+        assert!(!names(
+            "I need three teas to get going.",
+            &ended_things("I quit alcohol.")[0]
+        ));
     }
 }
