@@ -223,35 +223,13 @@ pub async fn last_written_in_conversation(
     scope: &Scope,
     conversation: ConversationId,
 ) -> Result<LastWritten, StoreError> {
-    let row: Option<(Uuid, bool, bool, bool)> = sqlx::query_as(
-        "WITH last_write AS ( \
-             SELECT a.id, a.memory_id FROM audit_events a \
-             WHERE a.user_id = $1 AND a.space = $2 AND a.conversation_id = $3 \
-               AND a.action IN ('create', 'merge') AND a.conversation_id IS NOT NULL \
-               AND a.memory_id IS NOT NULL AND NOT a.detail @> '{\"derived\": true}' \
-             ORDER BY a.id DESC LIMIT 1) \
-         SELECT w.memory_id, \
-                EXISTS (SELECT 1 FROM memories m \
-                        WHERE m.id = w.memory_id AND m.user_id = $1 AND m.space = $2), \
-                EXISTS (SELECT 1 FROM audit_events later \
-                        WHERE later.user_id = $1 AND later.space = $2 AND later.id > w.id \
-                          AND ((later.conversation_id = $3 \
-                                AND later.action IN ('incognito_start', 'incognito_end', 'settings_change')) \
-                               OR (later.action = 'settings_change' \
-                                   AND (later.detail -> 'before' -> 'memory_enabled' \
-                                            IS DISTINCT FROM later.detail -> 'after' -> 'memory_enabled' \
-                                        OR later.detail -> 'before' -> 'incognito_default' \
-                                            IS DISTINCT FROM later.detail -> 'after' -> 'incognito_default')))), \
-                EXISTS (SELECT 1 FROM audit_events later \
-                        WHERE later.user_id = $1 AND later.space = $2 AND later.id > w.id \
-                          AND later.conversation_id = $3 AND later.action = 'suppress') \
-         FROM last_write w",
-    )
-    .bind(scope.user_id.as_uuid())
-    .bind(scope.space.as_str())
-    .bind(conversation.as_uuid())
-    .fetch_optional(connection)
-    .await?;
+    let row: Option<(Uuid, bool, bool, bool)> =
+        sqlx::query_as(include_str!("audit/last_written_in_conversation.sql"))
+            .bind(scope.user_id.as_uuid())
+            .bind(scope.space.as_str())
+            .bind(conversation.as_uuid())
+            .fetch_optional(connection)
+            .await?;
     Ok(match row {
         None => LastWritten::Nothing,
         Some((_, _, true, _)) => LastWritten::BeforePrivacyChange,
