@@ -156,21 +156,21 @@ fn dialog_fact_precision(
     (written, judged_count, kept, not_facts)
 }
 
-/// The titles of the dev dialogs' sessions, each consolidated as one segment: how many are a
-/// list of keyphrases rather than a phrase, and how many name a speaker.
-/// Also how many of the segments' facts their summaries hold (a fact's words, without its
-/// speaker, in the summary).
-struct Titles {
-    all: Vec<String>,
+/// The episodes of the dev dialogs' sessions, each consolidated as one segment: their titles,
+/// how many are a list of keyphrases rather than a phrase and how many name a speaker; and how
+/// many of the segments' facts their summaries hold (a fact's words, without its speaker, in
+/// the summary).
+struct DialogEpisodes {
+    titles: Vec<String>,
     lists: usize,
     naming_a_speaker: usize,
     facts: usize,
     facts_in_summary: usize,
 }
 
-fn dialog_titles(sessions: &[Vec<SegmentTurn>]) -> Titles {
-    let mut titles = Titles {
-        all: Vec::new(),
+fn dialog_episodes(sessions: &[Vec<SegmentTurn>]) -> DialogEpisodes {
+    let mut episodes = DialogEpisodes {
+        titles: Vec::new(),
         lists: 0,
         naming_a_speaker: 0,
         facts: 0,
@@ -181,8 +181,8 @@ fn dialog_titles(sessions: &[Vec<SegmentTurn>]) -> Titles {
         let summary = normalize_for_fingerprint(&episode.summary);
         for fact in &episode.facts {
             let said = split_speaker(&fact.text).map_or(fact.text.as_str(), |(_, said)| said);
-            titles.facts += 1;
-            titles.facts_in_summary +=
+            episodes.facts += 1;
+            episodes.facts_in_summary +=
                 usize::from(summary.contains(&normalize_for_fingerprint(said)));
         }
         let title = episode.title;
@@ -190,15 +190,15 @@ fn dialog_titles(sessions: &[Vec<SegmentTurn>]) -> Titles {
             .iter()
             .filter_map(|turn| split_speaker(&turn.content).map(|(name, _)| name))
             .collect();
-        titles.lists += usize::from(title.contains(", "));
-        titles.naming_a_speaker += usize::from(
+        episodes.lists += usize::from(title.contains(", "));
+        episodes.naming_a_speaker += usize::from(
             title
                 .split(|c: char| !c.is_alphanumeric())
                 .any(|word| speakers.contains(&word)),
         );
-        titles.all.push(title);
+        episodes.titles.push(title);
     }
-    titles
+    episodes
 }
 
 #[derive(Deserialize)]
@@ -752,9 +752,9 @@ fn main() -> anyhow::Result<()> {
     )?;
     let sessions = dev_sessions(&args.dialogs)?;
     let (written, judged_count, judged_kept, not_facts) = dialog_fact_precision(&sessions, &judged);
-    let titles = dialog_titles(&sessions);
+    let episodes = dialog_episodes(&sessions);
     if args.misses {
-        for title in &titles.all {
+        for title in &episodes.titles {
             println!("title: {title}");
         }
     }
@@ -790,10 +790,10 @@ fn main() -> anyhow::Result<()> {
          misses: it is their development set too.\n",
         100.0 * judged_kept as f64 / judged_count.max(1) as f64
     ));
-    let examples: Vec<String> = titles
-        .all
+    let examples: Vec<String> = episodes
+        .titles
         .iter()
-        .step_by((titles.all.len() / 8).max(1))
+        .step_by((episodes.titles.len() / 8).max(1))
         .take(8)
         .map(|title| format!("\"{title}\""))
         .collect();
@@ -803,13 +803,13 @@ fn main() -> anyhow::Result<()> {
          topic, **{}** name one of the people talking. Every eighth: {}. `--misses` lists them \
          all.\n\nThe same sessions' summaries hold **{:.1} %** of their segments' facts ({} of {}: \
          the fact's words, without its speaker, in the summary).\n",
-        titles.all.len(),
-        titles.lists,
-        titles.naming_a_speaker,
+        episodes.titles.len(),
+        episodes.lists,
+        episodes.naming_a_speaker,
         examples.join(", "),
-        100.0 * titles.facts_in_summary as f64 / titles.facts.max(1) as f64,
-        titles.facts_in_summary,
-        titles.facts
+        100.0 * episodes.facts_in_summary as f64 / episodes.facts.max(1) as f64,
+        episodes.facts_in_summary,
+        episodes.facts
     ));
     println!("{text}");
     if args.report != "-" {
