@@ -20,8 +20,8 @@
 //!   (wherever the sentence gives one as the speaker's own);
 //! - "I prefer X over / to / rather than Y" (the subject is the pair of options);
 //! - the things one has one of at a time, named by the kind of thing the object is, and how one
-//!   works, commutes and studies (`conflict::usage`: "I'm on an iPhone 11", "I bank with Barclays", "I
-//!   moved all my accounts over to Monzo", "I work nights", 换了辆比亚迪);
+//!   works, commutes and studies (`conflict::usage`: "I'm on an iPhone 11", "I bank with
+//!   Barclays", "I moved all my accounts over to Monzo", "I work nights", 换了辆比亚迪);
 //! - 我的<subject>是…, <value>是我的<subject>, 我最喜欢的<thing>是…, 我(们)住在 / 搬到…,
 //!   我在…工作 / 上班 / 租房, 跳槽去了…, 向…汇报, 我吃素 / 开始吃…了, 单身 / 脱单, 我今年…岁.
 //!
@@ -37,8 +37,8 @@
 //! prefer coffee" are both kept (nothing says they answer the same choice); things one may have
 //! several of (pets, hobbies) are never superseded by a new one, since a second one is as likely
 //! an addition as a replacement: only by one said to be over ([`ended_things`]). A car is the
-//! user's one car only when they say they drive it or replaced it (`conflict::usage`). An LLM, when configured, judges conflicts of consolidated
-//! facts itself.
+//! user's one car only when they say they drive it or replaced it (`conflict::usage`). An LLM,
+//! when configured, judges conflicts of consolidated facts itself.
 
 use std::sync::LazyLock;
 
