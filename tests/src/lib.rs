@@ -4,9 +4,6 @@
 
 #![forbid(unsafe_code)]
 
-pub mod bench;
-pub mod eval;
-
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -22,6 +22,7 @@ use crate::conversations::segmentation::Segmenter;
 use crate::grpc::IngestApi;
 use crate::metrics::IngestMetrics;
 use crate::retention::RetentionJob;
+use crate::service::Ingest;
 use crate::write_path::{BackfillHooks, MemoryWriter};
 
 pub const SERVICE_NAME: &str = "engram.v1.IngestService";
@@ -257,10 +258,10 @@ impl App {
 
         let commit_pool = self.writer.commit_pool().clone();
         let recall = self.writer.recall.clone();
-        let routes = Routes::new(IngestServiceServer::new(IngestApi::new(
+        let routes = Routes::new(IngestServiceServer::new(IngestApi::new(Ingest::new(
             self.writer,
             self.retention,
-        )));
+        ))));
         let served = self
             .server
             .serve(routes, &[SERVICE_NAME], self.tokens, shutdown)

@@ -9,6 +9,7 @@ use backon::BackoffBuilder as _;
 use engram_bus::{Bus, BusError, Delivery, OutgoingEvent};
 use engram_core::backoff::jittered_backoff;
 use engram_proto::v1;
+use engram_server::status::ServiceError as _;
 use engram_store::embeddings::{self, EntryKey};
 use engram_store::{StoreError, outbox};
 use prost::Message as _;

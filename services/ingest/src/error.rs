@@ -1,9 +1,10 @@
-//! The ingest service's error type, mapped to gRPC statuses at the edge. Internal failures reach
-//! the client as an opaque message; the cause goes to the log.
+//! The ingest service's error type: each variant's gRPC code is said once, in its
+//! [`ServiceError`] implementation; `engram_server::status` turns it into the client's status.
 
 use engram_core::ValidationError;
+use engram_server::status::{ServiceError, to_status};
 use engram_store::StoreError;
-use tonic::Status;
+use tonic::{Code, Status};
 
 #[derive(Debug, thiserror::Error)]
 pub enum IngestError {
@@ -29,22 +30,6 @@ pub enum IngestError {
     Store(#[from] StoreError),
 }
 
-impl IngestError {
-    /// Whether trying again later may succeed: the database unreachable or the service busy,
-    /// nothing wrong with the request.
-    pub fn is_retryable(&self) -> bool {
-        match self {
-            IngestError::Store(error) => error.is_retryable(),
-            IngestError::Shared(error) => error.is_retryable(),
-            IngestError::Unavailable(_) | IngestError::CommitUnconfirmed => true,
-            IngestError::Invalid(_)
-            | IngestError::NotFound(_)
-            | IngestError::FailedPrecondition(_)
-            | IngestError::DeadlineExceeded(_) => false,
-        }
-    }
-}
-
 impl From<sqlx::Error> for IngestError {
     fn from(error: sqlx::Error) -> Self {
         IngestError::Store(StoreError::Database(error))
@@ -60,28 +45,49 @@ impl From<engram_recall::RecallError> for IngestError {
     }
 }
 
-impl From<IngestError> for Status {
-    fn from(error: IngestError) -> Self {
-        Status::from(&error)
+impl ServiceError for IngestError {
+    fn code(&self) -> Code {
+        match self {
+            IngestError::Invalid(error) => error.code(),
+            IngestError::NotFound(_) => Code::NotFound,
+            IngestError::FailedPrecondition(_) => Code::FailedPrecondition,
+            IngestError::Unavailable(_) => Code::Unavailable,
+            IngestError::DeadlineExceeded(_) => Code::DeadlineExceeded,
+            IngestError::CommitUnconfirmed => Code::Unknown,
+            IngestError::Shared(error) => error.code(),
+            IngestError::Store(error) => error.code(),
+        }
+    }
+
+    fn client_message(&self) -> String {
+        match self {
+            IngestError::Invalid(error) => error.client_message(),
+            IngestError::CommitUnconfirmed => "the write's commit could not be confirmed: it may \
+                 have been stored; list the space's entries before writing it again"
+                .to_owned(),
+            IngestError::Shared(error) => error.client_message(),
+            IngestError::Store(error) => error.client_message(),
+            other => other.to_string(),
+        }
+    }
+
+    /// The database unreachable, the service busy or shutting down, or a commit that may
+    /// have failed: nothing wrong with the request.
+    fn is_retryable(&self) -> bool {
+        match self {
+            IngestError::Store(error) => error.is_retryable(),
+            IngestError::Shared(error) => error.is_retryable(),
+            IngestError::Unavailable(_) | IngestError::CommitUnconfirmed => true,
+            IngestError::Invalid(_)
+            | IngestError::NotFound(_)
+            | IngestError::FailedPrecondition(_)
+            | IngestError::DeadlineExceeded(_) => false,
+        }
     }
 }
 
-impl From<&IngestError> for Status {
-    fn from(error: &IngestError) -> Self {
-        match error {
-            IngestError::Invalid(error) => Status::invalid_argument(error.to_string()),
-            IngestError::NotFound(message) => Status::not_found(message.clone()),
-            IngestError::FailedPrecondition(message) => {
-                Status::failed_precondition(message.clone())
-            }
-            IngestError::Unavailable(message) => Status::unavailable(message.clone()),
-            IngestError::DeadlineExceeded(message) => Status::deadline_exceeded(message.clone()),
-            IngestError::CommitUnconfirmed => Status::unknown(
-                "the write's commit could not be confirmed: it may have been stored; \
-                 list the space's entries before writing it again",
-            ),
-            IngestError::Shared(error) => Status::from(error.as_ref()),
-            IngestError::Store(error) => engram_server::status::from_store_error(error),
-        }
+impl From<IngestError> for Status {
+    fn from(error: IngestError) -> Self {
+        to_status(&error)
     }
 }

@@ -21,7 +21,9 @@ pub mod group_commit;
 pub mod grpc;
 pub mod import;
 pub mod metrics;
+pub mod proto;
 pub mod retention;
+pub mod service;
 pub mod write_path;
 
 pub use app::App;

@@ -12,6 +12,7 @@ use tonic::service::Routes;
 
 use crate::config::RetrievalSettings;
 use crate::grpc::RetrievalApi;
+use crate::service::Retriever;
 
 pub const SERVICE_NAME: &str = "engram.v1.RetrievalService";
 
@@ -92,8 +93,7 @@ impl App {
 
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let routes = Routes::new(RetrievalServiceServer::new(RetrievalApi::new(
-            self.pool.clone(),
-            self.recall.clone(),
+            Retriever::new(self.pool.clone(), self.recall.clone()),
         )));
         let served = self
             .server

@@ -8,7 +8,8 @@ pub mod app;
 pub mod config;
 pub mod error;
 pub mod grpc;
-pub mod request;
+pub mod proto;
+pub mod service;
 
 pub use app::App;
 pub use config::RetrievalSettings;

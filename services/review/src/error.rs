@@ -1,8 +1,10 @@
-//! The review service's error type, mapped to gRPC statuses at the edge.
+//! The review service's error type: each variant's gRPC code is said once, in its
+//! [`ServiceError`] implementation; `engram_server::status` turns it into the client's status.
 
 use engram_core::ValidationError;
+use engram_server::status::{ServiceError, to_status};
 use engram_store::StoreError;
-use tonic::Status;
+use tonic::{Code, Status};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReviewError {
@@ -19,11 +21,28 @@ pub enum ReviewError {
     Llm(#[from] engram_llm::LlmError),
 }
 
-impl ReviewError {
-    /// Whether trying again later may succeed: the database or the LLM unreachable or busy,
-    /// nothing wrong with the request. An LLM answer that is malformed, refused, cut or too
-    /// large is not: at temperature 0 it would come again.
-    pub fn is_retryable(&self) -> bool {
+impl ServiceError for ReviewError {
+    fn code(&self) -> Code {
+        match self {
+            ReviewError::Invalid(error) => error.code(),
+            ReviewError::NotFound(_) => Code::NotFound,
+            ReviewError::FailedPrecondition(_) => Code::FailedPrecondition,
+            ReviewError::Store(error) => error.code(),
+            ReviewError::Llm(_) => Code::Unavailable,
+        }
+    }
+
+    fn client_message(&self) -> String {
+        match self {
+            ReviewError::Invalid(error) => error.client_message(),
+            ReviewError::Store(error) => error.client_message(),
+            other => other.to_string(),
+        }
+    }
+
+    /// An LLM answer that is malformed, refused, cut or too large is not retryable although
+    /// clients see Unavailable: at temperature 0 it would come again.
+    fn is_retryable(&self) -> bool {
         match self {
             ReviewError::Store(error) => error.is_retryable(),
             ReviewError::Llm(error) => error.is_retryable(),
@@ -36,14 +55,6 @@ impl ReviewError {
 
 impl From<ReviewError> for Status {
     fn from(error: ReviewError) -> Self {
-        match error {
-            ReviewError::Invalid(error) => Status::invalid_argument(error.to_string()),
-            ReviewError::NotFound(message) => Status::not_found(message),
-            ReviewError::FailedPrecondition(message) => Status::failed_precondition(message),
-            ReviewError::Store(error) => engram_server::status::from_store_error(&error),
-            ReviewError::Llm(error) => {
-                Status::unavailable(format!("the LLM could not grade: {error}"))
-            }
-        }
+        to_status(&error)
     }
 }

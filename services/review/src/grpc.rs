@@ -1,157 +1,24 @@
-//! The gRPC edge of the review service.
+//! The gRPC edge of the review service. Every handler does the same four things: authorize the
+//! scope, check the request (`proto`), call one operation of [`Reviewer`], convert the result
+//! (`proto`). A new RPC follows the same shape.
 
-use chrono::Utc;
-use engram_core::episode::SegmentTurn;
-use engram_core::memory_state::{days_since, retrievability};
-use engram_core::retrieval::query::MAX_QUERY_CHARS;
-use engram_core::review::{FsrsState, Rating, ReviewTarget, aggregate};
-use engram_core::{MemoryId, MemoryText, Scope, ValidationError};
 use engram_proto::v1;
 use engram_proto::v1::review_service_server::ReviewService;
 use engram_server::authorized_scope;
-use engram_server::convert::role_from_proto;
-use engram_server::time::{from_proto_opt, to_proto};
-use engram_store::memories;
-use sqlx::PgPool;
 use tonic::{Request, Response, Status};
 
-use crate::apply::{ReviewOrigin, apply};
-use crate::error::ReviewError;
-use crate::grading::{GraderChoice, MemoryForGrading};
+use crate::proto;
 use crate::service::Reviewer;
 
 #[derive(Debug, Clone)]
 pub struct ReviewApi {
-    pool: PgPool,
     reviewer: Reviewer,
 }
 
 impl ReviewApi {
     pub fn new(reviewer: Reviewer) -> Self {
-        Self {
-            pool: reviewer.pool.clone(),
-            reviewer,
-        }
+        Self { reviewer }
     }
-}
-
-const MAX_CONTEXT_TURNS: usize = 200;
-const MAX_MEMORIES_PER_GRADING: usize = 100;
-/// Characters of a context turn the grader reads, as a conversation turn may hold.
-const MAX_TURN_CHARS: usize = 8_192;
-/// Distinct queries one memory to grade may come with (each stored with its review): far more
-/// than one segment's retrievals ever find one memory by.
-const MAX_QUERIES_PER_MEMORY: usize = 32;
-
-fn rating_to_proto(rating: Rating) -> v1::ReviewRating {
-    match rating {
-        Rating::Again => v1::ReviewRating::Again,
-        Rating::Hard => v1::ReviewRating::Hard,
-        Rating::Good => v1::ReviewRating::Good,
-        Rating::Easy => v1::ReviewRating::Easy,
-    }
-}
-
-fn state_to_proto(state: Option<FsrsState>) -> Option<v1::FsrsState> {
-    state.map(|state| v1::FsrsState {
-        stability: state.stability,
-        difficulty: state.difficulty,
-        last_reviewed_at: None,
-    })
-}
-
-/// Validates a GradeMemories request: the context, the memories (deduplicated), the grader.
-fn parse_grading(
-    message: &v1::GradeMemoriesRequest,
-) -> Result<(Vec<SegmentTurn>, Vec<ReviewTarget>, GraderChoice), ValidationError> {
-    if message.context.is_empty() || message.context.len() > MAX_CONTEXT_TURNS {
-        return Err(ValidationError::new(
-            "context",
-            format!(
-                "must hold 1 to {MAX_CONTEXT_TURNS} turns, has {}",
-                message.context.len()
-            ),
-        ));
-    }
-    let context = message
-        .context
-        .iter()
-        .enumerate()
-        .map(|(index, turn)| {
-            let field = format!("context[{index}]");
-            Ok(SegmentTurn {
-                role: role_from_proto(&format!("{field}.role"), turn.role)?,
-                content: MemoryText::parse(
-                    &format!("{field}.content"),
-                    &turn.content,
-                    MAX_TURN_CHARS,
-                )?
-                .into_string(),
-            })
-        })
-        .collect::<Result<Vec<_>, ValidationError>>()?;
-    if message.memories.is_empty() || message.memories.len() > MAX_MEMORIES_PER_GRADING {
-        return Err(ValidationError::new(
-            "memories",
-            format!(
-                "must hold 1 to {MAX_MEMORIES_PER_GRADING} memories, has {}",
-                message.memories.len()
-            ),
-        ));
-    }
-    let mut reviews: Vec<(String, Vec<uuid::Uuid>)> = Vec::new();
-    for (index, memory) in message.memories.iter().enumerate() {
-        let id = MemoryId::parse(&format!("memories[{index}].memory_id"), &memory.memory_id)?;
-        if memory.queries.len() > MAX_QUERIES_PER_MEMORY {
-            return Err(ValidationError::new(
-                format!("memories[{index}].queries"),
-                format!(
-                    "has {} queries; the limit is {MAX_QUERIES_PER_MEMORY}",
-                    memory.queries.len()
-                ),
-            ));
-        }
-        if memory.queries.is_empty() {
-            reviews.push((String::new(), vec![id.as_uuid()]));
-        }
-        // Each is a query that retrieved the memory: what RetrieveMemory takes as a query.
-        for (query_index, query) in memory.queries.iter().enumerate() {
-            let query = MemoryText::parse(
-                &format!("memories[{index}].queries[{query_index}]"),
-                query,
-                MAX_QUERY_CHARS,
-            )?;
-            reviews.push((query.into_string(), vec![id.as_uuid()]));
-        }
-    }
-    let mut targets = aggregate(reviews.iter().map(|(q, ids)| (q.as_str(), ids.as_slice())));
-    for target in &mut targets {
-        target.queries.retain(|query| !query.is_empty());
-        // A memory listed more than once gathers the queries of every listing.
-        if target.queries.len() > MAX_QUERIES_PER_MEMORY {
-            return Err(ValidationError::new(
-                "memories",
-                format!(
-                    "have {} distinct queries for memory {} in all; the limit is \
-                     {MAX_QUERIES_PER_MEMORY}",
-                    target.queries.len(),
-                    target.memory_id
-                ),
-            ));
-        }
-    }
-    let grader = match v1::Grader::try_from(message.grader) {
-        Ok(v1::Grader::Unspecified) => GraderChoice::Configured,
-        Ok(v1::Grader::Local) => GraderChoice::Local,
-        Ok(v1::Grader::Llm) => GraderChoice::Llm,
-        Err(_) => {
-            return Err(ValidationError::new(
-                "grader",
-                format!("{} is not a known grader", message.grader),
-            ));
-        }
-    };
-    Ok((context, targets, grader))
 }
 
 #[tonic::async_trait]
@@ -161,41 +28,9 @@ impl ReviewService for ReviewApi {
         request: Request<v1::GetMemoryStateRequest>,
     ) -> Result<Response<v1::GetMemoryStateResponse>, Status> {
         let scope = authorized_scope(&request, request.get_ref().scope.clone())?;
-        let message = request.into_inner();
-        let memory_id =
-            MemoryId::parse("memory_id", &message.memory_id).map_err(ReviewError::from)?;
-
-        let mut connection = self
-            .pool
-            .acquire()
-            .await
-            .map_err(|e| ReviewError::Store(e.into()))?;
-        let record = memories::get(&mut connection, &scope, memory_id.as_uuid())
-            .await
-            .map_err(ReviewError::from)?
-            .ok_or_else(|| not_found(memory_id, &scope))?;
-        let (Some(stability), Some(difficulty), Some(last_reviewed_at)) =
-            (record.stability, record.difficulty, record.last_reviewed_at)
-        else {
-            return Err(ReviewError::FailedPrecondition(format!(
-                "memory {memory_id} is a {} memory; FSRS state belongs to episodic memories only",
-                record.kind
-            ))
-            .into());
-        };
-        let now = Utc::now();
-        let days = days_since(last_reviewed_at, now);
-        Ok(Response::new(v1::GetMemoryStateResponse {
-            memory_id: record.id.to_string(),
-            fsrs: Some(v1::FsrsState {
-                stability,
-                difficulty,
-                last_reviewed_at: Some(to_proto(last_reviewed_at)),
-            }),
-            retrievability: retrievability(stability, difficulty, days),
-            days_since_review: days,
-            computed_at: Some(to_proto(now)),
-        }))
+        let memory_id = proto::memory_id(request.get_ref())?;
+        let state = self.reviewer.memory_state(&scope, memory_id).await?;
+        Ok(Response::new(proto::memory_state_response(state)))
     }
 
     async fn grade_memories(
@@ -203,71 +38,9 @@ impl ReviewService for ReviewApi {
         request: Request<v1::GradeMemoriesRequest>,
     ) -> Result<Response<v1::GradeMemoriesResponse>, Status> {
         let scope = authorized_scope(&request, request.get_ref().scope.clone())?;
-        let message = request.into_inner();
-        let (context, targets, grader) = parse_grading(&message).map_err(ReviewError::from)?;
-        let ids: Vec<uuid::Uuid> = targets.iter().map(|t| t.memory_id).collect();
-        let stored = engram_store::reviews::memories(&self.pool, &scope, &ids)
-            .await
-            .map_err(ReviewError::from)?;
-        if let Some(missing) = ids.iter().find(|id| !stored.iter().any(|m| m.id == **id)) {
-            return Err(not_found(missing, &scope).into());
-        }
-        let memories: Vec<MemoryForGrading> = targets
-            .iter()
-            .filter_map(|target| {
-                let memory = stored.iter().find(|m| m.id == target.memory_id)?;
-                Some(MemoryForGrading {
-                    id: memory.id,
-                    title: memory.title.clone(),
-                    text: memory.text.clone(),
-                    queries: target.queries.clone(),
-                })
-            })
-            .collect();
-        let graded = self
-            .reviewer
-            .grader
-            .grade(&context, &[], &memories, grader)
-            .await?;
-        let origin = ReviewOrigin {
-            // A review asked for by an operator is its own segment.
-            segment_id: uuid::Uuid::now_v7(),
-            conversation_id: None,
-            reviewed_at: Utc::now(),
-        };
-        let queries_of = |id: uuid::Uuid| {
-            targets
-                .iter()
-                .find(|t| t.memory_id == id)
-                .map(|t| t.queries.clone())
-                .unwrap_or_default()
-        };
-        let outcomes = apply(
-            &self.pool,
-            &scope,
-            origin,
-            &graded,
-            queries_of,
-            self.reviewer.desired_retention,
-            &self.reviewer.metrics,
-            message.dry_run,
-        )
-        .await?;
-        Ok(Response::new(v1::GradeMemoriesResponse {
-            graded: outcomes
-                .into_iter()
-                .map(|outcome| v1::GradedMemory {
-                    memory_id: outcome.memory_id.to_string(),
-                    rating: rating_to_proto(outcome.rating).into(),
-                    graded_by: outcome.graded_by,
-                    evidence: outcome.evidence.unwrap_or_default(),
-                    applied: outcome.applied,
-                    skipped_reason: outcome.skipped_reason.unwrap_or_default().to_owned(),
-                    before: state_to_proto(outcome.before),
-                    after: state_to_proto(outcome.after),
-                })
-                .collect(),
-        }))
+        let grading = proto::grading_request(request.get_ref())?;
+        let outcomes = self.reviewer.grade(&scope, &grading).await?;
+        Ok(Response::new(proto::grading_response(outcomes)))
     }
 
     async fn get_review_stats(
@@ -275,127 +48,8 @@ impl ReviewService for ReviewApi {
         request: Request<v1::GetReviewStatsRequest>,
     ) -> Result<Response<v1::GetReviewStatsResponse>, Status> {
         let scope = authorized_scope(&request, request.get_ref().scope.clone())?;
-        let message = request.into_inner();
-        let since = from_proto_opt("since", message.since.as_ref()).map_err(ReviewError::from)?;
-        let until = from_proto_opt("until", message.until.as_ref()).map_err(ReviewError::from)?;
-        if let (Some(since), Some(until)) = (since, until)
-            && since > until
-        {
-            return Err(ReviewError::from(ValidationError::new(
-                "since",
-                "must not be after until",
-            ))
-            .into());
-        }
-        let stats = engram_store::reviews::stats(&self.pool, &scope, since, until)
-            .await
-            .map_err(ReviewError::from)?;
-        let count = |n: i64| u32::try_from(n).unwrap_or(u32::MAX);
-        let again = stats
-            .ratings
-            .iter()
-            .find(|(rating, _)| rating == "again")
-            .map_or(0, |(_, n)| *n);
-        Ok(Response::new(v1::GetReviewStatsResponse {
-            graded: count(stats.graded),
-            applied: count(stats.applied),
-            ratings: stats
-                .ratings
-                .iter()
-                .filter_map(|(rating, n)| {
-                    Some(v1::RatingCount {
-                        rating: rating_to_proto(Rating::parse(rating)?).into(),
-                        count: count(*n),
-                    })
-                })
-                .collect(),
-            again_share: if stats.graded > 0 {
-                again as f64 / stats.graded as f64
-            } else {
-                0.0
-            },
-            segments: count(stats.segments),
-            graded_by_llm: count(stats.graded_by_llm),
-            graded_locally: count(stats.graded - stats.graded_by_llm),
-        }))
-    }
-}
-
-/// A memory this user's space does not hold (never did, or forgotten since).
-fn not_found(memory_id: impl std::fmt::Display, scope: &Scope) -> ReviewError {
-    ReviewError::NotFound(format!(
-        "no memory {memory_id} in space {:?} of this user",
-        scope.space.as_str()
-    ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn request(queries: Vec<String>) -> v1::GradeMemoriesRequest {
-        v1::GradeMemoriesRequest {
-            scope: None,
-            context: vec![v1::Message {
-                role: v1::SpeakerRole::Assistant.into(),
-                content: "Per your notes, the trip is in May.".into(),
-            }],
-            memories: vec![v1::MemoryToGrade {
-                memory_id: "6f1c1f4e-2f0b-4a4e-9a34-9d4f3f1e2a10".into(),
-                queries,
-            }],
-            dry_run: true,
-            grader: v1::Grader::Local.into(),
-        }
-    }
-
-    fn error_of(request: &v1::GradeMemoriesRequest) -> String {
-        parse_grading(request).unwrap_err().to_string()
-    }
-
-    #[test]
-    fn queries_are_validated_like_a_retrieval_query() {
-        let (_, targets, _) = parse_grading(&request(vec![
-            "trip \u{1b}[31mdates".into(),
-            "trip dates".into(),
-        ]))
-        .unwrap();
-        assert_eq!(
-            targets[0].queries,
-            ["trip dates"],
-            "cleaned, then deduplicated"
-        );
-        let (_, targets, _) = parse_grading(&request(vec![])).unwrap();
-        assert!(targets[0].queries.is_empty());
-
-        assert_eq!(
-            error_of(&request(vec!["ok".into(), "nul\0here".into()])),
-            "memories[0].queries[1]: must not contain NUL characters"
-        );
-        assert_eq!(
-            error_of(&request(vec!["x".repeat(MAX_QUERY_CHARS + 1)])),
-            "memories[0].queries[0]: is 2049 characters long; the limit is 2048"
-        );
-        assert!(error_of(&request(vec![" ".into()])).starts_with("memories[0].queries[0]: "));
-        let too_many: Vec<String> = (0..=MAX_QUERIES_PER_MEMORY)
-            .map(|n| format!("query {n}"))
-            .collect();
-        assert_eq!(
-            error_of(&request(too_many)),
-            "memories[0].queries: has 33 queries; the limit is 32"
-        );
-    }
-
-    #[test]
-    fn a_memory_listed_twice_gathers_no_more_queries_than_once() {
-        let mut twice = request((0..20).map(|n| format!("query {n}")).collect());
-        let mut again = twice.memories[0].clone();
-        again.queries = (20..40).map(|n| format!("query {n}")).collect();
-        twice.memories.push(again);
-        assert!(
-            error_of(&twice).starts_with("memories: have 40 distinct queries for memory"),
-            "{}",
-            error_of(&twice)
-        );
+        let (since, until) = proto::stats_period(request.get_ref())?;
+        let stats = self.reviewer.stats(&scope, since, until).await?;
+        Ok(Response::new(proto::stats_response(&stats)))
     }
 }

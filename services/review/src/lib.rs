@@ -13,6 +13,7 @@ pub mod error;
 pub mod grading;
 pub mod grpc;
 pub mod metrics;
+pub mod proto;
 pub mod segments;
 pub mod service;
 

@@ -17,6 +17,7 @@ use engram_core::episode::SegmentTurn;
 use engram_core::review::{ReviewTarget, aggregate};
 use engram_core::{Scope, SpeakerRole};
 use engram_proto::v1;
+use engram_server::status::ServiceError as _;
 use prost::Message as _;
 use secrecy::ExposeSecret as _;
 use tokio::sync::watch;

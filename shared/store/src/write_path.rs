@@ -270,77 +270,6 @@ struct MergeRow<'a> {
     pins: bool,
 }
 
-/// The merge half of [`write_entries`]: the merges of document `$doc` applied (`updated`) and
-/// audited.
-macro_rules! merge_ctes {
-    ($doc:literal) => {
-        concat!(
-            "merge_batch AS ( \
-                 SELECT * FROM jsonb_to_recordset(", $doc, ") AS r(id uuid, user_id uuid, space text, \
-                     repeat_count integer, importance float8, manually_saved boolean, pinned boolean, \
-                     tags text[], source_ids text[], metadata_confidence float8, last_scores jsonb, \
-                     source_episode_ids uuid[], conversation_id uuid, audit_detail jsonb, pins boolean)), \
-             updated AS ( \
-                 UPDATE memories m SET repeat_count = b.repeat_count, importance = b.importance, \
-                     manually_saved = b.manually_saved, pinned = b.pinned, tags = b.tags, \
-                     source_ids = b.source_ids, metadata_confidence = b.metadata_confidence, \
-                     last_scores = b.last_scores, source_episode_ids = b.source_episode_ids, \
-                     updated_at = now(), inactive_since = NULL \
-                 FROM merge_batch b \
-                 WHERE m.user_id = b.user_id AND m.space = b.space AND m.id = b.id \
-                 RETURNING m.*), \
-             merges_audited AS ( \
-                 INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \
-                 SELECT u.user_id, u.space, e.action, u.id, b.conversation_id, e.detail \
-                 FROM updated u JOIN merge_batch b ON b.id = u.id \
-                 CROSS JOIN LATERAL (VALUES (1, 'merge', b.audit_detail), (2, 'pin', '{}'::jsonb)) \
-                     AS e(position, action, detail) \
-                 WHERE e.action = 'merge' OR b.pins \
-                 ORDER BY u.id, e.position)"
-        )
-    };
-}
-
-/// The insert half of [`write_entries`]: the new memories of document `$doc` inserted
-/// (`inserted`), audited, and announced in the outbox when they carry an event.
-macro_rules! insert_ctes {
-    ($doc:literal) => {
-        concat!(
-            "insert_batch AS ( \
-                 SELECT * FROM jsonb_to_recordset(", $doc, ") AS r(id uuid, user_id uuid, space text, \
-                     conversation_id uuid, text text, role text, category text, simhash int8, tags text[], \
-                     source_ids text[], metadata_confidence float8, importance float8, pinned boolean, \
-                     manually_saved boolean, last_scores jsonb, source_episode_ids uuid[], fact_subject text, \
-                     fact_value text, valid_at timestamptz, audit_detail jsonb, event_message_id uuid, \
-                     event_routing_key text, event_type_name text, event_payload text, \
-                     event_trace_headers jsonb)), \
-             inserted AS ( \
-                 INSERT INTO memories (id, user_id, space, kind, conversation_id, text, role, category, \
-                     valid_at, simhash, tags, source_ids, metadata_confidence, importance, pinned, \
-                     manually_saved, needs_embedding, last_scores, source_episode_ids, fact_subject, fact_value) \
-                 SELECT id, user_id, space, 'semantic', conversation_id, text, role, category, \
-                     COALESCE(valid_at, now()), simhash, tags, source_ids, metadata_confidence, importance, \
-                     pinned, manually_saved, true, last_scores, source_episode_ids, fact_subject, fact_value \
-                 FROM insert_batch \
-                 RETURNING *), \
-             inserts_audited AS ( \
-                 INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \
-                 SELECT i.user_id, i.space, e.action, i.id, i.conversation_id, e.detail \
-                 FROM inserted i JOIN insert_batch b ON b.id = i.id \
-                 CROSS JOIN LATERAL (VALUES (1, 'create', b.audit_detail), (2, 'pin', '{}'::jsonb)) \
-                     AS e(position, action, detail) \
-                 WHERE e.action = 'create' OR i.pinned \
-                 ORDER BY i.id, e.position), \
-             outboxed AS ( \
-                 INSERT INTO outbox_events (message_id, routing_key, type_name, payload, trace_headers) \
-                 SELECT b.event_message_id, b.event_routing_key, b.event_type_name, decode(b.event_payload, 'hex'), \
-                        b.event_trace_headers \
-                 FROM inserted i JOIN insert_batch b ON b.id = i.id \
-                 WHERE b.event_message_id IS NOT NULL)"
-        )
-    };
-}
-
 /// What [`write_entries`] wrote: the merged and the created records, each in the order given.
 #[derive(Debug, Default)]
 pub struct WrittenEntries {
@@ -375,9 +304,9 @@ pub async fn write_entries(
     let sql = match (merges.is_empty(), inserts.is_empty()) {
         (false, false) => concat!(
             "WITH ",
-            merge_ctes!("$1"),
+            include_str!("write_path/merge_entries.sql"),
             ", ",
-            insert_ctes!("$2"),
+            include_str!("write_path/insert_entries.sql"),
             " SELECT false AS created, ",
             memory_columns!(),
             " FROM updated UNION ALL SELECT true, ",
@@ -386,27 +315,32 @@ pub async fn write_entries(
         ),
         (false, true) => concat!(
             "WITH ",
-            merge_ctes!("$1"),
+            include_str!("write_path/merge_entries.sql"),
             " SELECT false AS created, ",
             memory_columns!(),
             " FROM updated"
         ),
         (true, _) => concat!(
             "WITH ",
-            insert_ctes!("$1"),
+            include_str!("write_path/insert_entries.sql"),
             " SELECT true AS created, ",
             memory_columns!(),
             " FROM inserted"
         ),
     };
-    let mut query = sqlx::query_as::<_, WrittenRow>(sql);
-    if !merges.is_empty() {
-        query = query.bind(json_document(&merge_rows(merges), "merges")?);
-    }
-    if !inserts.is_empty() {
-        query = query.bind(json_document(&insert_rows(inserts), "new memories")?);
-    }
-    let rows = query.fetch_all(connection).await?;
+    // The merges are always $1 and the new memories $2; a half the round leaves out is bound
+    // as NULL and not read.
+    let merge_document = (!merges.is_empty())
+        .then(|| json_document(&merge_rows(merges), "merges"))
+        .transpose()?;
+    let insert_document = (!inserts.is_empty())
+        .then(|| json_document(&insert_rows(inserts), "new memories"))
+        .transpose()?;
+    let rows = sqlx::query_as::<_, WrittenRow>(sql)
+        .bind(merge_document)
+        .bind(insert_document)
+        .fetch_all(connection)
+        .await?;
     let (created, merged): (Vec<WrittenRow>, Vec<WrittenRow>) =
         rows.into_iter().partition(|row| row.created);
     Ok(WrittenEntries {
@@ -513,73 +447,9 @@ pub async fn enforce_soft_caps(
     let overages: Vec<i64> = targets.iter().map(|t| t.overage).collect();
     // `OFFSET 0` keeps each space's lookups as LATERAL index probes: pulled up into a join, a
     // generic plan may guess a large batch and scan the table instead.
-    let rows = sqlx::query_as::<_, Positioned<TrimOutcome>>(
-        "WITH target AS ( \
-             SELECT * FROM unnest($1::uuid[], $2::text[], $3::int8[]) \
-                 WITH ORDINALITY AS t(user_id, space, overage, position)), \
-         uncached AS ( \
-             SELECT t.position, u.id, u.created_at, u.importance, u.protected, \
-                    CASE WHEN u.decay_exponent < $6 THEN 0::float8 ELSE exp(u.decay_exponent) END AS recency \
-             FROM target t CROSS JOIN LATERAL ( \
-                 SELECT memory_id AS id, created_at, importance, protected \
-                 FROM memory_retention r WHERE r.user_id = t.user_id AND r.space = t.space \
-                   AND r.last_scored_at IS NULL \
-                 UNION ALL \
-                 SELECT memory_id, created_at, importance, protected \
-                 FROM memory_retention r WHERE r.user_id = t.user_id AND r.space = t.space \
-                   AND r.last_scored_at < now() - make_interval(secs => $5) \
-                 OFFSET 0) AS c \
-               CROSS JOIN LATERAL (SELECT c.*, \
-                   -greatest(extract(epoch FROM now() - c.created_at)::float8, 0) / $4 AS decay_exponent) AS u), \
-         lowest_trimmable AS ( \
-             SELECT t.position, l.id, l.created_at, l.last_total \
-             FROM target t CROSS JOIN LATERAL ( \
-                 SELECT memory_id AS id, created_at, last_total FROM memory_retention r \
-                 WHERE r.user_id = t.user_id AND r.space = t.space AND NOT r.protected \
-                   AND r.last_scored_at >= now() - make_interval(secs => $5) \
-                 ORDER BY last_total, created_at, memory_id LIMIT t.overage) AS l), \
-         lowest_protected AS ( \
-             SELECT t.position, l.id, l.created_at, l.last_total \
-             FROM target t CROSS JOIN LATERAL ( \
-                 SELECT memory_id AS id, created_at, last_total FROM memory_retention r \
-                 WHERE r.user_id = t.user_id AND r.space = t.space AND r.protected \
-                   AND r.last_scored_at >= now() - make_interval(secs => $5) \
-                 ORDER BY last_total, created_at, memory_id LIMIT t.overage) AS l), \
-         ranked AS ( \
-             SELECT position, id, protected, total, \
-                    row_number() OVER (PARTITION BY position ORDER BY total, created_at, id) AS rank \
-             FROM (SELECT position, id, created_at, protected, recency + importance AS total FROM uncached \
-                   UNION ALL SELECT position, id, created_at, false, last_total FROM lowest_trimmable \
-                   UNION ALL SELECT position, id, created_at, true, last_total FROM lowest_protected) AS candidates), \
-         victims AS ( \
-             SELECT r.position, r.id, r.total, r.rank \
-             FROM (SELECT *, row_number() OVER (PARTITION BY position ORDER BY rank) AS victim_rank \
-                   FROM ranked WHERE NOT protected) AS r \
-             JOIN target t ON t.position = r.position \
-             WHERE r.victim_rank <= t.overage), \
-         rescored AS ( \
-             UPDATE memories m SET last_scores = jsonb_build_object('relevance', 0.0, 'recency', u.recency, \
-                 'importance', u.importance, 'total', u.recency + u.importance, 'computed_at', now()) \
-             FROM uncached u JOIN target t ON t.position = u.position \
-             WHERE m.user_id = t.user_id AND m.space = t.space AND m.id = u.id \
-               AND u.id NOT IN (SELECT id FROM victims)), \
-         deleted AS ( \
-             DELETE FROM memories m USING victims v JOIN target t ON t.position = v.position \
-             WHERE m.user_id = t.user_id AND m.space = t.space AND m.id = v.id \
-             RETURNING m.id, m.user_id, m.space, v.total), \
-         audited AS ( \
-             INSERT INTO audit_events (user_id, space, action, memory_id, detail) \
-             SELECT user_id, space, 'trim', id, \
-                    jsonb_build_object('reason', 'soft cap exceeded', 'total_score', total) \
-             FROM deleted) \
-         SELECT t.position, \
-                COALESCE((SELECT array_agg(v.id ORDER BY v.rank) FROM victims v \
-                          WHERE v.position = t.position AND v.id IN (SELECT id FROM deleted)), '{}') AS trimmed, \
-                COALESCE((SELECT array_agg(r.id ORDER BY r.rank) FROM ranked r \
-                          WHERE r.position = t.position AND r.rank <= t.overage AND r.protected), '{}') \
-                    AS protected_would_be_victims \
-         FROM target t ORDER BY t.position",
-    )
+    let rows = sqlx::query_as::<_, Positioned<TrimOutcome>>(include_str!(
+        "write_path/trim_to_soft_cap.sql"
+    ))
     .bind(&user_ids)
     .bind(&spaces)
     .bind(&overages)

@@ -6,14 +6,17 @@
 //! `make up`, `postgres://postgres@127.0.0.1:55432/postgres`).
 //!
 //! Also a TCP proxy a test can cut ([`TcpProxy`]) and a fake OpenAI-compatible chat-completions
-//! endpoint with scripted answers ([`FakeLlm`]).
+//! endpoint with scripted answers ([`FakeLlm`]), and the removal of a test's own bus topology
+//! ([`drop_topology`]).
 
 #![forbid(unsafe_code)]
 
+mod bus;
 mod fake_llm;
 mod proxy;
 
 use anyhow::Context as _;
+pub use bus::drop_topology;
 pub use fake_llm::{FAKE_COMPLETION_TOKENS, FAKE_PROMPT_TOKENS, FakeAnswer, FakeLlm};
 pub use proxy::TcpProxy;
 use sqlx::{Connection as _, Executor as _, PgConnection};

@@ -274,7 +274,7 @@ pub(crate) async fn export_all(
 
 /// Removes a test's exchanges and queues from the broker.
 pub(crate) async fn delete_topology(bus: &engram_e2e::TestBus) {
-    engram_e2e::bench::drop_topology(&bus.url, &bus.topology_prefix)
+    engram_testkit::drop_topology(&bus.url, &bus.topology_prefix)
         .await
         .unwrap();
 }

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use engram_e2e::bench::{machine_summary, space_user};
+use engram_bench::bench::{machine_summary, space_user};
 use engram_embed::{
     Embedder, LocalEmbedder, LocalModelSettings, TOKEN_VECTORS_MODEL_ID, TokenVectorEmbedder,
 };
@@ -591,7 +591,7 @@ async fn index_and_settle(connection: &mut PgConnection, started: Instant) -> an
     )
     .execute(&mut *connection)
     .await?;
-    engram_e2e::bench::settle_seed(&mut *connection).await?;
+    engram_bench::bench::settle_seed(&mut *connection).await?;
     Ok(())
 }
 
@@ -1420,7 +1420,7 @@ async fn retention(
     .bind(load.due_percent)
     .execute(&pool)
     .await?;
-    engram_e2e::bench::settle_seed(&mut *pool.acquire().await?).await?;
+    engram_bench::bench::settle_seed(&mut *pool.acquire().await?).await?;
     let (memories, due): (i64, i64) = sqlx::query_as(
         "SELECT count(*), count(*) FILTER (WHERE created_at < now() - make_interval(days => $1) \
                                             AND NOT pinned AND NOT manually_saved) FROM memories",

@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use clap::{Parser, Subcommand};
+use engram_bench::bench::{HostSpeed, machine_summary, space_user};
 use engram_bus::queues::{self, routes};
 use engram_bus::{Bus, OutgoingEvent, Topology};
-use engram_e2e::bench::{HostSpeed, machine_summary, space_user};
 use engram_proto::v1;
 use engram_review::ReviewSettings;
 use pgvector::Vector;
@@ -257,7 +257,7 @@ async fn seed(pool: &PgPool, spaces: usize, per_space: usize) -> anyhow::Result<
         memory_ids.push(ids);
     }
     let mut connection = pool.acquire().await?;
-    engram_e2e::bench::settle_seed(&mut connection).await?;
+    engram_bench::bench::settle_seed(&mut connection).await?;
     eprintln!(
         "seeded {spaces} spaces of {per_space} episodes and a conversation of {TURNS} embedded turns each ({:.1?})",
         started.elapsed()
@@ -596,7 +596,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         max = latency.max,
         throughput_verdict = verdict(consumer_rate >= 100.0),
     );
-    engram_e2e::eval::write_report(&args.report, &report)
+    engram_bench::eval::write_report(&args.report, &report)
 }
 
 #[tokio::main]
@@ -606,6 +606,6 @@ async fn main() -> anyhow::Result<()> {
         Command::DropTopology {
             amqp_url,
             topology_prefix,
-        } => engram_e2e::bench::drop_topology(&amqp_url, &topology_prefix).await,
+        } => engram_bench::bench::drop_topology(&amqp_url, &topology_prefix).await,
     }
 }

@@ -1,5 +1,7 @@
 //! Pieces the benchmark load generators share.
 
+pub use engram_testkit::drop_topology;
+
 /// User id of benchmark space `n`: deterministic, so the seed step and the load step agree.
 pub fn space_user(n: i64) -> String {
     format!("00000000-0000-4000-8000-{n:012}")
@@ -11,33 +13,6 @@ pub fn space_user(n: i64) -> String {
 /// deployment's bulk load is long settled by the time it serves traffic.
 pub async fn settle_seed(connection: &mut sqlx::PgConnection) -> sqlx::Result<()> {
     sqlx::query("VACUUM ANALYZE").execute(connection).await?;
-    Ok(())
-}
-
-/// Removes the exchanges and queues of topology `prefix` from the broker (a benchmark run's
-/// own, so that nothing of it stays behind); what is already gone is skipped.
-pub async fn drop_topology(amqp_url: &str, prefix: &str) -> anyhow::Result<()> {
-    let connection = lapin::Connection::connect(amqp_url, Default::default()).await?;
-    let channel = connection.create_channel().await?;
-    let topology = engram_bus::Topology::new(prefix);
-    let mut queues = vec![topology.dead_letter_queue()];
-    for spec in engram_bus::queues::all(std::time::Duration::from_secs(1)) {
-        queues.push(topology.queue(spec.name));
-        queues.push(topology.delay_queue(spec.name));
-    }
-    for queue in queues {
-        let _ = channel.queue_delete(queue.into(), Default::default()).await;
-    }
-    for exchange in [
-        topology.events_exchange(),
-        topology.retry_exchange(),
-        topology.dead_letter_exchange(),
-    ] {
-        let _ = channel
-            .exchange_delete(exchange.into(), Default::default())
-            .await;
-    }
-    let _ = connection.close(200, "bye".into()).await;
     Ok(())
 }
 

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use engram_bench::bench::{HostSpeed, machine_summary, space_user};
 use engram_core::{Scope, SimHash};
-use engram_e2e::bench::{HostSpeed, machine_summary, space_user};
 use engram_proto::v1;
 use engram_proto::v1::ingest_service_client::IngestServiceClient;
 use hdrhistogram::Histogram;
@@ -109,7 +109,7 @@ async fn seed(url: &str, spaces: u32, per_space: u32, big: u32) -> anyhow::Resul
     .bind(i64::from(big))
     .execute(&mut connection)
     .await?;
-    engram_e2e::bench::settle_seed(&mut connection).await?;
+    engram_bench::bench::settle_seed(&mut connection).await?;
     eprintln!(
         "seeded {} entries in {:.0?}",
         u64::from(spaces) * u64::from(per_space) + u64::from(big),
@@ -572,7 +572,7 @@ async fn main() -> anyhow::Result<()> {
                  \"Trimmed at once\": new entries that scored lowest in their space and were trimmed by the soft cap \
                  in the same write (`REMEMBER_OUTCOME_TRIMMED_AT_CAPACITY`); \"trimmed\" counts every entry the soft \
                  cap removed. Writes answered in each second of the run: slowest {slowest_second}, median \
-                 {median_second}, fastest {fastest_second}. Host speed (`engram_e2e::bench::HostSpeed`, \
+                 {median_second}, fastest {fastest_second}. Host speed (`engram_bench::bench::HostSpeed`, \
                  independent of Engram; compare it across reports) before the load: {host_before}; after it: \
                  {host_after}.\n\n\
                  With {clients} clients each waiting for its answer before sending again, mean latency is {clients} / \

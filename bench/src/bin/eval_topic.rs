@@ -206,7 +206,7 @@ async fn main() -> anyhow::Result<()> {
         engram_server::settings::load_defaults_only(engram_ingest::IngestSettings::defaults())?;
     let mut embed = defaults.embed.clone();
     embed.provider = engram_embed::EmbedProvider::Local;
-    embed.model_dir = engram_e2e::local_model_dir();
+    embed.model_dir = engram_embed::installed_model_dir();
     // No service here: no requests for the model to wait for.
     let embedders =
         engram_recall::load_embedders(&embed.embedder_choice(&Default::default())).await?;
@@ -343,7 +343,7 @@ async fn main() -> anyhow::Result<()> {
         soft_pct = soft_share * 100.0,
         soft_rounded = (soft_chosen * 20.0).round() / 20.0,
     );
-    engram_e2e::eval::write_report(&args.report, &report)?;
+    engram_bench::eval::write_report(&args.report, &report)?;
     println!(
         "topic shift: sentence {reference:.2} → {reference_splits:.2} splits, {:.0} % junctions; token vectors {chosen:.2} → {chosen_splits:.2} splits, {:.0} % junctions; soft gap {soft_reference:.2} → {soft_chosen:.3}",
         reference_found * 100.0,

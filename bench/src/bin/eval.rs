@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
-use engram_e2e::eval::{eval_scope, merge_by_heads, ndcg_at, wait_for_embeddings, write_report};
+use engram_bench::eval::{eval_scope, merge_by_heads, ndcg_at, wait_for_embeddings, write_report};
 use engram_proto::v1;
 use engram_proto::v1::ingest_service_client::IngestServiceClient;
 use engram_proto::v1::retrieval_service_client::RetrievalServiceClient;

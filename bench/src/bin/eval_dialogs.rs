@@ -30,11 +30,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, anyhow, bail};
 use chrono::{DateTime, Utc};
 use clap::Parser;
-use engram_core::segmentation::{SegmentationRules, TurnView, close_segments};
-use engram_core::{ConversationId, SpeakerRole};
-use engram_e2e::eval::{
+use engram_bench::eval::{
     eval_scope, export_space, merge_by_heads, ndcg_at, wait_for_embeddings, write_report,
 };
+use engram_core::segmentation::{SegmentationRules, TurnView, close_segments};
+use engram_core::{ConversationId, SpeakerRole};
 use engram_proto::v1;
 use engram_proto::v1::ingest_service_client::IngestServiceClient;
 use engram_proto::v1::retrieval_service_client::RetrievalServiceClient;

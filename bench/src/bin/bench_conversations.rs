@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use chrono::{DateTime, TimeDelta, Utc};
 use clap::{Parser, Subcommand};
-use engram_e2e::bench::{HostSpeed, machine_summary};
+use engram_bench::bench::{HostSpeed, machine_summary};
 use engram_proto::v1;
 use engram_proto::v1::ingest_service_client::IngestServiceClient;
 use engram_proto::v1::retrieval_service_client::RetrievalServiceClient;
@@ -2346,7 +2346,7 @@ async fn write_report(inputs: ReportInputs<'_>) -> anyhow::Result<()> {
     let text = format!(
         "# Conversations benchmark\n\n\
          Produced by `{command_line}` on {date}.\n\n\
-         Machine: {machine}. Host speed (`engram_e2e::bench::HostSpeed`, independent of Engram) before the \
+         Machine: {machine}. Host speed (`engram_bench::bench::HostSpeed`, independent of Engram) before the \
          load: {host_before}; after it: {host_after}.\n\n\
          Postgres: shared_buffers {shared_buffers}, huge pages {huge_pages}, synchronous_commit {synchronous_commit}, \
          wal_writer_delay {wal_writer_delay}. A fresh database (`engram_bench_conversations`) for each run.\n\n\
@@ -2518,7 +2518,7 @@ async fn write_report(inputs: ReportInputs<'_>) -> anyhow::Result<()> {
         bm25_found = bm25.1,
         bm25_any = bm25.2,
     );
-    engram_e2e::eval::write_report(&args.report, &text)
+    engram_bench::eval::write_report(&args.report, &text)
 }
 
 #[tokio::main]
@@ -2528,6 +2528,6 @@ async fn main() -> anyhow::Result<()> {
         Command::DropTopology {
             amqp_url,
             topology_prefix,
-        } => engram_e2e::bench::drop_topology(&amqp_url, &topology_prefix).await,
+        } => engram_bench::bench::drop_topology(&amqp_url, &topology_prefix).await,
     }
 }

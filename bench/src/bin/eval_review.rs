@@ -217,7 +217,7 @@ async fn main() -> anyhow::Result<()> {
         engram_server::settings::load_defaults_only(engram_review::ReviewSettings::defaults())?;
     let mut embed = defaults.embed.clone();
     embed.provider = engram_embed::EmbedProvider::Local;
-    embed.model_dir = engram_e2e::local_model_dir();
+    embed.model_dir = engram_embed::installed_model_dir();
     let embedders = engram_recall::load_embedders(&embed.embedder_choice()).await?;
     let (Some(embedder), Some(sentence_embedder)) = (embedders.topic, embedders.text) else {
         anyhow::bail!("the local model is needed (make models)");
@@ -339,7 +339,7 @@ async fn main() -> anyhow::Result<()> {
         bn = best_score.1 * 100.0,
         matrix = matrix_table(&confusion(&measured, &configured)),
     );
-    engram_e2e::eval::write_report(&args.report, &report)?;
+    engram_bench::eval::write_report(&args.report, &report)?;
     println!(
         "defaults: {:.1} % balanced, {:.1} % exact, {:.1} % within one; best: w {:.1} hard {:.2} good {:.2} easy {:.2} topic {:.2} → {:.1} % balanced, {:.1} % / {:.1} %",
         configured_balanced * 100.0,
