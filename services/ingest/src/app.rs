@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use engram_proto::v1::ingest_service_server::IngestServiceServer;
-use engram_server::{GrpcServer, TokenRegistry};
+use engram_server::{Foundation, GrpcServer, TokenRegistry};
 use sqlx::PgPool;
 use tokio::sync::{Notify, watch};
 use tonic::service::Routes;
@@ -51,15 +51,37 @@ struct BusWorkers {
     segmentation: Option<SegmentationConsumer>,
 }
 
+impl BusWorkers {
+    fn new(
+        settings: &IngestSettings,
+        pool: &PgPool,
+        relay_wake: Arc<Notify>,
+        backfill: &Option<EmbeddingBackfill>,
+        segmenter: &Option<Segmenter>,
+    ) -> Self {
+        Self {
+            relay: OutboxRelay {
+                pool: pool.clone(),
+                settings: settings.amqp.clone(),
+                wake: relay_wake,
+            },
+            embedding: backfill.clone().map(|backfill| EmbeddingConsumer {
+                backfill,
+                settings: settings.amqp.clone(),
+                batch_size: settings.embed.batch_size.max(1),
+            }),
+            segmentation: segmenter.clone().map(|segmenter| SegmentationConsumer {
+                segmenter,
+                settings: settings.amqp.clone(),
+            }),
+        }
+    }
+}
+
 impl App {
     pub async fn build(settings: IngestSettings) -> anyhow::Result<Self> {
-        // Before any instrument is made: they report to the provider installed first.
-        engram_telemetry::metrics_registry();
-        let tokens = match &settings.auth.tokens_file {
-            Some(path) => TokenRegistry::from_file(path)?,
-            None => TokenRegistry::open(),
-        };
-        let pool = engram_server::database::connect(&settings.database).await?;
+        let Foundation { tokens, pool } =
+            Foundation::lay(&settings.auth, &settings.database).await?;
         // Turns and responses are counted in tokens: load the vocabulary before serving.
         tokio::task::spawn_blocking(engram_core::retrieval::budget::load_tokenizer).await?;
         let metrics = Arc::new(IngestMetrics::new());
@@ -97,35 +119,14 @@ impl App {
         let sweep_wake = Arc::new(Notify::new());
         let relay_wake = Arc::new(Notify::new());
         let segmentation_wake = Arc::new(Notify::new());
-        let backfill = match &embedder {
-            Some(embedder) => {
-                tracing::info!(model = %embedder.model_id(), bus = bus_enabled, "embedding backfill enabled");
-                let min_age = if bus_enabled {
-                    Duration::from_millis(settings.embed.sweep_min_age_ms)
-                } else {
-                    Duration::ZERO
-                };
-                Some(EmbeddingBackfill::new(
-                    pool.clone(),
-                    embedder.clone(),
-                    BackfillSettings {
-                        batch_size: settings.embed.batch_size.max(1),
-                        poll_interval: Duration::from_millis(settings.embed.poll_interval_ms),
-                        max_failures: settings.embed.max_failures,
-                        min_age,
-                        max_deferral: settings.embed.backfill_max_deferral(),
-                    },
-                    sweep_wake.clone(),
-                    metrics.clone(),
-                ))
-            }
-            None => {
-                tracing::warn!(
-                    "embedding backfill disabled: entries keep needs_embedding until an embedder runs"
-                );
-                None
-            }
-        };
+        let backfill = embedder.as_ref().map(|embedder| {
+            embedding_backfill(&settings, &pool, embedder, sweep_wake.clone(), &metrics)
+        });
+        if backfill.is_none() {
+            tracing::warn!(
+                "embedding backfill disabled: entries keep needs_embedding until an embedder runs"
+            );
+        }
         let hooks = BackfillHooks {
             new_entry_wake: if bus_enabled {
                 Some(relay_wake.clone())
@@ -144,40 +145,12 @@ impl App {
             hooks,
         )
         .with_recall(recall);
-        let segmenter = settings.segmentation.enabled.then(|| Segmenter {
-            pool: pool.clone(),
-            writer: writer.clone(),
-            topic_embedder: embedders.topic,
-            describer: Describer {
-                llm: llm.clone(),
-                metrics: metrics.clone(),
-                max_text_chars: settings.memory.max_text_chars,
-            },
-            consolidator: Consolidator {
-                pool: pool.clone(),
-                writer: writer.clone(),
-                llm,
-                metrics: metrics.clone(),
-            },
-            settings: Arc::new(settings.segmentation.clone()),
-            metrics: metrics.clone(),
-        });
-        let bus = bus_enabled.then(|| BusWorkers {
-            relay: OutboxRelay {
-                pool: pool.clone(),
-                settings: settings.amqp.clone(),
-                wake: relay_wake,
-            },
-            embedding: backfill.clone().map(|backfill| EmbeddingConsumer {
-                backfill,
-                settings: settings.amqp.clone(),
-                batch_size: settings.embed.batch_size.max(1),
-            }),
-            segmentation: segmenter.clone().map(|segmenter| SegmentationConsumer {
-                segmenter,
-                settings: settings.amqp.clone(),
-            }),
-        });
+        let segmenter = settings
+            .segmentation
+            .enabled
+            .then(|| segmenter(&settings, &pool, &writer, embedders.topic, llm, &metrics));
+        let bus = bus_enabled
+            .then(|| BusWorkers::new(&settings, &pool, relay_wake, &backfill, &segmenter));
         let retention = RetentionJob::new(
             pool.clone(),
             settings.retention.clone(),
@@ -301,5 +274,67 @@ async fn purge_expired_tombstones(pool: PgPool) {
             Ok(count) => tracing::info!(count, "purged expired tombstones"),
             Err(error) => tracing::warn!(%error, "cannot purge expired tombstones; will retry"),
         }
+    }
+}
+
+/// The embedding backfill: with the bus, new entries are embedded by the consumer and the sweep
+/// only takes what is older than `sweep_min_age_ms` (lost messages, broker down); without it,
+/// the write path wakes the sweep directly.
+fn embedding_backfill(
+    settings: &IngestSettings,
+    pool: &PgPool,
+    embedder: &Arc<dyn engram_embed::Embedder>,
+    sweep_wake: Arc<Notify>,
+    metrics: &Arc<IngestMetrics>,
+) -> EmbeddingBackfill {
+    let bus_enabled = settings.amqp.enabled;
+    tracing::info!(model = %embedder.model_id(), bus = bus_enabled, "embedding backfill enabled");
+    let min_age = if bus_enabled {
+        Duration::from_millis(settings.embed.sweep_min_age_ms)
+    } else {
+        Duration::ZERO
+    };
+    EmbeddingBackfill::new(
+        pool.clone(),
+        embedder.clone(),
+        BackfillSettings {
+            batch_size: settings.embed.batch_size.max(1),
+            poll_interval: Duration::from_millis(settings.embed.poll_interval_ms),
+            max_failures: settings.embed.max_failures,
+            min_age,
+            max_deferral: settings.embed.backfill_max_deferral(),
+        },
+        sweep_wake,
+        metrics.clone(),
+    )
+}
+
+/// Segmentation and what it runs: the describer (titles and summaries) and the consolidator
+/// (facts), by the LLM when one is configured, else by the local rules.
+fn segmenter(
+    settings: &IngestSettings,
+    pool: &PgPool,
+    writer: &MemoryWriter,
+    topic_embedder: Option<Arc<dyn engram_embed::Embedder>>,
+    llm: Option<engram_llm::ChatClient>,
+    metrics: &Arc<IngestMetrics>,
+) -> Segmenter {
+    Segmenter {
+        pool: pool.clone(),
+        writer: writer.clone(),
+        topic_embedder,
+        describer: Describer {
+            llm: llm.clone(),
+            metrics: metrics.clone(),
+            max_text_chars: settings.memory.max_text_chars,
+        },
+        consolidator: Consolidator {
+            pool: pool.clone(),
+            writer: writer.clone(),
+            llm,
+            metrics: metrics.clone(),
+        },
+        settings: Arc::new(settings.segmentation.clone()),
+        metrics: metrics.clone(),
     }
 }

@@ -105,114 +105,17 @@ impl MemoryWriter {
             });
         };
         tracing::info!(command = ?command, "memory command recognised");
-        if let MemoryCommand::Recall(topic) = &command {
-            return self
-                .recall_topic(scope, conversation, command.clone(), topic)
-                .await;
-        }
         match command.clone() {
+            MemoryCommand::Recall(topic) => {
+                self.recall_topic(scope, conversation, command, &topic)
+                    .await
+            }
             MemoryCommand::ForgetLast | MemoryCommand::PinLast => {
-                let forget = command == MemoryCommand::ForgetLast;
-                // Nothing said in an incognito chat or while memory is off was saved, so "that"
-                // cannot be an older memory: acting on one would delete or pin what the user did
-                // not mean.
-                if let Some(reply) = self.why_nothing_is_saved_now(scope, conversation).await? {
-                    return Ok(CommandOutcome::not_applied(command, reply));
-                }
-                let last = match self.last_written(scope, conversation).await? {
-                    LastWritten::Stored(id) => MemoryId::from_uuid(id),
-                    LastWritten::Gone => {
-                        return Ok(CommandOutcome::not_applied(command, ALREADY_GONE));
-                    }
-                    LastWritten::BeforePrivacyChange => {
-                        return Ok(CommandOutcome::not_applied(
-                            command,
-                            "Nothing from this conversation has been saved since incognito or memory was switched, so I left older memories alone.",
-                        ));
-                    }
-                    LastWritten::AfterSuppressedWrite => {
-                        return Ok(CommandOutcome::not_applied(
-                            command,
-                            "What you last asked me to remember here was not saved (you had asked me to forget it), so I left older memories alone.",
-                        ));
-                    }
-                    LastWritten::Nothing => {
-                        return Ok(CommandOutcome::not_applied(
-                            command,
-                            "Nothing from this conversation is in memory.",
-                        ));
-                    }
-                };
-                // A concurrent "forget that" (a client's retry) may take the entry between the
-                // lookup and here: that is the same answer as finding it gone.
-                let already_gone = || CommandOutcome::not_applied(command.clone(), ALREADY_GONE);
-                if forget {
-                    match self.forget(scope, last, Some(conversation)).await {
-                        Ok(forgotten) => Ok(CommandOutcome::done(
-                            command,
-                            "Forgotten.",
-                            Some(forgotten.memory),
-                        )),
-                        Err(IngestError::NotFound(_)) => Ok(already_gone()),
-                        Err(error) => Err(error),
-                    }
-                } else {
-                    match self.set_pinned(scope, last, true, Some(conversation)).await {
-                        Ok(pinned) => Ok(CommandOutcome::done(command, "Pinned.", Some(pinned))),
-                        Err(IngestError::NotFound(_)) => Ok(already_gone()),
-                        Err(error) => Err(error),
-                    }
-                }
+                self.act_on_last_written(scope, conversation, command).await
             }
             MemoryCommand::Remember(content) => {
-                let text = MemoryText::parse("message", &content, self.settings.max_text_chars)?;
-                let result = self
-                    .remember(RememberCommand {
-                        manually_saved: true,
-                        conversation: Some(conversation),
-                        valid_at: said_at,
-                        ..RememberCommand::plain(scope.clone(), text)
-                    })
-                    .await?;
-                let (applied, reply, memory) = match &result {
-                    RememberResult::Created { memory, .. } => {
-                        (true, "Saved to memory.", Some(memory.clone()))
-                    }
-                    RememberResult::Merged { memory } => (
-                        true,
-                        "Already in memory; marked as important.",
-                        Some(memory.clone()),
-                    ),
-                    RememberResult::SuppressedByTombstone { .. } => (
-                        false,
-                        "You asked me to forget this less than a day ago, so it was not saved.",
-                        None,
-                    ),
-                    RememberResult::SkippedMemoryDisabled => (
-                        false,
-                        "Memory is off for this space, so nothing was saved.",
-                        None,
-                    ),
-                    RememberResult::SkippedIncognito => (
-                        false,
-                        "This conversation is incognito, so nothing was saved.",
-                        None,
-                    ),
-                    // Not reached today (a spoken "remember" is manually saved, so never trimmed);
-                    // every outcome still gets a true reply.
-                    RememberResult::TrimmedAtCapacity { .. } => (
-                        false,
-                        "Memory for this space is full of pinned or saved entries, so this was not kept.",
-                        None,
-                    ),
-                };
-                Ok(CommandOutcome {
-                    command: Some(command),
-                    applied,
-                    reply: reply.into(),
-                    memory,
-                    remember: Some(result),
-                })
+                self.remember_said(scope, conversation, command, &content, said_at)
+                    .await
             }
             MemoryCommand::MemoryOff | MemoryCommand::MemoryOn => {
                 let enabled = command == MemoryCommand::MemoryOn;
@@ -229,7 +132,6 @@ impl MemoryWriter {
                 };
                 Ok(CommandOutcome::done(command, reply, None))
             }
-            MemoryCommand::Recall(_) => unreachable!("answered above"),
             MemoryCommand::IncognitoStart | MemoryCommand::IncognitoEnd => {
                 let incognito = command == MemoryCommand::IncognitoStart;
                 self.set_incognito(scope, conversation, incognito).await?;
@@ -241,6 +143,87 @@ impl MemoryWriter {
                 Ok(CommandOutcome::done(command, reply, None))
             }
         }
+    }
+
+    /// "Forget that" / "pin this": the last memory written from this conversation, if it is
+    /// still the one the user means.
+    async fn act_on_last_written(
+        &self,
+        scope: &Scope,
+        conversation: ConversationId,
+        command: MemoryCommand,
+    ) -> Result<CommandOutcome, IngestError> {
+        // Nothing said in an incognito chat or while memory is off was saved, so "that" cannot be
+        // an older memory: acting on one would delete or pin what the user did not mean.
+        if let Some(reply) = self.why_nothing_is_saved_now(scope, conversation).await? {
+            return Ok(CommandOutcome::not_applied(command, reply));
+        }
+        let last = match self.last_written(scope, conversation).await? {
+            LastWritten::Stored(id) => MemoryId::from_uuid(id),
+            LastWritten::Gone => return Ok(CommandOutcome::not_applied(command, ALREADY_GONE)),
+            LastWritten::BeforePrivacyChange => {
+                return Ok(CommandOutcome::not_applied(
+                    command,
+                    "Nothing from this conversation has been saved since incognito or memory was switched, so I left older memories alone.",
+                ));
+            }
+            LastWritten::AfterSuppressedWrite => {
+                return Ok(CommandOutcome::not_applied(
+                    command,
+                    "What you last asked me to remember here was not saved (you had asked me to forget it), so I left older memories alone.",
+                ));
+            }
+            LastWritten::Nothing => {
+                return Ok(CommandOutcome::not_applied(
+                    command,
+                    "Nothing from this conversation is in memory.",
+                ));
+            }
+        };
+        // A concurrent "forget that" (a client's retry) may take the entry between the lookup
+        // and here: that is the same answer as finding it gone.
+        let acted = if command == MemoryCommand::ForgetLast {
+            self.forget(scope, last, Some(conversation))
+                .await
+                .map(|forgotten| ("Forgotten.", forgotten.memory))
+        } else {
+            self.set_pinned(scope, last, true, Some(conversation))
+                .await
+                .map(|pinned| ("Pinned.", pinned))
+        };
+        match acted {
+            Ok((reply, memory)) => Ok(CommandOutcome::done(command, reply, Some(memory))),
+            Err(IngestError::NotFound(_)) => Ok(CommandOutcome::not_applied(command, ALREADY_GONE)),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// "Remember that …": saved as the user's own, from when it was said.
+    async fn remember_said(
+        &self,
+        scope: &Scope,
+        conversation: ConversationId,
+        command: MemoryCommand,
+        content: &str,
+        said_at: Option<DateTime<Utc>>,
+    ) -> Result<CommandOutcome, IngestError> {
+        let text = MemoryText::parse("message", content, self.settings.max_text_chars)?;
+        let result = self
+            .remember(RememberCommand {
+                manually_saved: true,
+                conversation: Some(conversation),
+                valid_at: said_at,
+                ..RememberCommand::plain(scope.clone(), text)
+            })
+            .await?;
+        let (applied, reply, memory) = remember_reply(&result);
+        Ok(CommandOutcome {
+            command: Some(command),
+            applied,
+            reply: reply.into(),
+            memory,
+            remember: Some(result),
+        })
     }
 
     /// Why nothing from this conversation is being saved right now (memory is off, or the chat
@@ -270,5 +253,39 @@ impl MemoryWriter {
     ) -> Result<LastWritten, IngestError> {
         let mut connection = self.pool.acquire().await?;
         Ok(audit::last_written_in_conversation(&mut connection, scope, conversation).await?)
+    }
+}
+
+/// What the assistant is told a spoken "remember" did: whether it was kept, the reply, the entry.
+fn remember_reply(result: &RememberResult) -> (bool, &'static str, Option<MemoryRecord>) {
+    match result {
+        RememberResult::Created { memory, .. } => (true, "Saved to memory.", Some(memory.clone())),
+        RememberResult::Merged { memory } => (
+            true,
+            "Already in memory; marked as important.",
+            Some(memory.clone()),
+        ),
+        RememberResult::SuppressedByTombstone { .. } => (
+            false,
+            "You asked me to forget this less than a day ago, so it was not saved.",
+            None,
+        ),
+        RememberResult::SkippedMemoryDisabled => (
+            false,
+            "Memory is off for this space, so nothing was saved.",
+            None,
+        ),
+        RememberResult::SkippedIncognito => (
+            false,
+            "This conversation is incognito, so nothing was saved.",
+            None,
+        ),
+        // Not reached today (a spoken "remember" is manually saved, so never trimmed); every
+        // outcome still gets a true reply.
+        RememberResult::TrimmedAtCapacity { .. } => (
+            false,
+            "Memory for this space is full of pinned or saved entries, so this was not kept.",
+            None,
+        ),
     }
 }

@@ -30,29 +30,22 @@ enum Command {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let settings = IngestSettings::load()
-        .map_err(|error| anyhow::anyhow!("invalid configuration: {error}"))?;
-    let telemetry = engram_telemetry::init_telemetry("engram-ingest")?;
-
-    let result = match cli.command.unwrap_or(Command::Serve) {
-        Command::Migrate => {
-            let mut settings = settings;
-            settings.database.run_migrations = true;
-            engram_server::database::connect(&settings.database)
-                .await
-                .map(|pool| {
-                    tracing::info!("migrations applied");
-                    drop(pool);
-                })
+    let command = cli.command.unwrap_or(Command::Serve);
+    engram_server::run_service("engram-ingest", IngestSettings::load(), |settings| async {
+        match command {
+            Command::Migrate => {
+                let mut settings = settings;
+                settings.database.run_migrations = true;
+                let pool = engram_server::database::connect(&settings.database).await?;
+                tracing::info!("migrations applied");
+                drop(pool);
+                Ok(())
+            }
+            Command::Serve => {
+                let app = App::build(settings).await?;
+                app.run_until(engram_server::shutdown_signal()).await
+            }
         }
-        Command::Serve => match App::build(settings).await {
-            Ok(app) => app.run_until(engram_server::shutdown_signal()).await,
-            Err(error) => Err(error),
-        },
-    };
-    if let Err(error) = &result {
-        tracing::error!(error = format!("{error:#}"), "ingest stopped with an error");
-    }
-    telemetry.shutdown();
-    result
+    })
+    .await
 }

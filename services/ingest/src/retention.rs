@@ -94,6 +94,12 @@ pub struct RunReport {
     pub took: Duration,
 }
 
+/// What a run did in each space of one page, and which spaces failed.
+struct PageRun {
+    runs: Vec<SpaceRun>,
+    failed: Vec<bool>,
+}
+
 impl RunReport {
     /// Entries deleted (AGE and INACTIVE), in every space.
     pub fn entries_deleted(&self) -> u64 {
@@ -337,119 +343,155 @@ impl RetentionJob {
                     }
                 })
                 .collect();
-            let work = match store::work_due(&self.pool, &cutoffs).await {
-                Ok(work) => work,
-                Err(error) => {
-                    tracing::warn!(%error, spaces = page.len(), "retention could not read a page's work; the next run retries it");
-                    report.failed_spaces += page.len() as u64;
-                    continue;
+            self.run_page(&cutoffs, now, stop, &mut report).await;
+        }
+    }
+
+    /// One page of spaces: what is due in each, the deletions by age and by inactivity, then
+    /// the per-space steps; a space that fails is counted and left to the next run.
+    async fn run_page(
+        &self,
+        cutoffs: &[SpaceCutoffs<'_>],
+        now: DateTime<Utc>,
+        stop: &watch::Receiver<bool>,
+        report: &mut RunReport,
+    ) {
+        let work = match store::work_due(&self.pool, cutoffs).await {
+            Ok(work) => work,
+            Err(error) => {
+                tracing::warn!(%error, spaces = cutoffs.len(), "retention could not read a page's work; the next run retries it");
+                report.failed_spaces += cutoffs.len() as u64;
+                return;
+            }
+        };
+        let mut page = PageRun {
+            runs: vec![SpaceRun::default(); cutoffs.len()],
+            failed: vec![false; cutoffs.len()],
+        };
+        // Deletions by age, then by inactivity, many spaces per transaction.
+        for (reason, rule) in [
+            (DeletionReason::Age, DueBy::Age),
+            (DeletionReason::Inactive, DueBy::Inactivity),
+        ] {
+            self.delete_due(cutoffs, &work, reason, rule, stop, &mut page)
+                .await;
+        }
+        self.run_per_space_steps(cutoffs, &work, now, stop, &mut page)
+            .await;
+        if let Err(error) = self.audit_runs(cutoffs, &page.runs, now).await {
+            // What was deleted is audited entry by entry; the page's summaries are lost.
+            tracing::warn!(%error, "retention could not audit a page's run summaries");
+        }
+        report.failed_spaces += page.failed.iter().filter(|failed| **failed).count() as u64;
+        report.spaces.extend(
+            cutoffs
+                .iter()
+                .zip(page.runs)
+                .filter(|(_, run)| !run.is_empty())
+                .map(|(space, run)| (space.scope.clone(), run)),
+        );
+    }
+
+    /// The deletions `rule` makes due in the page's spaces, a group of spaces per transaction.
+    async fn delete_due(
+        &self,
+        cutoffs: &[SpaceCutoffs<'_>],
+        work: &[SpaceWork],
+        reason: DeletionReason,
+        rule: DueBy,
+        stop: &watch::Receiver<bool>,
+        page: &mut PageRun,
+    ) {
+        let due: Vec<(usize, DateTime<Utc>)> = cutoffs
+            .iter()
+            .zip(work)
+            .enumerate()
+            .filter_map(|(index, (space, work))| match rule {
+                DueBy::Age if work.past_max_age => {
+                    space.entries.created_before.map(|cutoff| (index, cutoff))
                 }
+                DueBy::Inactivity if work.inactive => {
+                    space.entries.inactive_before.map(|cutoff| (index, cutoff))
+                }
+                _ => None,
+            })
+            .collect();
+        let record = |runs: &mut [SpaceRun], deleted: Vec<(usize, u64)>| {
+            for (index, count) in deleted {
+                match reason {
+                    DeletionReason::Age => runs[index].past_max_age += count,
+                    _ => runs[index].inactive += count,
+                }
+            }
+        };
+        // A round never takes more than `batch` entries, so never more spaces either.
+        let group_size = GROUP_SPACES.min(self.settings.batch.max(1) as usize);
+        for group in due.chunks(group_size) {
+            let (deleted, outcome) = self.delete_group(cutoffs, group, reason, rule, stop).await;
+            record(&mut page.runs, deleted);
+            let Err(error) = outcome else {
+                continue;
             };
-            let mut runs = vec![SpaceRun::default(); page.len()];
-            let mut failed = vec![false; page.len()];
-
-            // Deletions by age, then by inactivity, many spaces per transaction.
-            for (reason, rule) in [
-                (DeletionReason::Age, DueBy::Age),
-                (DeletionReason::Inactive, DueBy::Inactivity),
-            ] {
-                let due: Vec<(usize, DateTime<Utc>)> = cutoffs
-                    .iter()
-                    .zip(&work)
-                    .enumerate()
-                    .filter_map(|(index, (space, work))| match rule {
-                        DueBy::Age if work.past_max_age => {
-                            space.entries.created_before.map(|cutoff| (index, cutoff))
-                        }
-                        DueBy::Inactivity if work.inactive => {
-                            space.entries.inactive_before.map(|cutoff| (index, cutoff))
-                        }
-                        _ => None,
-                    })
-                    .collect();
-                // A round never takes more than `batch` entries, so never more spaces either.
-                let group_size = GROUP_SPACES.min(self.settings.batch.max(1) as usize);
-                for group in due.chunks(group_size) {
-                    let (deleted, outcome) =
-                        self.delete_group(&cutoffs, group, reason, rule, stop).await;
-                    let mut record = |deleted: Vec<(usize, u64)>| {
-                        for (index, count) in deleted {
-                            match reason {
-                                DeletionReason::Age => runs[index].past_max_age += count,
-                                _ => runs[index].inactive += count,
-                            }
-                        }
-                    };
-                    record(deleted);
-                    let Err(error) = outcome else {
-                        continue;
-                    };
-                    // One space's failure (a deadlock, a statement timeout) must not hold back
-                    // the others of its group: each is tried again alone, and only those that
-                    // fail alone count as failed (the next run retries them).
-                    tracing::warn!(%error, spaces = group.len(), "retention deletions failed in a group of spaces; trying them one by one");
-                    for single in group.chunks(1) {
-                        let (deleted, outcome) = self
-                            .delete_group(&cutoffs, single, reason, rule, stop)
-                            .await;
-                        record(deleted);
-                        if let Err(error) = outcome {
-                            let index = single[0].0;
-                            failed[index] = true;
-                            tracing::warn!(
-                                %error,
-                                user_id = %cutoffs[index].scope.user_id,
-                                space = %cutoffs[index].scope.space,
-                                "retention deletions failed in a space; the next run retries it"
-                            );
-                        }
-                    }
+            // One space's failure (a deadlock, a statement timeout) must not hold back the
+            // others of its group: each is tried again alone, and only those that fail alone
+            // count as failed (the next run retries them).
+            tracing::warn!(%error, spaces = group.len(), "retention deletions failed in a group of spaces; trying them one by one");
+            for single in group.chunks(1) {
+                let (deleted, outcome) =
+                    self.delete_group(cutoffs, single, reason, rule, stop).await;
+                record(&mut page.runs, deleted);
+                if let Err(error) = outcome {
+                    let index = single[0].0;
+                    page.failed[index] = true;
+                    tracing::warn!(
+                        %error,
+                        user_id = %cutoffs[index].scope.user_id,
+                        space = %cutoffs[index].scope.space,
+                        "retention deletions failed in a space; the next run retries it"
+                    );
                 }
             }
+        }
+    }
 
-            // The steps that are rare and per space (turns, finding inactive entries), a few
-            // spaces at a time. The futures are gathered first: a stream over the iterator's
-            // closures would not be Send across the await.
-            let mut per_space = Vec::new();
-            for (index, (space, work)) in cutoffs.iter().zip(&work).enumerate() {
-                if work.turns || work.becoming_inactive || work.reactivate {
-                    per_space.push(self.indexed_run(index, space, *work, now, stop));
+    /// The steps that are rare and per space (turns, finding inactive entries), a few spaces at
+    /// a time.
+    async fn run_per_space_steps(
+        &self,
+        cutoffs: &[SpaceCutoffs<'_>],
+        work: &[SpaceWork],
+        now: DateTime<Utc>,
+        stop: &watch::Receiver<bool>,
+        page: &mut PageRun,
+    ) {
+        // The futures are gathered first: a stream over the iterator's closures would not be
+        // Send across the await.
+        let mut per_space = Vec::new();
+        for (index, (space, work)) in cutoffs.iter().zip(work).enumerate() {
+            if work.turns || work.becoming_inactive || work.reactivate {
+                per_space.push(self.indexed_run(index, space, *work, now, stop));
+            }
+        }
+        let finished: Vec<(usize, Result<SpaceRun, IngestError>)> =
+            futures::stream::iter(per_space)
+                .buffer_unordered(self.settings.concurrency.max(1))
+                .collect()
+                .await;
+        for (index, run) in finished {
+            match run {
+                Ok(run) => page.runs[index].add(run),
+                // One space's failure (a statement timeout, say) must not hold back the others;
+                // the next run tries it again.
+                Err(error) => {
+                    page.failed[index] = true;
+                    tracing::warn!(
+                        %error,
+                        user_id = %cutoffs[index].scope.user_id,
+                        space = %cutoffs[index].scope.space,
+                        "retention of a space failed; the next run retries it"
+                    );
                 }
             }
-            let finished: Vec<(usize, Result<SpaceRun, IngestError>)> =
-                futures::stream::iter(per_space)
-                    .buffer_unordered(self.settings.concurrency.max(1))
-                    .collect()
-                    .await;
-            for (index, run) in finished {
-                match run {
-                    Ok(run) => runs[index].add(run),
-                    // One space's failure (a statement timeout, say) must not hold back the
-                    // others; the next run tries it again.
-                    Err(error) => {
-                        failed[index] = true;
-                        tracing::warn!(
-                            %error,
-                            user_id = %cutoffs[index].scope.user_id,
-                            space = %cutoffs[index].scope.space,
-                            "retention of a space failed; the next run retries it"
-                        );
-                    }
-                }
-            }
-
-            if let Err(error) = self.audit_runs(&cutoffs, &runs, now).await {
-                // What was deleted is audited entry by entry; the page's summaries are lost.
-                tracing::warn!(%error, "retention could not audit a page's run summaries");
-            }
-            report.failed_spaces += failed.iter().filter(|failed| **failed).count() as u64;
-            report.spaces.extend(
-                cutoffs
-                    .iter()
-                    .zip(runs)
-                    .filter(|(_, run)| !run.is_empty())
-                    .map(|(space, run)| (space.scope.clone(), run)),
-            );
         }
     }
 

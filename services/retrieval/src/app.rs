@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use engram_proto::v1::retrieval_service_server::RetrievalServiceServer;
 use engram_recall::Recall;
-use engram_server::{GrpcServer, TokenRegistry};
+use engram_server::{Foundation, GrpcServer, TokenRegistry};
 use sqlx::PgPool;
 use tonic::service::Routes;
 
@@ -25,13 +25,8 @@ pub struct App {
 
 impl App {
     pub async fn build(settings: RetrievalSettings) -> anyhow::Result<Self> {
-        // Before any instrument is made: they report to the provider installed first.
-        engram_telemetry::metrics_registry();
-        let tokens = match &settings.auth.tokens_file {
-            Some(path) => TokenRegistry::from_file(path)?,
-            None => TokenRegistry::open(),
-        };
-        let pool = engram_server::database::connect(&settings.database).await?;
+        let Foundation { tokens, pool } =
+            Foundation::lay(&settings.auth, &settings.database).await?;
         // Turns and responses are counted in tokens: load the vocabulary before serving.
         tokio::task::spawn_blocking(engram_core::retrieval::budget::load_tokenizer).await?;
         let embedders = engram_recall::load_embedders(&settings.embed.embedder_choice()).await?;

@@ -20,19 +20,13 @@ struct Cli {}
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     Cli::parse();
-    let settings = RetrievalSettings::load()
-        .map_err(|error| anyhow::anyhow!("invalid configuration: {error}"))?;
-    let telemetry = engram_telemetry::init_telemetry("engram-retrieval")?;
-    let result = match App::build(settings).await {
-        Ok(app) => app.run_until(engram_server::shutdown_signal()).await,
-        Err(error) => Err(error),
-    };
-    if let Err(error) = &result {
-        tracing::error!(
-            error = format!("{error:#}"),
-            "retrieval stopped with an error"
-        );
-    }
-    telemetry.shutdown();
-    result
+    engram_server::run_service(
+        "engram-retrieval",
+        RetrievalSettings::load(),
+        |settings| async {
+            let app = App::build(settings).await?;
+            app.run_until(engram_server::shutdown_signal()).await
+        },
+    )
+    .await
 }

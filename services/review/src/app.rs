@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use engram_proto::v1::review_service_server::ReviewServiceServer;
-use engram_server::{GrpcServer, TokenRegistry};
+use engram_server::{Foundation, GrpcServer, TokenRegistry};
 use sqlx::PgPool;
 use tokio::sync::watch;
 use tonic::service::Routes;
@@ -30,13 +30,8 @@ pub struct App {
 
 impl App {
     pub async fn build(settings: ReviewSettings) -> anyhow::Result<Self> {
-        // Before any instrument is made: they report to the provider installed first.
-        engram_telemetry::metrics_registry();
-        let tokens = match &settings.auth.tokens_file {
-            Some(path) => TokenRegistry::from_file(path)?,
-            None => TokenRegistry::open(),
-        };
-        let pool = engram_server::database::connect(&settings.database).await?;
+        let Foundation { tokens, pool } =
+            Foundation::lay(&settings.auth, &settings.database).await?;
         // The local grader compares memories with turns by topic; the search embeddings are not
         // its business.
         let embedder = engram_recall::load_embedders(&settings.embed.embedder_choice())

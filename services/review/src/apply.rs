@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use engram_core::review::{FsrsState, Rating, next_state};
 use engram_core::{MemoryKind, Scope};
 use engram_store::audit::{self, AuditAction};
-use engram_store::reviews::{self, NewState, ReviewRecord, SegmentReviews};
+use engram_store::reviews::{self, NewState, ReviewRecord, ReviewState, SegmentReviews};
 use engram_store::spaces;
 use serde_json::json;
 use sqlx::PgPool;
@@ -109,44 +109,7 @@ pub async fn apply(
     let memory_off = !spaces::get_for_share(&mut transaction, scope)
         .await?
         .memory_enabled;
-    let mut outcomes = Vec::with_capacity(graded.len());
-    for graded in graded {
-        let Some(memory) = states.iter().find(|state| state.id == graded.memory_id) else {
-            let mut gone = outcome(graded, None);
-            gone.skipped_reason = Some(GONE);
-            outcomes.push(gone);
-            continue;
-        };
-        let before = match (memory.stability, memory.difficulty) {
-            (Some(stability), Some(difficulty)) => Some(FsrsState {
-                stability,
-                difficulty,
-            }),
-            _ => None,
-        };
-        let mut result = outcome(graded, before);
-        let episode = MemoryKind::from_stored(&memory.kind) == Some(MemoryKind::Episodic);
-        let stale = memory
-            .last_reviewed_at
-            .is_some_and(|last| origin.reviewed_at <= last);
-        if !episode {
-            result.skipped_reason = Some(NOT_AN_EPISODE);
-        } else if stale {
-            result.skipped_reason = Some(STALE);
-        } else {
-            let elapsed = memory
-                .last_reviewed_at
-                .map_or(0, |last| days_between(last, origin.reviewed_at));
-            let after = next_state(before, graded.rating, elapsed, desired_retention).map_err(
-                |reason| {
-                    ReviewError::FailedPrecondition(format!("FSRS refused the review: {reason}"))
-                },
-            )?;
-            result.after = Some(after);
-            result.applied = true;
-        }
-        outcomes.push(result);
-    }
+    let mut outcomes = rate(&states, graded, origin.reviewed_at, desired_retention)?;
     let recording_refused = if dry_run {
         Some(DRY_RUN)
     } else if memory_off {
@@ -174,78 +137,23 @@ pub async fn apply(
         .iter()
         .map(|&index| queries(outcomes[index].memory_id))
         .collect();
-    let records = present
-        .iter()
-        .zip(&memory_queries)
-        .map(|(&index, queries)| {
-            let result = &outcomes[index];
-            ReviewRecord {
-                memory_id: result.memory_id,
-                rating: result.rating.as_str(),
-                graded_by: &result.graded_by,
-                applied: result.applied,
-                stability_before: result.before.map(|s| s.stability),
-                stability_after: result.after.map(|s| s.stability),
-                difficulty_before: result.before.map(|s| s.difficulty),
-                difficulty_after: result.after.map(|s| s.difficulty),
-                queries,
-            }
-        })
-        .collect();
-    let recorded = reviews::record(
-        &mut transaction,
-        scope,
-        &SegmentReviews {
-            segment_id: origin.segment_id,
-            conversation_id: origin.conversation_id,
-            reviewed_at: origin.reviewed_at,
-            reviews: records,
-        },
-    )
-    .await?;
-
-    let mut new_states = Vec::new();
-    let mut audited = Vec::new();
-    for &index in &present {
-        let result = &mut outcomes[index];
-        if !recorded.contains(&result.memory_id) {
-            metrics.record_redelivered();
-            result.applied = false;
-            result.after = None;
-            result.skipped_reason = Some(REDELIVERED);
-            continue;
-        }
-        if let Some(after) = result.after {
-            new_states.push(NewState {
-                memory_id: result.memory_id,
-                stability: after.stability,
-                difficulty: after.difficulty,
-            });
-        }
-        audited.push((
-            result.memory_id,
-            json!({
-                "rating": result.rating.as_str(),
-                "graded_by": result.graded_by,
-                "evidence": result.evidence,
-                "segment": origin.segment_id,
-                "applied": result.applied,
-                "skipped": result.skipped_reason,
-                "stability_before": result.before.map(|s| s.stability),
-                "stability_after": result.after.map(|s| s.stability),
-                "difficulty_before": result.before.map(|s| s.difficulty),
-                "difficulty_after": result.after.map(|s| s.difficulty),
-            }),
-        ));
-    }
+    let reviews = SegmentReviews {
+        segment_id: origin.segment_id,
+        conversation_id: origin.conversation_id,
+        reviewed_at: origin.reviewed_at,
+        reviews: review_records(&outcomes, &present, &memory_queries),
+    };
+    let recorded = reviews::record(&mut transaction, scope, &reviews).await?;
+    let (new_states, audited) = what_changed(&mut outcomes, &present, &recorded, origin, metrics);
     reviews::update_states(&mut transaction, scope, &new_states, origin.reviewed_at).await?;
+    let conversation = origin
+        .conversation_id
+        .map(engram_core::ConversationId::from_uuid);
     audit::append_each(
         &mut transaction,
         scope,
         AuditAction::Review,
-        origin
-            .conversation_id
-            .map(engram_core::ConversationId::from_uuid),
+        conversation,
         &audited,
     )
     .await?;
@@ -261,6 +169,130 @@ pub async fn apply(
         }
     }
     Ok(outcomes)
+}
+
+/// Each rating's outcome against the memory's locked state: gone, not an episode, stale, or the
+/// FSRS state it leads to.
+fn rate(
+    states: &[ReviewState],
+    graded: &[Graded],
+    reviewed_at: DateTime<Utc>,
+    desired_retention: f32,
+) -> Result<Vec<Outcome>, ReviewError> {
+    let mut outcomes = Vec::with_capacity(graded.len());
+    for graded in graded {
+        let Some(memory) = states.iter().find(|state| state.id == graded.memory_id) else {
+            let mut gone = outcome(graded, None);
+            gone.skipped_reason = Some(GONE);
+            outcomes.push(gone);
+            continue;
+        };
+        let before = match (memory.stability, memory.difficulty) {
+            (Some(stability), Some(difficulty)) => Some(FsrsState {
+                stability,
+                difficulty,
+            }),
+            _ => None,
+        };
+        let mut result = outcome(graded, before);
+        let episode = MemoryKind::from_stored(&memory.kind) == Some(MemoryKind::Episodic);
+        let stale = memory
+            .last_reviewed_at
+            .is_some_and(|last| reviewed_at <= last);
+        if !episode {
+            result.skipped_reason = Some(NOT_AN_EPISODE);
+        } else if stale {
+            result.skipped_reason = Some(STALE);
+        } else {
+            let elapsed = memory
+                .last_reviewed_at
+                .map_or(0, |last| days_between(last, reviewed_at));
+            let after = next_state(before, graded.rating, elapsed, desired_retention).map_err(
+                |reason| {
+                    ReviewError::FailedPrecondition(format!("FSRS refused the review: {reason}"))
+                },
+            )?;
+            result.after = Some(after);
+            result.applied = true;
+        }
+        outcomes.push(result);
+    }
+    Ok(outcomes)
+}
+
+/// The review rows of the memories still present (`present` indexes `outcomes`).
+fn review_records<'a>(
+    outcomes: &'a [Outcome],
+    present: &[usize],
+    memory_queries: &'a [Vec<String>],
+) -> Vec<ReviewRecord<'a>> {
+    present
+        .iter()
+        .zip(memory_queries)
+        .map(|(&index, queries)| {
+            let result = &outcomes[index];
+            ReviewRecord {
+                memory_id: result.memory_id,
+                rating: result.rating.as_str(),
+                graded_by: &result.graded_by,
+                applied: result.applied,
+                stability_before: result.before.map(|s| s.stability),
+                stability_after: result.after.map(|s| s.stability),
+                difficulty_before: result.before.map(|s| s.difficulty),
+                difficulty_after: result.after.map(|s| s.difficulty),
+                queries,
+            }
+        })
+        .collect()
+}
+
+/// The states to write and the audit events, for the reviews recorded now; a review recorded
+/// before (a redelivery) changes nothing and its outcome says so.
+fn what_changed(
+    outcomes: &mut [Outcome],
+    present: &[usize],
+    recorded: &[Uuid],
+    origin: ReviewOrigin,
+    metrics: &ReviewMetrics,
+) -> (Vec<NewState>, Vec<(Uuid, serde_json::Value)>) {
+    let mut new_states = Vec::new();
+    let mut audited = Vec::new();
+    for &index in present {
+        let result = &mut outcomes[index];
+        if !recorded.contains(&result.memory_id) {
+            metrics.record_redelivered();
+            result.applied = false;
+            result.after = None;
+            result.skipped_reason = Some(REDELIVERED);
+            continue;
+        }
+        if let Some(after) = result.after {
+            new_states.push(NewState {
+                memory_id: result.memory_id,
+                stability: after.stability,
+                difficulty: after.difficulty,
+            });
+        }
+        audited.push((result.memory_id, audit_detail(result, origin)));
+    }
+    (new_states, audited)
+}
+
+/// What the audit trail keeps of one review: the rating, who graded, and the state before and
+/// after.
+fn audit_detail(result: &Outcome, origin: ReviewOrigin) -> serde_json::Value {
+    json!({
+        "rating": result.rating.as_str(),
+        "graded_by": result.graded_by,
+        "evidence": result.evidence,
+        "segment": origin.segment_id,
+        "applied": result.applied,
+        "skipped": result.skipped_reason,
+        "stability_before": result.before.map(|s| s.stability),
+        "stability_after": result.after.map(|s| s.stability),
+        "difficulty_before": result.before.map(|s| s.difficulty),
+        "difficulty_after": result.after.map(|s| s.difficulty),
+    })
 }
 
 #[cfg(test)]

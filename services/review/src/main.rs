@@ -14,16 +14,9 @@ struct Cli {}
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     Cli::parse();
-    let settings = ReviewSettings::load()
-        .map_err(|error| anyhow::anyhow!("invalid configuration: {error}"))?;
-    let telemetry = engram_telemetry::init_telemetry("engram-review")?;
-    let result = match App::build(settings).await {
-        Ok(app) => app.run_until(engram_server::shutdown_signal()).await,
-        Err(error) => Err(error),
-    };
-    if let Err(error) = &result {
-        tracing::error!(error = format!("{error:#}"), "review stopped with an error");
-    }
-    telemetry.shutdown();
-    result
+    engram_server::run_service("engram-review", ReviewSettings::load(), |settings| async {
+        let app = App::build(settings).await?;
+        app.run_until(engram_server::shutdown_signal()).await
+    })
+    .await
 }

@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod paging;
 pub mod settings;
 pub mod shutdown;
+pub mod startup;
 pub mod status;
 pub mod time;
 pub mod tls;
@@ -24,4 +25,5 @@ pub use settings::{
     AuthSettings, DatabaseSettings, GrpcSettings, SynchronousCommit, load_settings,
 };
 pub use shutdown::shutdown_signal;
+pub use startup::{Foundation, run_service};
 pub use tls::TlsSettings;

@@ -11,16 +11,19 @@
 //! others. A batch that cannot reach the database (connection lost, pool exhausted) fails as a
 //! whole, and a batch whose commit could not be confirmed is never retried: it may have landed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
 use chrono::Utc;
+use engram_core::RetentionPolicy;
 use engram_proto::v1;
 use engram_store::audit::{self, AuditAction};
+use engram_store::memories::{MemoryRecord, MergeUpdate, NewSemanticMemory};
 use engram_store::outbox::NewOutboxEvent;
 use engram_store::write_path::{
     self, AuditedInsert, AuditedMerge, CapacityTarget, ContextQuery, Superseding, TrimOutcome,
+    WriteContext,
 };
 use prost::Message as _;
 use sqlx::{PgConnection, PgPool};
@@ -220,7 +223,9 @@ impl RememberBatches {
         Ok((transaction, results))
     }
 
-    /// The write path for one write per space (`round` indexes `writes`).
+    /// The write path for one write per space (`round` indexes `writes`): each write's context
+    /// read at once, each decided (skip, merge or create), the merges and inserts in one
+    /// statement, then the soft caps and the facts the new ones supersede.
     async fn write_round(
         &self,
         connection: &mut PgConnection,
@@ -238,37 +243,8 @@ impl RememberBatches {
             })
             .collect();
         let contexts = write_path::write_contexts(connection, &queries).await?;
-
-        let mut creates = Vec::new();
-        let mut merging = Vec::new();
-        for (&at, context) in round.iter().zip(&contexts) {
-            match decide(&writes[at].command, context) {
-                Decision::Skip(skipped) => {
-                    if let Skipped::Tombstone { expires_at } = skipped {
-                        // Audited, though nothing is written: the user acted, and "forget that"
-                        // in the same conversation must know that "that" was not saved.
-                        let write = writes[at];
-                        audit::append(
-                            connection,
-                            &write.command.scope,
-                            AuditAction::Suppress,
-                            None,
-                            write.command.conversation,
-                            suppress_audit_detail(expires_at),
-                        )
-                        .await?;
-                    }
-                    results[at] = Some(skipped.into());
-                }
-                Decision::Merge(existing) => merging.push((at, existing)),
-                Decision::AlreadyHeld(existing) => {
-                    results[at] = Some(RememberResult::Merged {
-                        memory: existing.clone(),
-                    });
-                }
-                Decision::Create => creates.push((at, context)),
-            }
-        }
+        let RoundPlan { merging, creates } =
+            plan_round(connection, writes, round, &contexts, results).await?;
 
         // Merges, into the near-duplicates the context query read under the spaces' locks.
         let retention = self.settings.retention();
@@ -280,18 +256,7 @@ impl RememberBatches {
                 merge_update(&write.command, &write.analysis, existing, &retention, now)
             })
             .collect();
-        let audited_merges: Vec<AuditedMerge<'_>> = merging
-            .iter()
-            .zip(&updates)
-            .map(|((at, existing), update)| AuditedMerge {
-                scope: &writes[*at].command.scope,
-                id: existing.id,
-                update,
-                conversation: writes[*at].command.conversation,
-                audit_detail: merge_audit_detail(&writes[*at].command, update),
-                pins: update.pinned && !existing.pinned,
-            })
-            .collect();
+        let audited_merges = audited_merges(writes, &merging, &updates);
 
         // New entries (written in the same statement as the merges), then the soft cap of every
         // space they took over it.
@@ -312,49 +277,18 @@ impl RememberBatches {
                 })
             })
             .collect();
-        let inserts: Vec<AuditedInsert<'_>> = creates
-            .iter()
-            .zip(&new_memories)
-            .zip(&events)
-            .map(|(((at, _), memory), event)| AuditedInsert {
-                scope: &writes[*at].command.scope,
-                memory,
-                audit_detail: create_audit_detail(&writes[*at].command, &writes[*at].analysis),
-                event: event.as_ref(),
-            })
-            .collect();
+        let inserts = audited_inserts(writes, &creates, &new_memories, &events);
         let written = write_path::write_entries(connection, &audited_merges, &inserts).await?;
         for ((at, _), memory) in merging.iter().zip(written.merged) {
             results[*at] = Some(RememberResult::Merged { memory });
         }
 
-        let over_cap: Vec<(usize, CapacityTarget<'_>)> = creates
-            .iter()
-            .enumerate()
-            .filter_map(|(index, (at, context))| {
-                let overage = overage_after_insert(context, self.settings.soft_cap);
-                (overage > 0).then(|| {
-                    (
-                        index,
-                        CapacityTarget {
-                            scope: &writes[*at].command.scope,
-                            overage,
-                        },
-                    )
-                })
-            })
-            .collect();
-        let targets: Vec<CapacityTarget<'_>> = over_cap.iter().map(|(_, target)| *target).collect();
-        let outcomes = write_path::enforce_soft_caps(connection, &targets, &retention).await?;
-        let mut trimmed_by_create: HashMap<usize, Vec<Uuid>> = HashMap::new();
-        for ((index, target), outcome) in over_cap.iter().zip(outcomes) {
-            self.report_trim(target, outcome.clone());
-            trimmed_by_create.insert(*index, outcome.trimmed);
-        }
+        let mut trimmed_by_create = self
+            .enforce_soft_caps(connection, writes, &creates, &retention)
+            .await?;
         // A new fact that states another value of a subject supersedes the older ones (unless
         // the soft cap took it at once: then the older ones stay as they were).
-        let trimmed_now: std::collections::HashSet<Uuid> =
-            trimmed_by_create.values().flatten().copied().collect();
+        let trimmed_now: HashSet<Uuid> = trimmed_by_create.values().flatten().copied().collect();
         let superseding: Vec<Superseding<'_>> = creates
             .iter()
             .zip(&new_memories)
@@ -383,6 +317,41 @@ impl RememberBatches {
             });
         }
         Ok(())
+    }
+
+    /// Trims every space the round's new entries took over its soft cap; returns what each
+    /// create's space lost, by the create's index in `creates`.
+    async fn enforce_soft_caps(
+        &self,
+        connection: &mut PgConnection,
+        writes: &[&QueuedRemember],
+        creates: &[(usize, &WriteContext)],
+        retention: &RetentionPolicy,
+    ) -> Result<HashMap<usize, Vec<Uuid>>, IngestError> {
+        let over_cap: Vec<(usize, CapacityTarget<'_>)> = creates
+            .iter()
+            .enumerate()
+            .filter_map(|(index, (at, context))| {
+                let overage = overage_after_insert(context, self.settings.soft_cap);
+                (overage > 0).then(|| {
+                    (
+                        index,
+                        CapacityTarget {
+                            scope: &writes[*at].command.scope,
+                            overage,
+                        },
+                    )
+                })
+            })
+            .collect();
+        let targets: Vec<CapacityTarget<'_>> = over_cap.iter().map(|(_, target)| *target).collect();
+        let outcomes = write_path::enforce_soft_caps(connection, &targets, retention).await?;
+        let mut trimmed_by_create = HashMap::new();
+        for ((index, target), outcome) in over_cap.iter().zip(outcomes) {
+            self.report_trim(target, outcome.clone());
+            trimmed_by_create.insert(*index, outcome.trimmed);
+        }
+        Ok(trimmed_by_create)
     }
 
     /// Alerts when a protected entry would have been a victim of the soft cap, and notes a space
@@ -454,6 +423,97 @@ fn rounds_by_key<K: std::hash::Hash + Eq>(keys: impl Iterator<Item = K>) -> Vec<
         *round += 1;
     }
     rounds
+}
+
+/// What a round writes: the merges (the write's index and the near-duplicate it folds into)
+/// and the creates (the write's index and its context).
+struct RoundPlan<'c> {
+    merging: Vec<(usize, &'c MemoryRecord)>,
+    creates: Vec<(usize, &'c WriteContext)>,
+}
+
+/// Decides each write of the round against its context. A skipped write gets its result here;
+/// one a tombstone blocks is audited, though nothing is written: the user acted, and "forget
+/// that" in the same conversation must know that "that" was not saved.
+async fn plan_round<'c>(
+    connection: &mut PgConnection,
+    writes: &[&QueuedRemember],
+    round: &[usize],
+    contexts: &'c [WriteContext],
+    results: &mut [Option<RememberResult>],
+) -> Result<RoundPlan<'c>, IngestError> {
+    let mut plan = RoundPlan {
+        merging: Vec::new(),
+        creates: Vec::new(),
+    };
+    for (&at, context) in round.iter().zip(contexts) {
+        match decide(&writes[at].command, context) {
+            Decision::Skip(skipped) => {
+                if let Skipped::Tombstone { expires_at } = skipped {
+                    let write = writes[at];
+                    audit::append(
+                        connection,
+                        &write.command.scope,
+                        AuditAction::Suppress,
+                        None,
+                        write.command.conversation,
+                        suppress_audit_detail(expires_at),
+                    )
+                    .await?;
+                }
+                results[at] = Some(skipped.into());
+            }
+            Decision::Merge(existing) => plan.merging.push((at, existing)),
+            Decision::AlreadyHeld(existing) => {
+                results[at] = Some(RememberResult::Merged {
+                    memory: existing.clone(),
+                });
+            }
+            Decision::Create => plan.creates.push((at, context)),
+        }
+    }
+    Ok(plan)
+}
+
+/// The merges of a round with their audit events.
+fn audited_merges<'a>(
+    writes: &[&'a QueuedRemember],
+    merging: &[(usize, &MemoryRecord)],
+    updates: &'a [MergeUpdate],
+) -> Vec<AuditedMerge<'a>> {
+    merging
+        .iter()
+        .zip(updates)
+        .map(|((at, existing), update)| AuditedMerge {
+            scope: &writes[*at].command.scope,
+            id: existing.id,
+            update,
+            conversation: writes[*at].command.conversation,
+            audit_detail: merge_audit_detail(&writes[*at].command, update),
+            pins: update.pinned && !existing.pinned,
+        })
+        .collect()
+}
+
+/// The new entries of a round with their audit events and, when announced, their outbox
+/// events.
+fn audited_inserts<'a>(
+    writes: &[&'a QueuedRemember],
+    creates: &[(usize, &WriteContext)],
+    new_memories: &'a [NewSemanticMemory],
+    events: &'a [Option<NewOutboxEvent>],
+) -> Vec<AuditedInsert<'a>> {
+    creates
+        .iter()
+        .zip(new_memories)
+        .zip(events)
+        .map(|(((at, _), memory), event)| AuditedInsert {
+            scope: &writes[*at].command.scope,
+            memory,
+            audit_detail: create_audit_detail(&writes[*at].command, &writes[*at].analysis),
+            event: event.as_ref(),
+        })
+        .collect()
 }
 
 #[cfg(test)]
