@@ -190,6 +190,44 @@ fn parse_episode(
             "applies to facts only; leave it unspecified for an episode",
         ));
     }
+    let messages = parse_excerpt(field, raw, limits)?;
+    let surprise = check_unit(format!("{field}.surprise"), raw.surprise.unwrap_or(0.0))?;
+    let end_at =
+        from_proto_opt(&format!("{field}.end_at"), raw.end_at.as_ref())?.unwrap_or(created_at);
+    let start_at =
+        from_proto_opt(&format!("{field}.start_at"), raw.start_at.as_ref())?.unwrap_or(end_at);
+    if start_at > end_at {
+        return Err(ValidationError::new(
+            format!("{field}.start_at"),
+            "must not be after end_at",
+        ));
+    }
+    not_in_the_future(format!("{field}.end_at"), end_at, limits)?;
+    let (stability, difficulty, last_reviewed_at) = match &raw.fsrs {
+        Some(state) => parse_fsrs_state(field, state, limits)?,
+        None => {
+            let (stability, difficulty) = initial_state(surprise);
+            (stability, difficulty, end_at)
+        }
+    };
+    Ok(EpisodeFields {
+        title: title.to_owned(),
+        messages,
+        surprise,
+        start_at,
+        end_at,
+        stability,
+        difficulty,
+        last_reviewed_at,
+    })
+}
+
+/// An episode's conversation excerpt: its turns, checked like turns of a conversation.
+fn parse_excerpt(
+    field: &str,
+    raw: &v1::ImportedMemory,
+    limits: &ImportLimits,
+) -> Result<serde_json::Value, ValidationError> {
     if raw.messages.len() > MAX_EPISODE_MESSAGES {
         return Err(ValidationError::new(
             format!("{field}.messages"),
@@ -223,62 +261,41 @@ fn parse_episode(
         )?;
         messages.push(serde_json::json!({"role": role.as_str(), "content": content.as_str()}));
     }
-    let surprise = check_unit(format!("{field}.surprise"), raw.surprise.unwrap_or(0.0))?;
-    let end_at =
-        from_proto_opt(&format!("{field}.end_at"), raw.end_at.as_ref())?.unwrap_or(created_at);
-    let start_at =
-        from_proto_opt(&format!("{field}.start_at"), raw.start_at.as_ref())?.unwrap_or(end_at);
-    if start_at > end_at {
+    Ok(serde_json::Value::Array(messages))
+}
+
+/// An episode's FSRS state as its store had it: stability, difficulty and the last review.
+fn parse_fsrs_state(
+    field: &str,
+    state: &v1::FsrsState,
+    limits: &ImportLimits,
+) -> Result<(f64, f64, DateTime<Utc>), ValidationError> {
+    if !STABILITY_RANGE.contains(&state.stability) {
         return Err(ValidationError::new(
-            format!("{field}.start_at"),
-            "must not be after end_at",
+            format!("{field}.fsrs.stability"),
+            format!(
+                "must be between {} and {} days, got {}",
+                STABILITY_RANGE.start(),
+                STABILITY_RANGE.end(),
+                state.stability
+            ),
         ));
     }
-    not_in_the_future(format!("{field}.end_at"), end_at, limits)?;
-    let (stability, difficulty, last_reviewed_at) = match &raw.fsrs {
-        Some(state) => {
-            if !STABILITY_RANGE.contains(&state.stability) {
-                return Err(ValidationError::new(
-                    format!("{field}.fsrs.stability"),
-                    format!(
-                        "must be between {} and {} days, got {}",
-                        STABILITY_RANGE.start(),
-                        STABILITY_RANGE.end(),
-                        state.stability
-                    ),
-                ));
-            }
-            if !(state.difficulty.is_finite() && (1.0..=10.0).contains(&state.difficulty)) {
-                return Err(ValidationError::new(
-                    format!("{field}.fsrs.difficulty"),
-                    format!("must be between 1 and 10, got {}", state.difficulty),
-                ));
-            }
-            let reviewed = state.last_reviewed_at.as_ref().ok_or_else(|| {
-                ValidationError::new(
-                    format!("{field}.fsrs.last_reviewed_at"),
-                    "is required with an FSRS state",
-                )
-            })?;
-            let reviewed = from_proto(&format!("{field}.fsrs.last_reviewed_at"), reviewed)?;
-            not_in_the_future(format!("{field}.fsrs.last_reviewed_at"), reviewed, limits)?;
-            (state.stability, state.difficulty, reviewed)
-        }
-        None => {
-            let (stability, difficulty) = initial_state(surprise);
-            (stability, difficulty, end_at)
-        }
-    };
-    Ok(EpisodeFields {
-        title: title.to_owned(),
-        messages: serde_json::Value::Array(messages),
-        surprise,
-        start_at,
-        end_at,
-        stability,
-        difficulty,
-        last_reviewed_at,
-    })
+    if !(state.difficulty.is_finite() && (1.0..=10.0).contains(&state.difficulty)) {
+        return Err(ValidationError::new(
+            format!("{field}.fsrs.difficulty"),
+            format!("must be between 1 and 10, got {}", state.difficulty),
+        ));
+    }
+    let reviewed = state.last_reviewed_at.as_ref().ok_or_else(|| {
+        ValidationError::new(
+            format!("{field}.fsrs.last_reviewed_at"),
+            "is required with an FSRS state",
+        )
+    })?;
+    let reviewed = from_proto(&format!("{field}.fsrs.last_reviewed_at"), reviewed)?;
+    not_in_the_future(format!("{field}.fsrs.last_reviewed_at"), reviewed, limits)?;
+    Ok((state.stability, state.difficulty, reviewed))
 }
 
 /// Fields that only episodes carry must not come with a fact.
@@ -298,6 +315,87 @@ fn reject_episode_fields(field: &str, raw: &v1::ImportedMemory) -> Result<(), Va
         )),
         None => Ok(()),
     }
+}
+
+/// What Remember would derive from an entry's text, for what the import does not give.
+struct Derived {
+    importance: f64,
+    tags: Vec<String>,
+    metadata_confidence: f64,
+    simhash: i64,
+    text_digest: String,
+}
+
+/// Metadata from the text (and the title of an episode), the importance and tags unless given,
+/// and the fingerprint. `said_at` anchors relative dates ("next Wednesday").
+fn derive(
+    field: &str,
+    raw: &v1::ImportedMemory,
+    text: &MemoryText,
+    tags: Vec<String>,
+    said_at: DateTime<Utc>,
+) -> Result<Derived, ValidationError> {
+    let described = if raw.title.trim().is_empty() {
+        text.as_str().to_owned()
+    } else {
+        format!("{}\n{}", raw.title.trim(), text.as_str())
+    };
+    let extracted = metadata::extract(&described);
+    let importance = match raw.importance {
+        Some(given) => check_unit(format!("{field}.importance"), given)?,
+        None => importance::classify(
+            text.as_str(),
+            raw.manually_saved || raw.pinned,
+            extracted.confidence,
+        )
+        .score(),
+    };
+    let tags = if tags.is_empty() {
+        // The days relative words meant when the entry was said (valid_at, else created_at, as
+        // the Markdown resolves them), then what the text names.
+        crate::write_path::merge_labels(
+            &when::date_tags(text.as_str(), said_at),
+            &extracted.tags,
+            MAX_TAGS,
+        )
+    } else {
+        tags
+    };
+    let normalized = normalize_for_fingerprint(text.as_str());
+    Ok(Derived {
+        importance,
+        tags,
+        metadata_confidence: extracted.confidence.clamp(0.0, 1.0),
+        simhash: SimHash::of_normalized(&normalized).as_i64(),
+        text_digest: engram_store::write_path::hex(&crate::write_path::text_digest(&normalized)),
+    })
+}
+
+/// When an entry was written, became true and stopped being true: written no later than now,
+/// and not invalid before it was valid.
+#[expect(
+    clippy::type_complexity,
+    reason = "three times, each named where it is used"
+)]
+fn parse_times(
+    field: &str,
+    raw: &v1::ImportedMemory,
+    limits: &ImportLimits,
+) -> Result<(DateTime<Utc>, Option<DateTime<Utc>>, Option<DateTime<Utc>>), ValidationError> {
+    let created_at = from_proto_opt(&format!("{field}.created_at"), raw.created_at.as_ref())?
+        .unwrap_or(limits.now);
+    not_in_the_future(format!("{field}.created_at"), created_at, limits)?;
+    let valid_at = from_proto_opt(&format!("{field}.valid_at"), raw.valid_at.as_ref())?;
+    let invalid_at = from_proto_opt(&format!("{field}.invalid_at"), raw.invalid_at.as_ref())?;
+    if let (Some(valid), Some(invalid)) = (valid_at.or(Some(created_at)), invalid_at)
+        && invalid < valid
+    {
+        return Err(ValidationError::new(
+            format!("{field}.invalid_at"),
+            "must not be before valid_at",
+        ));
+    }
+    Ok((created_at, valid_at, invalid_at))
 }
 
 /// Validates one entry; `field` names it in errors (`memories[3]`).
@@ -328,52 +426,10 @@ pub fn parse_entry(
                 .as_uuid(),
         )
     };
-    let created_at = from_proto_opt(&format!("{field}.created_at"), raw.created_at.as_ref())?
-        .unwrap_or(limits.now);
-    not_in_the_future(format!("{field}.created_at"), created_at, limits)?;
-    let valid_at = from_proto_opt(&format!("{field}.valid_at"), raw.valid_at.as_ref())?;
-    let invalid_at = from_proto_opt(&format!("{field}.invalid_at"), raw.invalid_at.as_ref())?;
-    if let (Some(valid), Some(invalid)) = (valid_at.or(Some(created_at)), invalid_at)
-        && invalid < valid
-    {
-        return Err(ValidationError::new(
-            format!("{field}.invalid_at"),
-            "must not be before valid_at",
-        ));
-    }
+    let (created_at, valid_at, invalid_at) = parse_times(field, raw, limits)?;
     let embedding = parse_embedding(field, raw, limits)?;
 
-    // What Remember would derive: metadata from the text (and the title of an episode).
-    let described = if raw.title.trim().is_empty() {
-        text.as_str().to_owned()
-    } else {
-        format!("{}\n{}", raw.title.trim(), text.as_str())
-    };
-    let extracted = metadata::extract(&described);
-    let importance = match raw.importance {
-        Some(given) => check_unit(format!("{field}.importance"), given)?,
-        None => importance::classify(
-            text.as_str(),
-            raw.manually_saved || raw.pinned,
-            extracted.confidence,
-        )
-        .score(),
-    };
-    let tags = if tags.is_empty() {
-        // The days relative words meant when the entry was said (valid_at, else created_at, as
-        // the Markdown resolves them), then what the text names.
-        crate::write_path::merge_labels(
-            &when::date_tags(text.as_str(), valid_at.unwrap_or(created_at)),
-            &extracted.tags,
-            MAX_TAGS,
-        )
-    } else {
-        tags
-    };
-    let normalized = normalize_for_fingerprint(text.as_str());
-    let simhash = SimHash::of_normalized(&normalized).as_i64();
-    let text_digest = engram_store::write_path::hex(&crate::write_path::text_digest(&normalized));
-
+    let derived = derive(field, raw, &text, tags, valid_at.unwrap_or(created_at))?;
     let mut row = ImportRow {
         id: import_id(scope, &client_id),
         kind: kind.as_str(),
@@ -393,12 +449,12 @@ pub fn parse_entry(
         last_reviewed_at: None,
         consolidated_at: None,
         created_at,
-        simhash,
-        text_digest,
-        tags,
+        simhash: derived.simhash,
+        text_digest: derived.text_digest,
+        tags: derived.tags,
         source_ids,
-        metadata_confidence: extracted.confidence.clamp(0.0, 1.0),
-        importance,
+        metadata_confidence: derived.metadata_confidence,
+        importance: derived.importance,
         pinned: raw.pinned,
         manually_saved: raw.manually_saved || raw.pinned,
         embedding_model: embedding.as_ref().map(|(_, model)| model.clone()),

@@ -111,88 +111,115 @@ impl Default for IngestMetrics {
                 .u64_counter("engram.ingest.pinned_trim_alerts")
                 .with_description("pinned or saved entries that would have been trimmed had they not been protected")
                 .build(),
-            writes: WriteMetrics {
-                in_flight: std::sync::Arc::new(AtomicU64::new(0)),
-                batches: AtomicU64::new(0),
-                batched_writes: AtomicU64::new(0),
-                batch_size_histogram: meter
-                    .u64_histogram("engram.ingest.write_batch_size")
-                    .with_description("Remembers written together by one group commit")
-                    .with_boundaries(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0])
-                    .build(),
-            },
-            embedding: EmbeddingMetrics {
-                embedded: AtomicU64::new(0),
-                failures: AtomicU64::new(0),
-                dead_lettered: AtomicU64::new(0),
-                backlog: AtomicU64::new(0),
-                oldest_pending_age_ms: AtomicU64::new(0),
-                latencies_ms: std::sync::Mutex::new(Vec::new()),
-                embedded_counter: meter.u64_counter("engram.embedding.embedded").build(),
-                failure_counter: meter
-                    .u64_counter("engram.embedding.failures")
-                    .with_description("backfill batches that failed (retried with backoff)")
-                    .build(),
-                dead_letter_counter: meter
-                    .u64_counter("engram.embedding.dead_lettered")
-                    .with_description("entries left aside after repeated permanent failures")
-                    .build(),
-                latency_histogram: meter
-                    .f64_histogram("engram.embedding.write_to_embedding")
-                    .with_unit("s")
-                    .with_description("time from an entry's write to its embedding")
-                    .build(),
-                backlog_gauge: meter.u64_gauge("engram.embedding.backlog").build(),
-                oldest_age_gauge: meter.f64_gauge("engram.embedding.oldest_pending_age").with_unit("s").build(),
-            },
-            conversations: ConversationMetrics {
-                turns_stored: AtomicU64::new(0),
-                turns_skipped: AtomicU64::new(0),
-                segments_closed: AtomicU64::new(0),
-                episodes_created: AtomicU64::new(0),
-                facts_derived: AtomicU64::new(0),
-                facts_superseded: AtomicU64::new(0),
-                llm_fallbacks: AtomicU64::new(0),
-                turns_counter: meter
-                    .u64_counter("engram.conversations.turns")
-                    .with_description("conversation turns appended (outcome: stored, skipped)")
-                    .build(),
-                segments_counter: meter
-                    .u64_counter("engram.conversations.segments_closed")
-                    .with_description("segments closed, by the rule that closed them")
-                    .build(),
-                facts_counter: meter
-                    .u64_counter("engram.conversations.facts")
-                    .with_description("facts consolidated from episodes (outcome: derived, superseded)")
-                    .build(),
-                llm_fallback_counter: meter
-                    .u64_counter("engram.conversations.llm_fallbacks")
-                    .with_description("LLM steps that fell back to the local rules")
-                    .build(),
-            },
-            retention: RetentionMetrics {
-                deleted_entries: AtomicU64::new(0),
-                deleted_turns: AtomicU64::new(0),
-                marked_inactive: AtomicU64::new(0),
-                runs: AtomicU64::new(0),
-                deleted_counter: meter
-                    .u64_counter("engram.retention.deleted")
-                    .with_description("rows retention deleted (reason: AGE, INACTIVE, TURNS_SUMMARIZED)")
-                    .build(),
-                inactive_counter: meter
-                    .u64_counter("engram.retention.marked_inactive")
-                    .with_description("entries retention found unused and made inactive")
-                    .build(),
-                runs_counter: meter
-                    .u64_counter("engram.retention.runs")
-                    .with_description("retention runs (outcome: completed, skipped because another replica ran, failed)")
-                    .build(),
-                run_duration: meter
-                    .f64_histogram("engram.retention.run_duration")
-                    .with_unit("s")
-                    .with_description("how long a completed retention run took")
-                    .build(),
-            },
+            writes: WriteMetrics::new(&meter),
+            embedding: EmbeddingMetrics::new(&meter),
+            conversations: ConversationMetrics::new(&meter),
+            retention: RetentionMetrics::new(&meter),
+        }
+    }
+}
+
+impl WriteMetrics {
+    fn new(meter: &opentelemetry::metrics::Meter) -> Self {
+        Self {
+            in_flight: std::sync::Arc::new(AtomicU64::new(0)),
+            batches: AtomicU64::new(0),
+            batched_writes: AtomicU64::new(0),
+            batch_size_histogram: meter
+                .u64_histogram("engram.ingest.write_batch_size")
+                .with_description("Remembers written together by one group commit")
+                .with_boundaries(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0])
+                .build(),
+        }
+    }
+}
+
+impl EmbeddingMetrics {
+    fn new(meter: &opentelemetry::metrics::Meter) -> Self {
+        Self {
+            embedded: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            dead_lettered: AtomicU64::new(0),
+            backlog: AtomicU64::new(0),
+            oldest_pending_age_ms: AtomicU64::new(0),
+            latencies_ms: std::sync::Mutex::new(Vec::new()),
+            embedded_counter: meter.u64_counter("engram.embedding.embedded").build(),
+            failure_counter: meter
+                .u64_counter("engram.embedding.failures")
+                .with_description("backfill batches that failed (retried with backoff)")
+                .build(),
+            dead_letter_counter: meter
+                .u64_counter("engram.embedding.dead_lettered")
+                .with_description("entries left aside after repeated permanent failures")
+                .build(),
+            latency_histogram: meter
+                .f64_histogram("engram.embedding.write_to_embedding")
+                .with_unit("s")
+                .with_description("time from an entry's write to its embedding")
+                .build(),
+            backlog_gauge: meter.u64_gauge("engram.embedding.backlog").build(),
+            oldest_age_gauge: meter
+                .f64_gauge("engram.embedding.oldest_pending_age")
+                .with_unit("s")
+                .build(),
+        }
+    }
+}
+
+impl ConversationMetrics {
+    fn new(meter: &opentelemetry::metrics::Meter) -> Self {
+        Self {
+            turns_stored: AtomicU64::new(0),
+            turns_skipped: AtomicU64::new(0),
+            segments_closed: AtomicU64::new(0),
+            episodes_created: AtomicU64::new(0),
+            facts_derived: AtomicU64::new(0),
+            facts_superseded: AtomicU64::new(0),
+            llm_fallbacks: AtomicU64::new(0),
+            turns_counter: meter
+                .u64_counter("engram.conversations.turns")
+                .with_description("conversation turns appended (outcome: stored, skipped)")
+                .build(),
+            segments_counter: meter
+                .u64_counter("engram.conversations.segments_closed")
+                .with_description("segments closed, by the rule that closed them")
+                .build(),
+            facts_counter: meter
+                .u64_counter("engram.conversations.facts")
+                .with_description("facts consolidated from episodes (outcome: derived, superseded)")
+                .build(),
+            llm_fallback_counter: meter
+                .u64_counter("engram.conversations.llm_fallbacks")
+                .with_description("LLM steps that fell back to the local rules")
+                .build(),
+        }
+    }
+}
+
+impl RetentionMetrics {
+    fn new(meter: &opentelemetry::metrics::Meter) -> Self {
+        Self {
+            deleted_entries: AtomicU64::new(0),
+            deleted_turns: AtomicU64::new(0),
+            marked_inactive: AtomicU64::new(0),
+            runs: AtomicU64::new(0),
+            deleted_counter: meter
+                .u64_counter("engram.retention.deleted")
+                .with_description("rows retention deleted (reason: AGE, INACTIVE, TURNS_SUMMARIZED)")
+                .build(),
+            inactive_counter: meter
+                .u64_counter("engram.retention.marked_inactive")
+                .with_description("entries retention found unused and made inactive")
+                .build(),
+            runs_counter: meter
+                .u64_counter("engram.retention.runs")
+                .with_description("retention runs (outcome: completed, skipped because another replica ran, failed)")
+                .build(),
+            run_duration: meter
+                .f64_histogram("engram.retention.run_duration")
+                .with_unit("s")
+                .with_description("how long a completed retention run took")
+                .build(),
         }
     }
 }

@@ -1408,14 +1408,10 @@ struct Phrase {
     first_seen: usize,
 }
 
-/// The most salient keyphrases joined by commas ("Kyoto, Tokyo, traditional ryokan"), or `None`
-/// when the segment has none.
-fn keyphrase_title(
-    units: &[Unit<'_>],
-    scores: &[f64],
-    salience: &Salience<'_>,
-    entity_tags: &HashSet<String>,
-) -> Option<String> {
+/// Every content word of the scored sentences, and every stretch of two or three ("JR Pass"
+/// recurs within "the JR Pass" and "a 7-day JR Pass"), by its lowercased words: how often it
+/// was said (weighted by who said it) and how it was written.
+fn candidate_phrases(units: &[Unit<'_>], scores: &[f64]) -> HashMap<String, Phrase> {
     let mut phrases: HashMap<String, Phrase> = HashMap::new();
     let mut order = 0;
     let mut key = String::new();
@@ -1430,8 +1426,6 @@ fn keyphrase_title(
             .map(|span| (!span.cjk).then(|| word_key(&unit.text[span.start..span.end])))
             .collect();
         for run in content_runs(unit.text, &unit.spans, &keys) {
-            // Every content word and every stretch of two or three: "JR Pass" recurs within
-            // "the JR Pass" and "a 7-day JR Pass".
             for width in 1..=MAX_PHRASE_WORDS.min(run.len()) {
                 for first_position in run.start..=run.end - width {
                     let last_position = first_position + width - 1;
@@ -1467,6 +1461,17 @@ fn keyphrase_title(
         }
     }
 
+    phrases
+}
+
+/// The keyphrases a title names, best first: ranked by the salience of their words and their
+/// recurrence, none naming a speaker, none overlapping a better one, within the title's length.
+fn title_phrases<'p>(
+    phrases: &'p HashMap<String, Phrase>,
+    units: &[Unit<'_>],
+    salience: &Salience<'_>,
+    entity_tags: &HashSet<String>,
+) -> Vec<&'p Phrase> {
     // The people talking are no topic: "Caroline, Melanie" names no conversation.
     let speakers: HashSet<String> = units
         .iter()
@@ -1495,7 +1500,9 @@ fn keyphrase_title(
         b.0.total_cmp(&a.0)
             .then(a.2.first_seen.cmp(&b.2.first_seen))
     });
-    let best = ranked.first()?.0;
+    let Some(&(best, _, _)) = ranked.first() else {
+        return Vec::new();
+    };
 
     let mut chosen: Vec<&Phrase> = Vec::new();
     let mut length = 0;
@@ -1516,6 +1523,22 @@ fn keyphrase_title(
         }
         length += added;
         chosen.push(phrase);
+    }
+    chosen
+}
+
+/// The most salient keyphrases joined by commas ("Kyoto, Tokyo, traditional ryokan"), or `None`
+/// when the segment has none.
+fn keyphrase_title(
+    units: &[Unit<'_>],
+    scores: &[f64],
+    salience: &Salience<'_>,
+    entity_tags: &HashSet<String>,
+) -> Option<String> {
+    let phrases = candidate_phrases(units, scores);
+    let chosen = title_phrases(&phrases, units, salience, entity_tags);
+    if chosen.is_empty() {
+        return None;
     }
     // A short phrase naming the topic: the clause that says the best keyphrase. A list of the
     // keyphrases only where no clause reads as one.

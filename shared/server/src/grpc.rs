@@ -151,41 +151,9 @@ impl GrpcServer {
         tokens: TokenRegistry,
         shutdown: impl Future<Output = ()>,
     ) -> anyhow::Result<()> {
-        // Both reflection versions: grpcurl 1.8 and many tools still speak only v1alpha.
-        // The descriptors hold every Engram service (one package); only the ones this server
-        // serves are advertised, so `grpcurl list` does not offer calls that answer UNIMPLEMENTED.
-        let advertised: Vec<&str> = service_names
-            .iter()
-            .copied()
-            .chain(REFLECTION_AND_HEALTH_SERVICES)
-            .collect();
-        let reflection = || {
-            advertised.iter().fold(
-                tonic_reflection::server::Builder::configure()
-                    .register_encoded_file_descriptor_set(engram_proto::FILE_DESCRIPTOR_SET)
-                    .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET),
-                |builder, name| builder.with_service_name(*name),
-            )
-        };
-        let reflection_v1 = reflection()
-            .build_v1()
-            .context("cannot build the reflection service")?;
-        let reflection_v1alpha = reflection()
-            .build_v1alpha()
-            .context("cannot build the reflection service")?;
-        let routes = routes
-            .add_service(self.health_service)
-            .add_service(reflection_v1)
-            .add_service(reflection_v1alpha);
+        let routes = with_reflection(routes.add_service(self.health_service), service_names)?;
 
-        if tokens.is_open() {
-            tracing::warn!(
-                addr = %self.local_addr,
-                "NO ACCESS TOKENS CONFIGURED: every caller is trusted. Any client that reaches \
-                 this port may read, write and delete any user's memory and run admin operations \
-                 (re-embedding every space). Set ENGRAM_AUTH__TOKENS_FILE outside local runs."
-            );
-        }
+        warn_if_open(&tokens, self.local_addr);
 
         // TCP_NODELAY: without it small gRPC responses wait on delayed ACKs (~40 ms each).
         let incoming = TcpIncoming::from(self.listener)
@@ -221,11 +189,7 @@ impl GrpcServer {
         };
         tokio::pin!(server);
 
-        for name in service_names {
-            self.health
-                .set_service_status(name, ServingStatus::Serving)
-                .await;
-        }
+        set_status(&self.health, service_names, ServingStatus::Serving).await;
         tracing::info!(addr = %self.local_addr, tls, services = ?service_names, "serving grpc");
 
         let readiness = self.readiness_database.clone().map(|pool| {
@@ -264,11 +228,7 @@ impl GrpcServer {
             return result.context("grpc server failed");
         }
 
-        for name in service_names {
-            self.health
-                .set_service_status(name, ServingStatus::NotServing)
-                .await;
-        }
+        set_status(&self.health, service_names, ServingStatus::NotServing).await;
         let _ = stop_accepting.send(());
         match tokio::time::timeout(self.shutdown_grace, server).await {
             Ok(result) => result.context("grpc server failed while draining")?,
@@ -279,6 +239,52 @@ impl GrpcServer {
         }
         tracing::info!("grpc server stopped");
         Ok(())
+    }
+}
+
+/// `routes` with both reflection versions (grpcurl 1.8 and many tools still speak only
+/// v1alpha). The descriptors hold every Engram service (one package); only the ones this server
+/// serves are advertised, so `grpcurl list` does not offer calls that answer UNIMPLEMENTED.
+fn with_reflection(routes: Routes, service_names: &[&str]) -> anyhow::Result<Routes> {
+    let advertised: Vec<&str> = service_names
+        .iter()
+        .copied()
+        .chain(REFLECTION_AND_HEALTH_SERVICES)
+        .collect();
+    let reflection = || {
+        advertised.iter().fold(
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(engram_proto::FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET),
+            |builder, name| builder.with_service_name(*name),
+        )
+    };
+    let reflection_v1 = reflection()
+        .build_v1()
+        .context("cannot build the reflection service")?;
+    let reflection_v1alpha = reflection()
+        .build_v1alpha()
+        .context("cannot build the reflection service")?;
+    Ok(routes
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha))
+}
+
+/// Said loudly at start: a server without access tokens trusts every caller.
+fn warn_if_open(tokens: &TokenRegistry, addr: SocketAddr) {
+    if tokens.is_open() {
+        tracing::warn!(
+            addr = %addr,
+            "NO ACCESS TOKENS CONFIGURED: every caller is trusted. Any client that reaches \
+             this port may read, write and delete any user's memory and run admin operations \
+             (re-embedding every space). Set ENGRAM_AUTH__TOKENS_FILE outside local runs."
+        );
+    }
+}
+
+async fn set_status(health: &HealthReporter, service_names: &[&str], status: ServingStatus) {
+    for name in service_names {
+        health.set_service_status(name, status).await;
     }
 }
 

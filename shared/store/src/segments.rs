@@ -282,22 +282,10 @@ pub async fn write_episode(
     if let Some(id) = existing {
         return Ok(EpisodeWrite::AlreadyWritten(id));
     }
-    let distance = i64::from(engram_core::simhash::NEAR_DUPLICATE_DISTANCE);
-    let forgotten: bool = sqlx::query_scalar(concat!(
-        "SELECT EXISTS (SELECT 1 FROM tombstones t WHERE t.user_id = $1 AND t.space = $2 AND ",
-        live_tombstone_matches!("$3::int8", "$4::bytea", "$5"),
-        ")"
-    ))
-    .bind(user)
-    .bind(space)
-    .bind(episode.simhash.as_i64())
-    .bind(&episode.text_digest)
-    .bind(distance)
-    .fetch_one(&mut *connection)
-    .await?;
-    if forgotten {
+    if episode_is_forgotten(connection, scope, episode).await? {
         return Ok(EpisodeWrite::Suppressed);
     }
+    let distance = i64::from(engram_core::simhash::NEAR_DUPLICATE_DISTANCE);
     let duplicate: Option<(Uuid, i32, f64)> = sqlx::query_as(concat!(
         "SELECT id, repeat_count, importance FROM (",
         episodic_near_duplicate_lookup!(),
@@ -313,29 +301,73 @@ pub async fn write_episode(
         let repeats = u32::try_from(repeat_count + 1).unwrap_or(u32::MAX);
         let merged =
             engram_core::importance::merged_importance(importance, episode.importance, repeats);
-        let record = sqlx::query_as::<_, MemoryRecord>(concat!(
-            "WITH updated AS ( \
-                 UPDATE memories SET repeat_count = repeat_count + 1, importance = $4, updated_at = now(), \
-                     inactive_since = NULL \
-                 WHERE user_id = $1 AND space = $2 AND id = $3 RETURNING *), \
-             audited AS ( \
-                 INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \
-                 SELECT user_id, space, 'merge', id, $5, $6 FROM updated) \
-             SELECT ",
-            memory_columns!(),
-            " FROM updated"
-        ))
-        .bind(user)
-        .bind(space)
-        .bind(id)
-        .bind(merged)
-        .bind(episode.conversation_id)
-        .bind(&audit_detail)
-        .fetch_one(&mut *connection)
-        .await?;
+        let record = repeat_episode(connection, scope, id, merged, episode, &audit_detail).await?;
         return Ok(EpisodeWrite::Merged(record));
     }
-    let record = sqlx::query_as::<_, MemoryRecord>(concat!(
+    let record = insert_episode(connection, scope, episode, &audit_detail, event).await?;
+    Ok(EpisodeWrite::Created(record))
+}
+
+/// Whether a live tombstone blocks the episode's text.
+async fn episode_is_forgotten(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    episode: &NewEpisode,
+) -> Result<bool, StoreError> {
+    Ok(sqlx::query_scalar(concat!(
+        "SELECT EXISTS (SELECT 1 FROM tombstones t WHERE t.user_id = $1 AND t.space = $2 AND ",
+        live_tombstone_matches!("$3::int8", "$4::bytea", "$5"),
+        ")"
+    ))
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(episode.simhash.as_i64())
+    .bind(&episode.text_digest)
+    .bind(i64::from(engram_core::simhash::NEAR_DUPLICATE_DISTANCE))
+    .fetch_one(connection)
+    .await?)
+}
+
+/// Repeats near-duplicate episode `id` instead of writing a new one, audited as a merge.
+async fn repeat_episode(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    id: Uuid,
+    importance: f64,
+    episode: &NewEpisode,
+    audit_detail: &serde_json::Value,
+) -> Result<MemoryRecord, StoreError> {
+    Ok(sqlx::query_as::<_, MemoryRecord>(concat!(
+        "WITH updated AS ( \
+             UPDATE memories SET repeat_count = repeat_count + 1, importance = $4, updated_at = now(), \
+                 inactive_since = NULL \
+             WHERE user_id = $1 AND space = $2 AND id = $3 RETURNING *), \
+         audited AS ( \
+             INSERT INTO audit_events (user_id, space, action, memory_id, conversation_id, detail) \
+             SELECT user_id, space, 'merge', id, $5, $6 FROM updated) \
+         SELECT ",
+        memory_columns!(),
+        " FROM updated"
+    ))
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(id)
+    .bind(importance)
+    .bind(episode.conversation_id)
+    .bind(audit_detail)
+    .fetch_one(connection)
+    .await?)
+}
+
+/// Inserts the episode, audited as a create and announced in the outbox when `event` is given.
+async fn insert_episode(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    episode: &NewEpisode,
+    audit_detail: &serde_json::Value,
+    event: Option<&NewOutboxEvent>,
+) -> Result<MemoryRecord, StoreError> {
+    Ok(sqlx::query_as::<_, MemoryRecord>(concat!(
         "WITH inserted AS ( \
              INSERT INTO memories (id, user_id, space, kind, conversation_id, text, role, title, messages, \
                  surprise, start_at, end_at, stability, difficulty, last_reviewed_at, created_at, \
@@ -354,8 +386,8 @@ pub async fn write_episode(
         memory_columns!(),
         " FROM inserted"
     ))
-    .bind(user)
-    .bind(space)
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
     .bind(episode.id)
     .bind(episode.conversation_id)
     .bind(&episode.summary)
@@ -375,16 +407,15 @@ pub async fn write_episode(
             .map_err(|error| StoreError::Corrupt(format!("cannot encode scores: {error}")))?,
     )
     .bind(&episode.structured_summary)
-    .bind(&audit_detail)
+    .bind(audit_detail)
     .bind(event.map(|e| e.message_id))
     .bind(event.map(|e| e.routing_key.as_str()))
     .bind(event.map(|e| e.type_name.as_str()))
     .bind(event.map(|e| e.payload.as_slice()))
     .bind(event.map(NewOutboxEvent::trace_headers_json))
     .bind(episode.surprise_pending)
-    .fetch_one(&mut *connection)
-    .await?;
-    Ok(EpisodeWrite::Created(record))
+    .fetch_one(connection)
+    .await?)
 }
 
 /// The space's entry count and soft cap override (for the overage after a new episode).
@@ -575,6 +606,36 @@ pub async fn forget_conversation(
     let Some(pending) = pending else {
         return Ok(None);
     };
+    let (turns, episodes) = delete_turns_and_episodes(connection, scope, conversation).await?;
+    let (facts, facts_kept) =
+        forget_derived_facts(connection, scope, conversation, &episodes).await?;
+    sqlx::query(
+        "DELETE FROM retrieval_metrics WHERE user_id = $1 AND space = $2 AND conversation_id = $3",
+    )
+    .bind(user)
+    .bind(space)
+    .bind(id)
+    .execute(&mut *connection)
+    .await?;
+    Ok(Some(ForgottenConversation {
+        turns,
+        episodes,
+        facts,
+        facts_kept,
+        pending_reviews: u64::try_from(pending).unwrap_or(0),
+    }))
+}
+
+/// The conversation's turns, its episodes and its summarized segments, deleted: how many turns,
+/// and the episodes (their tombstones keep SimHash and text).
+async fn delete_turns_and_episodes(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    conversation: ConversationId,
+) -> Result<(u64, Vec<MemoryRecord>), StoreError> {
+    let user = scope.user_id.as_uuid();
+    let space = scope.space.as_str();
+    let id = conversation.as_uuid();
     let turns = sqlx::query(
         "DELETE FROM conversation_turns WHERE user_id = $1 AND space = $2 AND conversation_id = $3",
     )
@@ -602,6 +663,21 @@ pub async fn forget_conversation(
     .bind(id)
     .execute(&mut *connection)
     .await?;
+    Ok((turns, episodes))
+}
+
+/// The facts derived only from the conversation's episodes, deleted unless the user pinned or
+/// saved them; the others lose those episodes as sources (and the conversation) and stay.
+/// Returns the deleted facts and how many were kept.
+async fn forget_derived_facts(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    conversation: ConversationId,
+    episodes: &[MemoryRecord],
+) -> Result<(Vec<MemoryRecord>, u64), StoreError> {
+    let user = scope.user_id.as_uuid();
+    let space = scope.space.as_str();
+    let id = conversation.as_uuid();
     // Every episode the conversation ever had, also those retention has deleted since (their
     // creation is audited with the conversation): a fact derived only from them came from this
     // conversation and goes with it.
@@ -647,21 +723,7 @@ pub async fn forget_conversation(
     .execute(&mut *connection)
     .await?
     .rows_affected();
-    sqlx::query(
-        "DELETE FROM retrieval_metrics WHERE user_id = $1 AND space = $2 AND conversation_id = $3",
-    )
-    .bind(user)
-    .bind(space)
-    .bind(id)
-    .execute(&mut *connection)
-    .await?;
-    Ok(Some(ForgottenConversation {
-        turns,
-        episodes,
-        facts,
-        facts_kept,
-        pending_reviews: u64::try_from(pending).unwrap_or(0),
-    }))
+    Ok((facts, facts_kept))
 }
 
 /// The texts of these valid facts of the space: `(id, text)`.

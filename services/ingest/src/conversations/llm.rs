@@ -221,14 +221,8 @@ fn episode_of(
         surprise,
         established,
     } = answer;
-    let malformed = |error: ValidationError| LlmError::Malformed(format!("the answer's {error}"));
-    let (title, title_cut) = cleaned_within(&title, MAX_TITLE_CHARS);
-    let title = title.split_whitespace().collect::<Vec<_>>().join(" ");
-    check_label("title", &title, MAX_TITLE_CHARS).map_err(malformed)?;
-    let (summary, summary_cut) = cleaned_within(&summary, max_text_chars);
-    let summary = MemoryText::parse("summary", &summary, max_text_chars)
-        .map_err(malformed)?
-        .into_string();
+    let ((title, title_cut), (summary, summary_cut)) =
+        cleaned_title_and_summary(&title, &summary, max_text_chars)?;
     if !surprise.is_finite() {
         return Err(LlmError::Malformed(format!(
             "surprise {surprise} is not a number"
@@ -313,6 +307,28 @@ fn episode_of(
             entities_dropped,
         },
     ))
+}
+
+/// The answer's title on one line within [`MAX_TITLE_CHARS`], and its summary within a
+/// memory's text; each with whether it was cut. Malformed when either has nothing visible.
+#[expect(
+    clippy::type_complexity,
+    reason = "two texts, each with whether it was cut"
+)]
+fn cleaned_title_and_summary(
+    title: &str,
+    summary: &str,
+    max_text_chars: usize,
+) -> Result<((String, bool), (String, bool)), LlmError> {
+    let malformed = |error: ValidationError| LlmError::Malformed(format!("the answer's {error}"));
+    let (title, title_cut) = cleaned_within(title, MAX_TITLE_CHARS);
+    let title = title.split_whitespace().collect::<Vec<_>>().join(" ");
+    check_label("title", &title, MAX_TITLE_CHARS).map_err(malformed)?;
+    let (summary, summary_cut) = cleaned_within(summary, max_text_chars);
+    let summary = MemoryText::parse("summary", &summary, max_text_chars)
+        .map_err(malformed)?
+        .into_string();
+    Ok(((title, title_cut), (summary, summary_cut)))
 }
 
 /// `raw` without what steers a display, trimmed, within `max_chars` characters: cut at a word

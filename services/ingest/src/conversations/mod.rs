@@ -203,15 +203,35 @@ impl MemoryWriter {
         };
         mark_write_started();
         let outcome = conversations::append_turns(&self.pool, scope, conversation, &append).await?;
-        let results: Vec<TurnResult> = match outcome {
+        let results = self.turn_results(outcome, run.len(), first_position, close_segment)?;
+        Ok(run
+            .into_iter()
+            .zip(results)
+            .map(|(message, result)| AppendedMessage {
+                client_message_id: message.client_message_id,
+                result,
+                command: None,
+            })
+            .collect())
+    }
+
+    /// What became of each turn of an appended run, or why the run was refused.
+    fn turn_results(
+        &self,
+        outcome: AppendOutcome,
+        run_len: usize,
+        first_position: usize,
+        close_segment: bool,
+    ) -> Result<Vec<TurnResult>, IngestError> {
+        Ok(match outcome {
             AppendOutcome::Refused { memory_enabled } => {
-                self.metrics.record_turns_skipped(run.len() as u64);
+                self.metrics.record_turns_skipped(run_len as u64);
                 let result = if memory_enabled {
                     TurnResult::SkippedIncognito
                 } else {
                     TurnResult::SkippedMemoryDisabled
                 };
-                vec![result; run.len()]
+                vec![result; run_len]
             }
             AppendOutcome::LockTimedOut => {
                 return Err(IngestError::DeadlineExceeded(
@@ -252,16 +272,7 @@ impl MemoryWriter {
                     })
                     .collect()
             }
-        };
-        Ok(run
-            .into_iter()
-            .zip(results)
-            .map(|(message, result)| AppendedMessage {
-                client_message_id: message.client_message_id,
-                result,
-                command: None,
-            })
-            .collect())
+        })
     }
 
     /// A conversation's state and up to `limit` turns after `after`; NotFound when the space

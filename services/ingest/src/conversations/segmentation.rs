@@ -506,35 +506,14 @@ impl Segmenter {
         let (stability, difficulty) = initial_state(surprise);
         let fingerprinted = normalize_for_fingerprint(&format!("{title}\n{summary}"));
         let extracted = metadata::extract(&summary);
-        let mut tags: Vec<String> = Vec::new();
-        for tag in structured
-            .entities
-            .iter()
-            .map(|entity| entity.to_lowercase())
-            .chain(extracted.tags)
-        {
-            // Within a client's tag length, as every tag (lowercasing may lengthen a name).
-            if !tags.contains(&tag)
-                && tags.len() < engram_core::metadata::MAX_DERIVED_TAGS
-                && tag.chars().count() <= MAX_TAG_CHARS
-            {
-                tags.push(tag);
-            }
-        }
+        let tags = episode_tags(&structured.entities, extracted.tags);
         let importance = importance::classify(&summary, false, extracted.confidence).score();
         let retention: RetentionPolicy = self.writer.settings.retention();
         let now = Utc::now();
         let (messages, context) = excerpt(&turns);
         let first = turns.first().map_or(now, |turn| turn.spoken_at);
         let last = turns.last().map_or(now, |turn| turn.spoken_at);
-        let id = Uuid::new_v5(
-            &EPISODE_NAMESPACE,
-            format!(
-                "{}/{}/{}/{}",
-                scope.user_id, scope.space, conversation, segment.first
-            )
-            .as_bytes(),
-        );
+        let id = episode_id(scope, conversation, segment.first);
         Ok(Prepared {
             segment,
             trivial,
@@ -598,15 +577,9 @@ impl Segmenter {
             transaction.rollback().await?;
             return Ok(SegmentationOutcome::default());
         }
-
-        let retention = self.writer.settings.retention();
-        let mut written_segments = Vec::with_capacity(prepared.len());
-        for prepared in prepared {
-            let (episode_id, created) = self
-                .write_segment(&mut transaction, scope, conversation, &prepared, &retention)
-                .await?;
-            written_segments.push((prepared, episode_id, created));
-        }
+        let written_segments = self
+            .write_segments(&mut transaction, scope, conversation, prepared)
+            .await?;
 
         let taken = segments::take_pending_reviews(&mut transaction, scope, conversation).await?;
         let mut reviews = taken.as_ref().map(pending_reviews).unwrap_or_default();
@@ -625,7 +598,9 @@ impl Segmenter {
             }
             let pending = answered.len();
             if !answered.is_empty() && publish {
-                let event = segment_closed(ClosedSegmentEvent {
+                // The review service grades them: what each retrieval returned, against the
+                // segment's turns.
+                let closed = ClosedSegmentEvent {
                     scope,
                     conversation,
                     segment_id: prepared.episode.id,
@@ -636,8 +611,8 @@ impl Segmenter {
                     context: prepared.context,
                     pending_reviews: answered,
                     closed_at: Utc::now(),
-                });
-                engram_store::outbox::insert(&mut transaction, &event).await?;
+                };
+                engram_store::outbox::insert(&mut transaction, &segment_closed(closed)).await?;
             }
             self.metrics
                 .record_segment_closed(prepared.segment.reason.as_str(), created);
@@ -650,21 +625,13 @@ impl Segmenter {
             });
         }
         // Reviews recorded while the still-open segment went on wait for it.
-        let later: Vec<serde_json::Value> = reviews
-            .map(|(at, review)| {
-                json!({
-                    "query": review.query,
-                    "memory_ids": review.memory_ids,
-                    "retrieved_at": at,
-                })
-            })
-            .collect();
+        let later: Vec<(DateTime<Utc>, v1::PendingReview)> = reviews.collect();
         if !later.is_empty() {
             segments::put_back_pending_reviews(
                 &mut transaction,
                 scope,
                 conversation,
-                &serde_json::Value::Array(later),
+                &pending_reviews_json(&later),
             )
             .await?;
         }
@@ -681,6 +648,25 @@ impl Segmenter {
             "segments closed"
         );
         Ok(outcome)
+    }
+
+    /// Writes each segment's episode; returns each with its episode's id and whether it is new.
+    async fn write_segments(
+        &self,
+        transaction: &mut sqlx::PgConnection,
+        scope: &Scope,
+        conversation: ConversationId,
+        prepared: Vec<Prepared>,
+    ) -> Result<Vec<(Prepared, Option<Uuid>, bool)>, IngestError> {
+        let retention = self.writer.settings.retention();
+        let mut written = Vec::with_capacity(prepared.len());
+        for prepared in prepared {
+            let (episode_id, created) = self
+                .write_segment(transaction, scope, conversation, &prepared, &retention)
+                .await?;
+            written.push((prepared, episode_id, created));
+        }
+        Ok(written)
     }
 
     /// Writes one closed segment's episode (unless it is greetings only) and audits the
@@ -839,4 +825,52 @@ impl Segmenter {
         }
         Ok(())
     }
+}
+/// An episode's tags: the entities its description names, then what its summary names; each
+/// once, within a client's tag length (lowercasing may lengthen a name), at most
+/// `MAX_DERIVED_TAGS`.
+fn episode_tags(entities: &[String], extracted: Vec<String>) -> Vec<String> {
+    let mut tags: Vec<String> = Vec::new();
+    for tag in entities
+        .iter()
+        .map(|entity| entity.to_lowercase())
+        .chain(extracted)
+    {
+        if !tags.contains(&tag)
+            && tags.len() < engram_core::metadata::MAX_DERIVED_TAGS
+            && tag.chars().count() <= MAX_TAG_CHARS
+        {
+            tags.push(tag);
+        }
+    }
+    tags
+}
+
+/// A segment's episode id, the same each time the segment is written (a segmentation that runs
+/// again after a crash writes the same episodes).
+fn episode_id(scope: &Scope, conversation: ConversationId, first_turn: i32) -> Uuid {
+    Uuid::new_v5(
+        &EPISODE_NAMESPACE,
+        format!(
+            "{}/{}/{}/{}",
+            scope.user_id, scope.space, conversation, first_turn
+        )
+        .as_bytes(),
+    )
+}
+
+/// Pending reviews as the conversation's row keeps them.
+fn pending_reviews_json(reviews: &[(DateTime<Utc>, v1::PendingReview)]) -> serde_json::Value {
+    serde_json::Value::Array(
+        reviews
+            .iter()
+            .map(|(at, review)| {
+                json!({
+                    "query": review.query,
+                    "memory_ids": review.memory_ids,
+                    "retrieved_at": at,
+                })
+            })
+            .collect(),
+    )
 }

@@ -141,11 +141,22 @@ pub(super) fn kind_of(value: &str) -> Option<&'static str> {
 /// Kind words that also end the names of things of that kind ("PureGym", "FlexiPlan").
 const KIND_WORDS: &[&str] = &["gym", "plan", "bank"];
 
+/// Adverbs that may stand between the subject and the verb ("I'm now on …", "I still use …").
+const NOW: &str = r"(?:now\s+|still\s+|currently\s+|finally\s+|just\s+|mostly\s+|only\s+)*";
+/// Words before a thing that describe it ("an old Ford Focus"): not part of its value.
+const WORN: &str = r"(?:(?:old|new|little|battered|trusty|ancient|used|second-hand|secondhand|beat-up|brand\s+new)\s+)*";
+
 /// The rules, tried after the ones of the parent module.
 pub(super) fn rules() -> Vec<Rule> {
-    const NOW: &str = r"(?:now\s+|still\s+|currently\s+|finally\s+|just\s+|mostly\s+|only\s+)*";
-    // Words before a thing that describe it ("an old Ford Focus"): not part of its value.
-    const WORN: &str = r"(?:(?:old|new|little|battered|trusty|ancient|used|second-hand|secondhand|beat-up|brand\s+new)\s+)*";
+    [things_one_has(), circumstances(), chinese()]
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// What one has one of at a time: what one is on or uses, where one goes regularly, what
+/// replaced it, a new one of a kind.
+fn things_one_has() -> Vec<Rule> {
     vec![
         // What one is on or uses: a phone, a system, a plan (a shift: below).
         rule(
@@ -215,6 +226,13 @@ pub(super) fn rules() -> Vec<Rule> {
             Subject::Known(1),
             2,
         ),
+    ]
+}
+
+/// How one lives and works: shifts, where one works and how one gets there, weight, role,
+/// where one lives and studies.
+fn circumstances() -> Vec<Rule> {
+    vec![
         // Shifts: "I work nights", "I'm on days now", 我现在上夜班.
         rule(
             &format!(r"(?i)^i\s+{NOW}work\s+(days|nights|earlies|lates|weekends|shifts)\b"),
@@ -301,6 +319,12 @@ pub(super) fn rules() -> Vec<Rule> {
             Subject::Fixed("residence"),
             1,
         ),
+    ]
+}
+
+/// The same in Chinese.
+fn chinese() -> Vec<Rule> {
+    vec![
         // Chinese: what one uses or drives, what one changed to, one's role and workplace.
         rule(
             r"^我们?(?:现在|目前)?(?:用的是|开的是|用|开)(?:一辆|一部|一台|辆|部|台)?(.+)$",
