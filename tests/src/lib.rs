@@ -273,14 +273,14 @@ fn ingest_settings(database_url: &str, options: &SandboxOptions) -> IngestSettin
     ingest_settings.embed.inference_nice = 0;
     // Tests that need a retention run start it themselves, at the instant they choose.
     ingest_settings.retention.enabled = false;
-    ingest_settings.amqp.enabled = options.bus.is_some();
+    ingest_settings.amqp.bus.enabled = options.bus.is_some();
     if let Some(bus) = &options.bus {
-        ingest_settings.amqp.url = SecretString::from(bus.url.clone());
-        ingest_settings.amqp.topology_prefix = bus.topology_prefix.clone();
+        ingest_settings.amqp.bus.url = SecretString::from(bus.url.clone());
+        ingest_settings.amqp.bus.topology_prefix = bus.topology_prefix.clone();
         ingest_settings.embed.sweep_min_age_ms = bus.sweep_min_age_ms;
         ingest_settings.amqp.relay_poll_ms = 100;
-        ingest_settings.amqp.retry_delay_ms = 200;
-        ingest_settings.amqp.reconnect_max_backoff_ms = 500;
+        ingest_settings.amqp.bus.retry_delay_ms = 200;
+        ingest_settings.amqp.bus.reconnect_max_backoff_ms = 500;
     }
     match &options.segmentation {
         Some(segmentation) => ingest_settings.segmentation = segmentation.clone(),
@@ -380,12 +380,12 @@ fn review_settings(
     if let Some(on_failure) = options.review_on_llm_failure {
         settings.grading.on_llm_failure = on_failure;
     }
-    settings.amqp.enabled = options.bus.is_some() && !options.review_consumer_off;
+    settings.amqp.bus.enabled = options.bus.is_some() && !options.review_consumer_off;
     if let Some(bus) = &options.bus {
-        settings.amqp.url = SecretString::from(bus.url.clone());
-        settings.amqp.topology_prefix = bus.topology_prefix.clone();
-        settings.amqp.retry_delay_ms = 200;
-        settings.amqp.reconnect_max_backoff_ms = 500;
+        settings.amqp.bus.url = SecretString::from(bus.url.clone());
+        settings.amqp.bus.topology_prefix = bus.topology_prefix.clone();
+        settings.amqp.bus.retry_delay_ms = 200;
+        settings.amqp.bus.reconnect_max_backoff_ms = 500;
     }
     settings
 }

@@ -355,7 +355,7 @@ async fn measure_latency(
     settings.database.url = SecretString::from(args.database_url.clone());
     settings.database.run_migrations = false;
     settings.grpc.listen_addr = "127.0.0.1:0".parse()?;
-    settings.amqp.enabled = false;
+    settings.amqp.bus.enabled = false;
     settings.embed.provider = engram_embed::EmbedProvider::Local;
     settings.embed.model_dir = args.model_dir.clone();
     let app = engram_review::App::build(settings).await?;

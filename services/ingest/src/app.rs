@@ -115,7 +115,7 @@ impl App {
         // With the bus, new entries are announced through the outbox and embedded by the consumer;
         // the sweep only takes what is older than `sweep_min_age_ms` (lost messages, broker down).
         // Without it, the write path wakes the sweep directly.
-        let bus_enabled = settings.amqp.enabled;
+        let bus_enabled = settings.amqp.bus.enabled;
         let sweep_wake = Arc::new(Notify::new());
         let relay_wake = Arc::new(Notify::new());
         let segmentation_wake = Arc::new(Notify::new());
@@ -287,7 +287,7 @@ fn embedding_backfill(
     sweep_wake: Arc<Notify>,
     metrics: &Arc<IngestMetrics>,
 ) -> EmbeddingBackfill {
-    let bus_enabled = settings.amqp.enabled;
+    let bus_enabled = settings.amqp.bus.enabled;
     tracing::info!(model = %embedder.model_id(), bus = bus_enabled, "embedding backfill enabled");
     let min_age = if bus_enabled {
         Duration::from_millis(settings.embed.sweep_min_age_ms)

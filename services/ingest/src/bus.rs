@@ -13,7 +13,6 @@ use engram_server::status::ServiceError as _;
 use engram_store::embeddings::{self, EntryKey};
 use engram_store::{StoreError, outbox};
 use prost::Message as _;
-use secrecy::ExposeSecret as _;
 use sqlx::PgPool;
 use tokio::sync::{Notify, watch};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
@@ -27,28 +26,18 @@ use crate::conversations::segmentation::Segmenter;
 use engram_bus::queues::{self, routes};
 
 fn retry_delay(settings: &AmqpSettings) -> Duration {
-    Duration::from_millis(settings.retry_delay_ms)
+    settings.bus.retry_delay()
 }
 
 fn consumer_settings(settings: &AmqpSettings) -> engram_bus::consumer::ConsumerSettings {
-    engram_bus::consumer::ConsumerSettings {
-        url: settings.url.expose_secret().to_owned(),
-        topology_prefix: settings.topology_prefix.clone(),
-        prefetch: settings.prefetch,
-        // Embedding and segmentation gather their own batches (consume_batches).
-        concurrency: 1,
-        retry_delay: retry_delay(settings),
-        reconnect_max_backoff: Duration::from_millis(settings.reconnect_max_backoff_ms),
-        tls: engram_bus::BusTls {
-            ca_file: settings.tls_ca_file.clone(),
-        },
-    }
+    // Embedding and segmentation gather their own batches (consume_batches).
+    settings.bus.consumer(1)
 }
 
 fn reconnect_backoff(settings: &AmqpSettings) -> impl Iterator<Item = Duration> {
     jittered_backoff(
         Duration::from_millis(100),
-        Duration::from_millis(settings.reconnect_max_backoff_ms),
+        settings.bus.reconnect_max_backoff(),
     )
     .build()
 }
@@ -292,7 +281,7 @@ impl EmbeddingConsumer {
                 let transient = error.is_retryable();
                 for (_, delivery) in requests {
                     if delivery
-                        .fail(&reason, transient, self.settings.max_attempts)
+                        .fail(&reason, transient, self.settings.bus.max_attempts)
                         .await?
                     {
                         self.backfill.metrics().record_dead_lettered();
@@ -398,7 +387,7 @@ impl SegmentationConsumer {
                 Ok(()) => delivery.ack().await?,
                 Err((reason, transient)) => {
                     delivery
-                        .fail(reason, *transient, self.settings.max_attempts)
+                        .fail(reason, *transient, self.settings.bus.max_attempts)
                         .await?;
                 }
             }

@@ -340,33 +340,19 @@ impl IngestSettings {
     }
 }
 
-/// The RabbitMQ bus: the outbox relay and the embedding-requested consumer.
+/// The RabbitMQ bus (`amqp.*`): the connection every service shares, then the outbox relay's
+/// and the consumers' own settings.
 #[derive(Debug, Clone, Deserialize)]
 pub struct AmqpSettings {
     /// Off: no events are written or published; the sweep alone fills in embeddings.
-    pub enabled: bool,
-    /// `amqp://`, or `amqps://` for TLS (the broker's certificate checked against the web PKI
-    /// roots, or `tls_ca_file`).
-    pub url: secrecy::SecretString,
-    /// A PEM bundle of the CAs that sign the broker's certificate (a private CA).
-    #[serde(default)]
-    pub tls_ca_file: Option<std::path::PathBuf>,
-    /// Names of exchanges and queues start with it (`engram.events`, ...).
-    pub topology_prefix: String,
+    #[serde(flatten)]
+    pub bus: engram_bus::BusSettings,
     /// Outbox events published per relay round.
     pub relay_batch: i64,
     /// How often the relay looks for events it was not woken for.
     pub relay_poll_ms: u64,
-    /// Unacknowledged messages the consumer holds.
-    pub prefetch: u16,
     /// How long the consumer gathers messages into one embedding batch.
     pub batch_window_ms: u64,
-    /// Deliveries of a message before it is dead-lettered.
-    pub max_attempts: u32,
-    /// Delay before a failed message is delivered again.
-    pub retry_delay_ms: u64,
-    /// Longest wait between reconnection attempts when the broker is away.
-    pub reconnect_max_backoff_ms: u64,
 }
 
 /// How writes are grouped.

@@ -62,7 +62,7 @@ impl App {
             desired_retention: settings.grading.desired_retention,
             metrics,
         };
-        let consumer = settings.amqp.enabled.then(|| SegmentConsumer {
+        let consumer = settings.amqp.bus.enabled.then(|| SegmentConsumer {
             reviewer: reviewer.clone(),
             settings: settings.amqp.clone(),
             spaces_in_review: Default::default(),

@@ -22,25 +22,16 @@ pub struct ReviewSettings {
     pub grading: GradingSettings,
 }
 
-/// The consumer of closed segments (`amqp.*`, the keys ingest reads too).
+/// The consumer of closed segments (`amqp.*`: the connection every service shares, and how
+/// many segments it reviews at once).
 #[derive(Debug, Clone, Deserialize)]
 pub struct ReviewBusSettings {
     /// Off: segments are not consumed (GradeMemories still works).
-    pub enabled: bool,
-    /// `amqp://`, or `amqps://` for TLS (see `tls_ca_file`).
-    pub url: secrecy::SecretString,
-    /// A PEM bundle of the CAs that sign the broker's certificate (a private CA).
-    #[serde(default)]
-    pub tls_ca_file: Option<std::path::PathBuf>,
-    pub topology_prefix: String,
-    pub prefetch: u16,
+    #[serde(flatten)]
+    pub bus: engram_bus::BusSettings,
     /// Segments reviewed at once (of different spaces; a space's wait their turn). Reviews
     /// mostly wait on the database's commit, so a few at a time multiply the throughput.
     pub review_concurrency: u16,
-    /// Deliveries of a message before it is dead-lettered.
-    pub max_attempts: u32,
-    pub retry_delay_ms: u64,
-    pub reconnect_max_backoff_ms: u64,
 }
 
 /// How memories are graded and what a grade does (`grading.*`).

@@ -8,9 +8,8 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
-use engram_bus::consumer::{ConsumerSettings, consume_each};
+use engram_bus::consumer::consume_each;
 use engram_bus::queues::{self, routes};
 use engram_bus::{BusError, Delivery};
 use engram_core::episode::SegmentTurn;
@@ -19,7 +18,6 @@ use engram_core::{Scope, SpeakerRole};
 use engram_proto::v1;
 use engram_server::status::ServiceError as _;
 use prost::Message as _;
-use secrecy::ExposeSecret as _;
 use tokio::sync::watch;
 use uuid::Uuid;
 
@@ -245,18 +243,11 @@ impl Drop for InReview<'_> {
 
 impl SegmentConsumer {
     pub async fn run(self, stop: watch::Receiver<bool>) {
-        let retry_delay = Duration::from_millis(self.settings.retry_delay_ms);
-        let settings = ConsumerSettings {
-            url: self.settings.url.expose_secret().to_owned(),
-            topology_prefix: self.settings.topology_prefix.clone(),
-            prefetch: self.settings.prefetch,
-            concurrency: usize::from(self.settings.review_concurrency),
-            retry_delay,
-            reconnect_max_backoff: Duration::from_millis(self.settings.reconnect_max_backoff_ms),
-            tls: engram_bus::BusTls {
-                ca_file: self.settings.tls_ca_file.clone(),
-            },
-        };
+        let retry_delay = self.settings.bus.retry_delay();
+        let settings = self
+            .settings
+            .bus
+            .consumer(usize::from(self.settings.review_concurrency));
         consume_each(
             settings,
             queues::segment_closed(retry_delay),
@@ -286,7 +277,7 @@ impl SegmentConsumer {
                     .fail(
                         &error.to_string(),
                         error.is_retryable(),
-                        self.settings.max_attempts,
+                        self.settings.bus.max_attempts,
                     )
                     .await
                     .map(drop),
@@ -299,6 +290,8 @@ impl SegmentConsumer {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn scope(space: &str) -> Scope {

@@ -16,6 +16,7 @@ pub mod consumer;
 mod error;
 mod publisher;
 pub mod queues;
+mod settings;
 mod topology;
 
 use std::collections::HashMap;
@@ -26,6 +27,7 @@ use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection, ConnectionProperties};
 pub use publisher::{OutgoingEvent, Publisher, current_trace_headers};
+pub use settings::BusSettings;
 pub use topology::{QueueSpec, Topology};
 
 /// Header counting how many times a message was sent back for a retry.

@@ -94,6 +94,32 @@ pub struct ImportOutcome {
     pub suppressed: Vec<Uuid>,
 }
 
+/// The rows a live tombstone of the space blocks (the user forgot that memory): what Remember
+/// would not store either.
+async fn forgotten_among(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    rows: &[ImportRow],
+) -> Result<Vec<Uuid>, StoreError> {
+    let ids: Vec<Uuid> = rows.iter().map(|row| row.id).collect();
+    let simhashes: Vec<i64> = rows.iter().map(|row| row.simhash).collect();
+    let digests: Vec<&str> = rows.iter().map(|row| row.text_digest.as_str()).collect();
+    Ok(sqlx::query_scalar(concat!(
+        "SELECT r.id FROM unnest($3::uuid[], $4::int8[], $5::text[]) AS r(id, simhash, digest) \
+         WHERE EXISTS (SELECT 1 FROM tombstones t WHERE t.user_id = $1 AND t.space = $2 AND ",
+        live_tombstone_matches!("r.simhash", "decode(r.digest, 'hex')", "$6"),
+        ")"
+    ))
+    .bind(scope.user_id.as_uuid())
+    .bind(scope.space.as_str())
+    .bind(&ids)
+    .bind(&simhashes)
+    .bind(&digests)
+    .bind(i64::from(engram_core::simhash::NEAR_DUPLICATE_DISTANCE))
+    .fetch_all(connection)
+    .await?)
+}
+
 /// Sets the search context of imported entries (`(id, context)`), in the import's transaction.
 pub async fn set_search_contexts(
     connection: &mut PgConnection,
@@ -126,58 +152,17 @@ pub async fn import(
     scope: &Scope,
     rows: &[ImportRow],
 ) -> Result<ImportOutcome, StoreError> {
+    let forgotten = forgotten_among(&mut *connection, scope, rows).await?;
     let records = serde_json::to_value(rows)
         .map_err(|error| StoreError::Corrupt(format!("cannot encode import rows: {error}")))?;
-    let rows_out: Vec<(Uuid, bool)> = sqlx::query_as(concat!(
-        "WITH incoming AS ( \
-             SELECT * FROM jsonb_to_recordset($3) AS r(id uuid, kind text, conversation_id uuid, text text, \
-                 role text, category text, valid_at timestamptz, invalid_at timestamptz, title text, \
-                 messages jsonb, surprise float8, start_at timestamptz, end_at timestamptz, stability float8, \
-                 difficulty float8, last_reviewed_at timestamptz, consolidated_at timestamptz, \
-                 created_at timestamptz, simhash int8, tags text[], source_ids text[], \
-                 metadata_confidence float8, importance float8, pinned bool, manually_saved bool, \
-                 embedding jsonb, embedding_model text, text_digest text)), \
-         forgotten AS ( \
-             SELECT r.id FROM incoming r \
-             WHERE EXISTS (SELECT 1 FROM tombstones t WHERE t.user_id = $1 AND t.space = $2 AND ",
-        live_tombstone_matches!("r.simhash", "decode(r.text_digest, 'hex')", "$5"),
-        ")), \
-         inserted AS ( \
-             INSERT INTO memories (id, user_id, space, kind, conversation_id, text, role, category, valid_at, \
-                 invalid_at, title, messages, surprise, start_at, end_at, stability, difficulty, \
-                 last_reviewed_at, consolidated_at, created_at, updated_at, simhash, tags, source_ids, \
-                 metadata_confidence, importance, pinned, manually_saved, needs_embedding, embedding_model, \
-                 embedded_at) \
-             SELECT id, $1, $2, kind, conversation_id, text, role, category, valid_at, invalid_at, title, \
-                 messages, surprise, start_at, end_at, stability, difficulty, last_reviewed_at, consolidated_at, \
-                 created_at, now(), simhash, tags, source_ids, metadata_confidence, importance, pinned, \
-                 manually_saved, embedding IS NULL, CASE WHEN embedding IS NOT NULL THEN embedding_model END, \
-                 CASE WHEN embedding IS NOT NULL THEN now() END \
-             FROM incoming WHERE id NOT IN (SELECT id FROM forgotten) ORDER BY id \
-             ON CONFLICT (user_id, id) DO NOTHING \
-             RETURNING id, kind), \
-         embedded AS ( \
-             INSERT INTO memory_embeddings (memory_id, user_id, space, kind, embedding) \
-             SELECT i.id, $1, $2, i.kind, r.embedding::text::vector \
-             FROM inserted i JOIN incoming r ON r.id = i.id WHERE r.embedding IS NOT NULL \
-             RETURNING 1), \
-         audited AS ( \
-             INSERT INTO audit_events (user_id, space, action, detail) \
-             SELECT $1, $2, 'import', jsonb_build_object('received', $4::int, 'inserted', count(*), \
-                 'embedded', (SELECT count(*) FROM embedded), 'forgotten', (SELECT count(*) FROM forgotten)) \
-             FROM inserted \
-             RETURNING 1) \
-         SELECT id, false AS suppressed FROM inserted \
-         UNION ALL SELECT f.id, true FROM forgotten f \
-             WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.user_id = $1 AND m.id = f.id)"
-    ))
-    .bind(scope.user_id.as_uuid())
-    .bind(scope.space.as_str())
-    .bind(records)
-    .bind(rows.len() as i32)
-    .bind(i64::from(engram_core::simhash::NEAR_DUPLICATE_DISTANCE))
-    .fetch_all(connection)
-    .await?;
+    let rows_out: Vec<(Uuid, bool)> = sqlx::query_as(include_str!("transfer/import_entries.sql"))
+        .bind(scope.user_id.as_uuid())
+        .bind(scope.space.as_str())
+        .bind(records)
+        .bind(rows.len() as i32)
+        .bind(&forgotten)
+        .fetch_all(connection)
+        .await?;
     let mut outcome = ImportOutcome::default();
     for (id, suppressed) in rows_out {
         if suppressed {
