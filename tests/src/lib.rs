@@ -242,19 +242,36 @@ fn grpc_settings(options: &SandboxOptions) -> engram_server::GrpcSettings {
 
 /// The segmentation settings a test starts from: the defaults, with a fast sweep.
 pub fn segmentation_settings() -> engram_ingest::config::SegmentationSettings {
-    let mut settings =
-        engram_server::settings::load_defaults_only::<IngestSettings>(IngestSettings::defaults())
-            .expect("ingest defaults")
-            .segmentation;
+    let mut settings = engram_server::settings::load_defaults_only::<IngestSettings>()
+        .expect("ingest defaults")
+        .segmentation;
     settings.sweep_interval_ms = 100;
     settings
+}
+
+/// The embedder every service of a sandbox runs with.
+fn use_embedder(embed: &mut engram_recall::EmbedConfig, embedder: &TestEmbedder) {
+    embed.model_dir = local_model_dir();
+    embed.provider = match embedder {
+        TestEmbedder::Disabled => engram_embed::EmbedProvider::Disabled,
+        TestEmbedder::Local => engram_embed::EmbedProvider::Local,
+        TestEmbedder::OpenAi {
+            base_url,
+            dimension,
+        } => {
+            embed.openai.base_url = base_url.clone();
+            embed.openai.dimension = *dimension;
+            embed.openai.max_retries = 1;
+            embed.openai.timeout_secs = 5;
+            engram_embed::EmbedProvider::Openai
+        }
+    };
 }
 
 /// The ingest settings a sandbox runs with.
 fn ingest_settings(database_url: &str, options: &SandboxOptions) -> IngestSettings {
     let mut ingest_settings: IngestSettings =
-        engram_server::settings::load_defaults_only(IngestSettings::defaults())
-            .expect("ingest defaults");
+        engram_server::settings::load_defaults_only::<IngestSettings>().expect("ingest defaults");
     ingest_settings.grpc = grpc_settings(options);
     ingest_settings.database =
         database_settings(ingest_settings.database, database_url, true, options);
@@ -270,7 +287,7 @@ fn ingest_settings(database_url: &str, options: &SandboxOptions) -> IngestSettin
     ingest_settings.embed.poll_interval_ms = 100;
     // Background inference yields the CPU to requests in production (nice 10). Here every
     // process is a test, and four run at once: a nice model would wait on its neighbours.
-    ingest_settings.embed.inference_nice = 0;
+    ingest_settings.embed.model.inference_nice = 0;
     // Tests that need a retention run start it themselves, at the instant they choose.
     ingest_settings.retention.enabled = false;
     ingest_settings.amqp.bus.enabled = options.bus.is_some();
@@ -293,49 +310,21 @@ fn ingest_settings(database_url: &str, options: &SandboxOptions) -> IngestSettin
         ingest_settings.llm.timeout_secs = 5;
         ingest_settings.llm.max_retries = 1;
     }
-    ingest_settings.embed.model_dir = local_model_dir();
-    ingest_settings.embed.provider = match &options.embedder {
-        TestEmbedder::Disabled => engram_ingest::config::EmbedProvider::Disabled,
-        TestEmbedder::Local => engram_ingest::config::EmbedProvider::Local,
-        TestEmbedder::OpenAi {
-            base_url,
-            dimension,
-        } => {
-            ingest_settings.embed.openai.base_url = base_url.clone();
-            ingest_settings.embed.openai.dimension = *dimension;
-            ingest_settings.embed.openai.max_retries = 1;
-            ingest_settings.embed.openai.timeout_secs = 5;
-            engram_ingest::config::EmbedProvider::Openai
-        }
-    };
+    use_embedder(&mut ingest_settings.embed.model, &options.embedder);
     ingest_settings
 }
 
 /// The retrieval settings a sandbox runs with: the same embedder as ingest.
 fn retrieval_settings(database_url: &str, options: &SandboxOptions) -> RetrievalSettings {
     let mut settings: RetrievalSettings =
-        engram_server::settings::load_defaults_only(RetrievalSettings::defaults())
+        engram_server::settings::load_defaults_only::<RetrievalSettings>()
             .expect("retrieval defaults");
     settings.grpc = grpc_settings(options);
     settings.database = database_settings(settings.database, database_url, false, options);
     settings.auth = engram_server::AuthSettings {
         tokens_file: options.tokens_file.clone(),
     };
-    settings.embed.model_dir = local_model_dir();
-    settings.embed.provider = match &options.embedder {
-        TestEmbedder::Disabled => engram_embed::EmbedProvider::Disabled,
-        TestEmbedder::Local => engram_embed::EmbedProvider::Local,
-        TestEmbedder::OpenAi {
-            base_url,
-            dimension,
-        } => {
-            settings.embed.openai.base_url = base_url.clone();
-            settings.embed.openai.dimension = *dimension;
-            settings.embed.openai.max_retries = 1;
-            settings.embed.openai.timeout_secs = 5;
-            engram_embed::EmbedProvider::Openai
-        }
-    };
+    use_embedder(&mut settings.embed, &options.embedder);
     if let Some(millis) = options.trace_flush_ms {
         settings.recall.trace_flush_ms = millis;
     }
@@ -350,26 +339,11 @@ fn review_settings(
     options: &SandboxOptions,
 ) -> ReviewSettings {
     let mut settings: ReviewSettings =
-        engram_server::settings::load_defaults_only(ReviewSettings::defaults())
-            .expect("review defaults");
+        engram_server::settings::load_defaults_only::<ReviewSettings>().expect("review defaults");
     settings.grpc = grpc_settings(options);
     settings.database = database_settings(settings.database, database_url, false, options);
     settings.auth = auth;
-    settings.embed.model_dir = local_model_dir();
-    settings.embed.provider = match &options.embedder {
-        TestEmbedder::Disabled => engram_embed::EmbedProvider::Disabled,
-        TestEmbedder::Local => engram_embed::EmbedProvider::Local,
-        TestEmbedder::OpenAi {
-            base_url,
-            dimension,
-        } => {
-            settings.embed.openai.base_url = base_url.clone();
-            settings.embed.openai.dimension = *dimension;
-            settings.embed.openai.max_retries = 1;
-            settings.embed.openai.timeout_secs = 5;
-            engram_embed::EmbedProvider::Openai
-        }
-    };
+    use_embedder(&mut settings.embed, &options.embedder);
     if let Some(base_url) = &options.llm_base_url {
         settings.llm.provider = engram_llm::LlmProvider::Openai;
         settings.llm.base_url = base_url.clone();

@@ -1446,7 +1446,7 @@ async fn retention(
 
     // The job as the ingest service runs it: its default settings, its own connections.
     let settings: engram_ingest::IngestSettings =
-        engram_server::settings::load_defaults_only(engram_ingest::IngestSettings::defaults())?;
+        engram_server::settings::load_defaults_only::<engram_ingest::IngestSettings>()?;
     let job_pool = PgPoolOptions::new().max_connections(4).connect(url).await?;
     let job = engram_ingest::retention::RetentionJob::new(
         job_pool,

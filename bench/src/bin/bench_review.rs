@@ -351,7 +351,7 @@ async fn measure_latency(
     ids: &[Vec<Uuid>],
 ) -> anyhow::Result<Latency> {
     let mut settings: ReviewSettings =
-        engram_server::settings::load_defaults_only(ReviewSettings::defaults())?;
+        engram_server::settings::load_defaults_only::<ReviewSettings>()?;
     settings.database.url = SecretString::from(args.database_url.clone());
     settings.database.run_migrations = false;
     settings.grpc.listen_addr = "127.0.0.1:0".parse()?;

@@ -214,7 +214,7 @@ async fn main() -> anyhow::Result<()> {
     )
     .context("the labelled set is not valid")?;
     let defaults: engram_review::ReviewSettings =
-        engram_server::settings::load_defaults_only(engram_review::ReviewSettings::defaults())?;
+        engram_server::settings::load_defaults_only::<engram_review::ReviewSettings>()?;
     let mut embed = defaults.embed.clone();
     embed.provider = engram_embed::EmbedProvider::Local;
     embed.model_dir = engram_embed::installed_model_dir();

@@ -203,10 +203,10 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let dialogs = load_dialogs(&args.dialogs)?;
     let defaults: engram_ingest::IngestSettings =
-        engram_server::settings::load_defaults_only(engram_ingest::IngestSettings::defaults())?;
+        engram_server::settings::load_defaults_only::<engram_ingest::IngestSettings>()?;
     let mut embed = defaults.embed.clone();
-    embed.provider = engram_embed::EmbedProvider::Local;
-    embed.model_dir = engram_embed::installed_model_dir();
+    embed.model.provider = engram_embed::EmbedProvider::Local;
+    embed.model.model_dir = engram_embed::installed_model_dir();
     // No service here: no requests for the model to wait for.
     let embedders =
         engram_recall::load_embedders(&embed.embedder_choice(&Default::default())).await?;

@@ -5,13 +5,12 @@ use std::sync::Arc;
 use chrono::Duration;
 use engram_core::RetentionPolicy;
 use engram_core::activity::RequestActivity;
-use engram_server::settings::common_defaults;
 use engram_server::{AuthSettings, DatabaseSettings, GrpcSettings};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 pub const DEFAULT_PORT: u16 = 50051;
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct IngestSettings {
     pub grpc: GrpcSettings,
     pub database: DatabaseSettings,
@@ -32,7 +31,7 @@ pub struct IngestSettings {
 
 /// Data retention (`retention.*`): the service-wide defaults of each space's rules (in days, 0:
 /// off; see `engram_core::retention`) and the job that carries them out.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct RetentionSettings {
     /// Off: this replica never runs the job (PreviewRetention and the settings still work). On
     /// in every replica is fine: a lock lets one run at a time.
@@ -76,7 +75,7 @@ impl RetentionSettings {
 
 /// Segmentation and consolidation of conversations (`segmentation.*`); the rules are
 /// `engram_core::segmentation`'s.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct SegmentationSettings {
     /// Off: turns are stored but no episode or fact is derived from them.
     pub enabled: bool,
@@ -116,20 +115,12 @@ impl SegmentationSettings {
 
 pub use engram_embed::{EmbedProvider, OpenAiEmbedSettings};
 
-/// The embedding backfill.
-#[derive(Debug, Clone, Deserialize)]
+/// The embedder (`embed.*`: the model settings every service shares) and the embedding
+/// backfill's own settings.
+#[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct EmbedSettings {
-    pub provider: EmbedProvider,
-    /// Directory with model.safetensors, tokenizer.json and config.json (`make models`).
-    pub model_dir: std::path::PathBuf,
-    /// Entries per embedding batch.
-    pub batch_size: usize,
-    /// Tokens per text for the local model; longer texts are cut.
-    pub max_tokens: usize,
-    /// Query embeddings kept for the recall command.
-    pub query_cache_entries: u64,
-    /// Longest wait for a query embedding before recall goes on with BM25 alone.
-    pub query_timeout_ms: u64,
+    #[serde(flatten)]
+    pub model: engram_recall::EmbedConfig,
     /// How often the backfill looks for work when nothing woke it.
     pub poll_interval_ms: u64,
     /// Permanent failures after which an entry is left aside (dead-lettered).
@@ -137,10 +128,6 @@ pub struct EmbedSettings {
     /// With the bus on, the sweep only takes entries at least this old (newer ones are the
     /// consumer's); with the bus off it takes everything at once.
     pub sweep_min_age_ms: u64,
-    /// Nice value of the local model's threads. Everything ingest embeds is background work
-    /// (backfill, segmentation, consolidation) beside appends that answer in milliseconds, so
-    /// the default is 10: a busy model then delays requests little (shared/embed/src/inference.rs).
-    pub inference_nice: i32,
     /// The local model runs the backfill's forward passes only once no request of this service
     /// has been in flight for this long (0: at once, beside the requests). See
     /// `engram_embed::YieldToRequests`.
@@ -148,11 +135,10 @@ pub struct EmbedSettings {
     /// The longest an entry waits for a quiet moment: once the oldest entry of a backfill batch
     /// is this old, the batch runs beside the requests.
     pub backfill_max_deferral_secs: u64,
-    pub openai: OpenAiEmbedSettings,
 }
 
 /// The write path's policy knobs.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct MemorySettings {
     /// Entries a space may hold before the lowest-scored are trimmed (per-space override via
     /// UpdateSettings).
@@ -177,28 +163,19 @@ pub struct MemorySettings {
 
 impl EmbedSettings {
     pub fn query_embedder(&self) -> engram_recall::QueryEmbedderSettings {
-        engram_recall::QueryEmbedderSettings {
-            max_batch: self.batch_size.max(1),
-            cache_entries: self.query_cache_entries,
-            timeout: std::time::Duration::from_millis(self.query_timeout_ms),
-        }
+        self.model.query_embedder()
     }
 
     /// The embedder, its background passes running between the requests `activity` counts.
     pub fn embedder_choice(&self, activity: &Arc<RequestActivity>) -> engram_embed::EmbedderChoice {
         engram_embed::EmbedderChoice {
-            provider: self.provider,
-            model_dir: self.model_dir.clone(),
-            max_tokens: self.max_tokens,
-            max_batch: self.batch_size.max(1),
-            inference_nice: self.inference_nice,
             yield_to_requests: (self.backfill_quiet_ms > 0).then(|| {
                 engram_embed::YieldToRequests {
                     activity: activity.clone(),
                     quiet: std::time::Duration::from_millis(self.backfill_quiet_ms),
                 }
             }),
-            openai: self.openai.clone(),
+            ..self.model.embedder_choice()
         }
     }
 
@@ -233,116 +210,136 @@ impl MemorySettings {
 impl IngestSettings {
     /// Defaults, then `ENGRAM_CONFIG`'s file, then `ENGRAM_*` variables.
     pub fn load() -> Result<Self, config::ConfigError> {
-        engram_server::load_settings(Self::defaults())
+        engram_server::load_settings()
     }
+}
 
-    pub fn defaults() -> Vec<(&'static str, config::Value)> {
-        let mut defaults = common_defaults(DEFAULT_PORT);
-        defaults.retain(|(key, _)| *key != "database.run_migrations");
-        defaults.extend([
-            // Ingest is the one migration owner.
-            ("database.run_migrations", true.into()),
-            ("memory.soft_cap", 200i64.into()),
-            ("memory.tombstone_ttl_secs", 86_400i64.into()),
-            ("memory.recency_tau_secs", 604_800i64.into()),
-            ("memory.score_staleness_secs", 86_400i64.into()),
-            ("memory.max_text_chars", 8_192i64.into()),
-            ("memory.write_batch_max", 32i64.into()),
-            ("memory.write_batch_concurrency", 2i64.into()),
-            ("memory.write_batch_linger_us", 3_000i64.into()),
-            // The backfill's own embed.* settings (the model ones are shared with retrieval).
-            ("embed.poll_interval_ms", 1_000i64.into()),
-            ("embed.max_failures", 5i64.into()),
-            ("embed.sweep_min_age_ms", 10_000i64.into()),
-            ("amqp.enabled", true.into()),
-            ("amqp.url", "amqp://guest:guest@127.0.0.1:5672/%2f".into()),
-            ("amqp.topology_prefix", "engram".into()),
-            ("amqp.relay_batch", 100i64.into()),
-            ("amqp.relay_poll_ms", 500i64.into()),
-            ("amqp.prefetch", 64i64.into()),
-            ("amqp.batch_window_ms", 50i64.into()),
-            ("amqp.max_attempts", 5i64.into()),
-            ("amqp.retry_delay_ms", 2_000i64.into()),
-            ("amqp.reconnect_max_backoff_ms", 10_000i64.into()),
-        ]);
+impl Default for IngestSettings {
+    fn default() -> Self {
+        Self {
+            grpc: GrpcSettings::on_port(DEFAULT_PORT),
+            database: DatabaseSettings {
+                // Ingest is the one migration owner.
+                run_migrations: true,
+                ..DatabaseSettings::default()
+            },
+            auth: AuthSettings::default(),
+            memory: MemorySettings::default(),
+            embed: EmbedSettings::default(),
+            amqp: AmqpSettings::default(),
+            recall: engram_recall::RecallSettings::default(),
+            segmentation: SegmentationSettings::default(),
+            llm: engram_llm::LlmSettings::default(),
+            retention: RetentionSettings::default(),
+        }
+    }
+}
+
+impl Default for MemorySettings {
+    fn default() -> Self {
+        Self {
+            soft_cap: 200,
+            tombstone_ttl_secs: 86_400,
+            recency_tau_secs: 604_800,
+            score_staleness_secs: 86_400,
+            max_text_chars: 8_192,
+            write_batch_max: 32,
+            write_batch_concurrency: 2,
+            write_batch_linger_us: 3_000,
+        }
+    }
+}
+
+impl Default for EmbedSettings {
+    fn default() -> Self {
+        Self {
+            model: engram_recall::EmbedConfig {
+                // Everything ingest embeds is background work (backfill, segmentation,
+                // consolidation) beside appends that answer in milliseconds: a busy model then
+                // delays requests little (shared/embed/src/inference.rs).
+                inference_nice: 10,
+                ..engram_recall::EmbedConfig::default()
+            },
+            poll_interval_ms: 1_000,
+            max_failures: 5,
+            sweep_min_age_ms: 10_000,
+            // At 200 requests a second a 50 ms gap between them hardly ever comes, so the model
+            // waits; at a few a second most gaps are longer, and it runs in them. Five minutes
+            // bounds what a sustained load defers (docs/benchmarks/README.md, "the model between
+            // requests").
+            backfill_quiet_ms: 50,
+            backfill_max_deferral_secs: 300,
+        }
+    }
+}
+
+impl Default for AmqpSettings {
+    fn default() -> Self {
+        Self {
+            bus: engram_bus::BusSettings {
+                prefetch: 64,
+                ..engram_bus::BusSettings::default()
+            },
+            relay_batch: 100,
+            relay_poll_ms: 500,
+            batch_window_ms: 50,
+        }
+    }
+}
+
+impl Default for SegmentationSettings {
+    /// The rules' own defaults (`engram_core::segmentation`), on, consolidating.
+    fn default() -> Self {
         let rules = engram_core::segmentation::SegmentationRules::default();
-        defaults.extend([
-            ("segmentation.enabled", true.into()),
-            (
-                "segmentation.hard_gap_secs",
-                rules.hard_gap.num_seconds().into(),
-            ),
-            (
-                "segmentation.soft_gap_secs",
-                rules.soft_gap.num_seconds().into(),
-            ),
-            (
-                "segmentation.soft_gap_similarity",
-                f64::from(rules.soft_gap_similarity).into(),
-            ),
-            (
-                "segmentation.topic_shift_similarity",
-                f64::from(rules.topic_shift_similarity).into(),
-            ),
-            (
-                "segmentation.topic_min_tokens",
-                i64::from(rules.topic_min_tokens).into(),
-            ),
-            ("segmentation.min_turns", (rules.min_turns as i64).into()),
-            ("segmentation.max_turns", (rules.max_turns as i64).into()),
-            (
-                "segmentation.max_tokens",
-                i64::from(rules.max_tokens).into(),
-            ),
-            (
-                "segmentation.idle_close_secs",
-                rules.idle_close.num_seconds().into(),
-            ),
-            ("segmentation.sweep_interval_ms", 5_000i64.into()),
-            ("segmentation.consolidate", true.into()),
-            ("segmentation.batch", 32i64.into()),
-        ]);
-        defaults.extend([
-            ("retention.enabled", true.into()),
-            ("retention.interval_secs", 3_600i64.into()),
-            ("retention.batch", 500i64.into()),
+        Self {
+            enabled: true,
+            hard_gap_secs: rules.hard_gap.num_seconds(),
+            soft_gap_secs: rules.soft_gap.num_seconds(),
+            soft_gap_similarity: rules.soft_gap_similarity,
+            topic_shift_similarity: rules.topic_shift_similarity,
+            topic_min_tokens: rules.topic_min_tokens,
+            min_turns: rules.min_turns,
+            max_turns: rules.max_turns,
+            max_tokens: rules.max_tokens,
+            idle_close_secs: rules.idle_close.num_seconds(),
+            sweep_interval_ms: 5_000,
+            consolidate: true,
+            batch: 32,
+        }
+    }
+}
+
+impl Default for RetentionSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            interval_secs: 3_600,
+            batch: 500,
             // Leaves the requests room: a run deleting flat out on two cores raised
             // RetrieveMemory's p95 by 23 %; with 10 ms it still deletes 6,000 rows/s
             // (docs/benchmarks/README.md, "Retention").
-            ("retention.batch_pause_ms", 10i64.into()),
-            ("retention.concurrency", 2i64.into()),
+            batch_pause_ms: 10,
+            concurrency: 2,
             // Raw turns: the summarized form (the episode) is what is kept for long.
-            ("retention.turn_retention_days", 180i64.into()),
+            turn_retention_days: 180,
             // Off: nothing is deleted for its age alone unless a space asks for it.
-            ("retention.max_age_days", 0i64.into()),
-            ("retention.inactive_after_days", 90i64.into()),
-            ("retention.inactive_grace_days", 90i64.into()),
+            max_age_days: 0,
+            inactive_after_days: 90,
+            inactive_grace_days: 90,
             // FSRS-6's forgetting curve has a long tail (0.1 is reached only after about three
-            // million stability-days); 0.5, more likely forgotten than recalled, is reached after
-            // about 90 (some 200 days for an episode never reviewed).
-            ("retention.inactive_retrievability_below", 0.5f64.into()),
+            // million stability-days); 0.5, more likely forgotten than recalled, is reached
+            // after about 90 (some 200 days for an episode never reviewed).
+            inactive_retrievability_below: 0.5,
             // Plain facts (0.3) and small talk fade; preferences, commitments and facts with
             // confident metadata (0.5 and more) stay.
-            ("retention.inactive_fact_importance_below", 0.4f64.into()),
-        ]);
-        defaults.extend(engram_recall::embed_defaults());
-        // Ingest's inference is all background work (see EmbedSettings::inference_nice).
-        defaults.push(("embed.inference_nice", 10i64.into()));
-        // At 200 requests a second a 50 ms gap between them hardly ever comes, so the model
-        // waits; at a few a second most gaps are longer, and it runs in them. Five minutes
-        // bounds what a sustained load defers (docs/benchmarks/README.md, "the model between
-        // requests").
-        defaults.push(("embed.backfill_quiet_ms", 50i64.into()));
-        defaults.push(("embed.backfill_max_deferral_secs", 300i64.into()));
-        defaults.extend(engram_recall::RecallSettings::defaults());
-        defaults.extend(engram_llm::LlmSettings::defaults());
-        defaults
+            inactive_fact_importance_below: 0.4,
+        }
     }
 }
 
 /// The RabbitMQ bus (`amqp.*`): the connection every service shares, then the outbox relay's
 /// and the consumers' own settings.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct AmqpSettings {
     /// Off: no events are written or published; the sweep alone fills in embeddings.
     #[serde(flatten)]
@@ -365,4 +362,69 @@ pub struct GroupCommitSettings {
     /// The longest a batch waits for the writes it expects, from when it starts waiting (see
     /// `group_commit::WavePlanner`). Zero: never waits.
     pub linger: std::time::Duration,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The defaults layer, then `variables` as the environment would give them.
+    fn load(variables: &[(&str, &str)]) -> IngestSettings {
+        let defaults = config::Config::try_from(&IngestSettings::default()).unwrap();
+        let variables = variables
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+            .collect();
+        config::Config::builder()
+            .add_source(defaults)
+            .add_source(engram_server::settings::environment().source(Some(variables)))
+            .build()
+            .unwrap()
+            .try_deserialize()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_default_that_differs_by_service_survives_a_neighbour_set_by_the_environment() {
+        let settings = load(&[
+            ("ENGRAM_DATABASE__URL", "postgres://elsewhere/engram"),
+            ("ENGRAM_AMQP__URL", "amqp://broker:5672/%2f"),
+            ("ENGRAM_EMBED__PROVIDER", "disabled"),
+        ]);
+        // Ingest's own defaults inside shared structs, though a key beside each was set.
+        assert!(settings.database.run_migrations, "ingest owns migrations");
+        assert_eq!(settings.amqp.bus.prefetch, 64);
+        assert_eq!(settings.embed.model.inference_nice, 10);
+        assert_eq!(settings.embed.model.provider, EmbedProvider::Disabled);
+        assert_eq!(settings.grpc.listen_addr.port(), DEFAULT_PORT);
+        assert_eq!(settings.grpc.metrics_listen_addr.port(), 9451);
+        // The rest keeps its default.
+        assert_eq!(settings.memory.soft_cap, 200);
+        assert_eq!(settings.recall.token_budget, 2_000);
+        assert!(settings.grpc.tls.is_none());
+        assert!(settings.llm.api_key.is_none());
+    }
+
+    #[test]
+    fn one_key_of_a_table_the_defaults_leave_empty_can_be_set() {
+        let settings = load(&[
+            ("ENGRAM_GRPC__TLS__CERT_FILE", "/etc/engram/tls.crt"),
+            ("ENGRAM_GRPC__TLS__KEY_FILE", "/etc/engram/tls.key"),
+            ("ENGRAM_AMQP__MAX_ATTEMPTS", "9"),
+            ("ENGRAM_EMBED__BATCH_SIZE", "8"),
+        ]);
+        let tls = settings.grpc.tls.expect("TLS is on");
+        assert_eq!(
+            tls.cert_file,
+            std::path::PathBuf::from("/etc/engram/tls.crt")
+        );
+        assert_eq!(
+            tls.reload_interval_secs, 30,
+            "its own defaults fill the rest"
+        );
+        assert_eq!(settings.amqp.bus.max_attempts, 9);
+        assert_eq!(settings.amqp.relay_batch, 100);
+        assert_eq!(settings.embed.model.batch_size, 8);
+        assert_eq!(settings.embed.poll_interval_ms, 1_000);
+    }
 }

@@ -1,13 +1,12 @@
 //! Settings of the retrieval service (see the README's configuration table).
 
 use engram_recall::{EmbedConfig, RecallSettings};
-use engram_server::settings::common_defaults;
-use engram_server::{AuthSettings, DatabaseSettings, GrpcSettings};
-use serde::Deserialize;
+use engram_server::{AuthSettings, DatabaseSettings, GrpcSettings, SynchronousCommit};
+use serde::{Deserialize, Serialize};
 
 pub const DEFAULT_PORT: u16 = 50052;
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct RetrievalSettings {
     pub grpc: GrpcSettings,
     pub database: DatabaseSettings,
@@ -21,16 +20,23 @@ pub struct RetrievalSettings {
 impl RetrievalSettings {
     /// Defaults, then `ENGRAM_CONFIG`'s file, then `ENGRAM_*` variables.
     pub fn load() -> Result<Self, config::ConfigError> {
-        engram_server::load_settings(Self::defaults())
+        engram_server::load_settings()
     }
+}
 
-    pub fn defaults() -> Vec<(&'static str, config::Value)> {
-        let mut defaults = common_defaults(DEFAULT_PORT);
-        // Retrieval writes only what a read leaves behind: no read waits for a WAL flush (see
-        // DatabaseSettings::synchronous_commit).
-        defaults.push(("database.synchronous_commit", "off".into()));
-        defaults.extend(engram_recall::embed_defaults());
-        defaults.extend(RecallSettings::defaults());
-        defaults
+impl Default for RetrievalSettings {
+    fn default() -> Self {
+        Self {
+            grpc: GrpcSettings::on_port(DEFAULT_PORT),
+            database: DatabaseSettings {
+                // Retrieval writes only what a read leaves behind: no read waits for a WAL flush
+                // (see DatabaseSettings::synchronous_commit).
+                synchronous_commit: SynchronousCommit::Off,
+                ..DatabaseSettings::default()
+            },
+            auth: AuthSettings::default(),
+            embed: EmbedConfig::default(),
+            recall: RecallSettings::default(),
+        }
     }
 }

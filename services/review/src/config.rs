@@ -2,13 +2,12 @@
 
 use engram_core::review::GraderThresholds;
 use engram_recall::EmbedConfig;
-use engram_server::settings::common_defaults;
 use engram_server::{AuthSettings, DatabaseSettings, GrpcSettings};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 pub const DEFAULT_PORT: u16 = 50053;
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct ReviewSettings {
     pub grpc: GrpcSettings,
     pub database: DatabaseSettings,
@@ -24,7 +23,7 @@ pub struct ReviewSettings {
 
 /// The consumer of closed segments (`amqp.*`: the connection every service shares, and how
 /// many segments it reviews at once).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct ReviewBusSettings {
     /// Off: segments are not consumed (GradeMemories still works).
     #[serde(flatten)]
@@ -35,7 +34,7 @@ pub struct ReviewBusSettings {
 }
 
 /// How memories are graded and what a grade does (`grading.*`).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct GradingSettings {
     /// The retention FSRS schedules for.
     pub desired_retention: f32,
@@ -52,7 +51,7 @@ pub struct GradingSettings {
     pub local_topic: f64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LlmFailure {
     Local,
@@ -72,37 +71,44 @@ impl GradingSettings {
 }
 
 impl ReviewSettings {
+    /// Defaults, then `ENGRAM_CONFIG`'s file, then `ENGRAM_*` variables.
     pub fn load() -> Result<Self, config::ConfigError> {
-        engram_server::load_settings(Self::defaults())
+        engram_server::load_settings()
     }
+}
 
-    pub fn defaults() -> Vec<(&'static str, config::Value)> {
-        let mut defaults = common_defaults(DEFAULT_PORT);
-        defaults.extend([
-            ("amqp.enabled", true.into()),
-            ("amqp.url", "amqp://guest:guest@127.0.0.1:5672/%2f".into()),
-            ("amqp.topology_prefix", "engram".into()),
-            ("amqp.prefetch", 16i64.into()),
-            ("amqp.review_concurrency", 4i64.into()),
-            ("amqp.max_attempts", 5i64.into()),
-            ("amqp.retry_delay_ms", 2_000i64.into()),
-            ("amqp.reconnect_max_backoff_ms", 10_000i64.into()),
-            (
-                "grading.desired_retention",
-                f64::from(engram_core::memory_state::DESIRED_RETENTION).into(),
-            ),
-            ("grading.on_llm_failure", "local".into()),
+impl Default for ReviewSettings {
+    fn default() -> Self {
+        Self {
+            grpc: GrpcSettings::on_port(DEFAULT_PORT),
+            database: DatabaseSettings::default(),
+            auth: AuthSettings::default(),
+            embed: EmbedConfig {
+                // Grading runs beside the review RPCs: the model yields to them.
+                inference_nice: 10,
+                ..EmbedConfig::default()
+            },
+            llm: engram_llm::LlmSettings::default(),
+            amqp: ReviewBusSettings {
+                bus: engram_bus::BusSettings::default(),
+                review_concurrency: 4,
+            },
+            grading: GradingSettings::default(),
+        }
+    }
+}
+
+impl Default for GradingSettings {
+    fn default() -> Self {
+        Self {
+            desired_retention: engram_core::memory_state::DESIRED_RETENTION,
+            on_llm_failure: LlmFailure::Local,
             // Calibrated by `make eval-review` on tests/eval/review (docs/eval/review.md).
-            ("grading.local_hard", 0.24.into()),
-            ("grading.local_good", 0.28.into()),
-            ("grading.local_easy", 0.40.into()),
-            ("grading.local_overlap_weight", 0.7.into()),
-            ("grading.local_topic", 0.42.into()),
-        ]);
-        defaults.extend(engram_recall::embed_defaults());
-        // Grading runs beside the review RPCs: the model yields to them.
-        defaults.push(("embed.inference_nice", 10i64.into()));
-        defaults.extend(engram_llm::LlmSettings::defaults());
-        defaults
+            local_hard: 0.24,
+            local_good: 0.28,
+            local_easy: 0.40,
+            local_overlap_weight: 0.7,
+            local_topic: 0.42,
+        }
     }
 }

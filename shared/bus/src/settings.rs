@@ -4,17 +4,18 @@
 use std::time::Duration;
 
 use secrecy::{ExposeSecret as _, SecretString};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize, Serializer};
 
 use crate::BusTls;
 use crate::consumer::ConsumerSettings;
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct BusSettings {
     /// Off: this service neither publishes nor consumes (Postgres and the sweeps do the work).
     pub enabled: bool,
     /// `amqp://`, or `amqps://` for TLS (the broker's certificate checked against the web PKI
     /// roots, or `tls_ca_file`).
+    #[serde(serialize_with = "expose_default_url")]
     pub url: SecretString,
     /// A PEM bundle of the CAs that sign the broker's certificate (a private CA).
     #[serde(default)]
@@ -29,6 +30,29 @@ pub struct BusSettings {
     pub retry_delay_ms: u64,
     /// Longest wait between reconnection attempts when the broker is away.
     pub reconnect_max_backoff_ms: u64,
+}
+
+impl Default for BusSettings {
+    /// The local RabbitMQ of `make up`; five deliveries two seconds apart before a message is
+    /// dead-lettered. Each service sets its consumers' prefetch.
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            url: SecretString::from("amqp://guest:guest@127.0.0.1:5672/%2f"),
+            tls_ca_file: None,
+            topology_prefix: "engram".to_owned(),
+            prefetch: 16,
+            max_attempts: 5,
+            retry_delay_ms: 2_000,
+            reconnect_max_backoff_ms: 10_000,
+        }
+    }
+}
+
+/// Writes the default URL into the defaults layer (a local broker's well-known guest login);
+/// what a deployment sets is never serialized.
+fn expose_default_url<S: Serializer>(url: &SecretString, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(url.expose_secret())
 }
 
 impl BusSettings {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::{
     EmbedError, Embedder, LocalEmbedder, LocalModelSettings, OpenAiEmbedder, OpenAiSettings,
@@ -14,7 +14,7 @@ use crate::{
 };
 
 /// Which embedder runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EmbedProvider {
     /// all-MiniLM-L6-v2 on the CPU, from `model_dir` (the default; no network, no key).
@@ -26,15 +26,31 @@ pub enum EmbedProvider {
 }
 
 /// The `embed.openai` settings.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct OpenAiEmbedSettings {
     pub base_url: String,
     pub model: String,
+    /// Sent as a bearer token when set (never part of the defaults).
+    #[serde(skip_serializing, default)]
     pub api_key: Option<secrecy::SecretString>,
     /// Must equal the store's embedding dimension.
     pub dimension: usize,
     pub timeout_secs: u64,
     pub max_retries: usize,
+}
+
+impl Default for OpenAiEmbedSettings {
+    /// OpenAI's small model at the store's 384 dimensions.
+    fn default() -> Self {
+        Self {
+            base_url: "https://api.openai.com".to_owned(),
+            model: "text-embedding-3-small".to_owned(),
+            api_key: None,
+            dimension: 384,
+            timeout_secs: 30,
+            max_retries: 5,
+        }
+    }
 }
 
 /// Everything needed to load an embedder.

@@ -1,7 +1,7 @@
 //! The `llm.*` settings: whether a language model is used, and how to reach it.
 
 use secrecy::SecretString;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The default `llm.max_response_bytes`: room for answers far beyond any `max_tokens` one
 /// would configure, small enough that a runaway endpoint cannot grow a service by much.
@@ -10,7 +10,7 @@ pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
 const MIN_RESPONSE_BYTES: usize = 1024;
 
 /// Which language model backs the structured answers.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LlmProvider {
     /// None (the default): features that need a model are off.
@@ -20,10 +20,9 @@ pub enum LlmProvider {
     Openai,
 }
 
-/// How to reach the chat-completions endpoint. Services embed it in their settings under `llm`
-/// and add [`LlmSettings::defaults`] to their defaults; a missing field also falls back to
-/// [`LlmSettings::default`].
-#[derive(Debug, Clone, Deserialize)]
+/// How to reach the chat-completions endpoint. Services embed it in their settings under `llm`;
+/// its defaults are [`LlmSettings::default`].
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default)]
 pub struct LlmSettings {
     pub provider: LlmProvider,
@@ -31,7 +30,8 @@ pub struct LlmSettings {
     /// (`/v1/chat/completions` is appended).
     pub base_url: String,
     pub model: String,
-    /// Sent as a bearer token when set.
+    /// Sent as a bearer token when set (never part of the defaults).
+    #[serde(skip_serializing)]
     pub api_key: Option<SecretString>,
     /// Per-request timeout, connection to last byte.
     pub timeout_secs: u64,
@@ -67,35 +67,6 @@ impl Default for LlmSettings {
 }
 
 impl LlmSettings {
-    /// Defaults of the `llm.*` keys, for a service's configuration defaults (the same values as
-    /// [`LlmSettings::default`]).
-    pub fn defaults() -> Vec<(&'static str, config::Value)> {
-        let defaults = Self::default();
-        let provider = match defaults.provider {
-            LlmProvider::Disabled => "disabled",
-            LlmProvider::Openai => "openai",
-        };
-        vec![
-            ("llm.provider", provider.into()),
-            ("llm.base_url", defaults.base_url.into()),
-            ("llm.model", defaults.model.into()),
-            ("llm.timeout_secs", (defaults.timeout_secs as i64).into()),
-            ("llm.max_retries", (defaults.max_retries as i64).into()),
-            (
-                "llm.invalid_answer_retries",
-                (defaults.invalid_answer_retries as i64).into(),
-            ),
-            ("llm.max_tokens", i64::from(defaults.max_tokens).into()),
-            ("llm.temperature", f64::from(defaults.temperature).into()),
-            (
-                "llm.max_response_bytes",
-                i64::try_from(defaults.max_response_bytes)
-                    .unwrap_or(i64::MAX)
-                    .into(),
-            ),
-        ]
-    }
-
     /// Checks what the endpoint would otherwise reject on every request.
     pub(crate) fn validate(&self) -> Result<(), String> {
         let base_url = self.base_url.trim();
@@ -135,10 +106,15 @@ mod tests {
     use super::*;
 
     fn from_config(overrides: &[(&str, config::Value)]) -> LlmSettings {
-        let mut builder = config::Config::builder();
-        for (key, value) in LlmSettings::defaults() {
-            builder = builder.set_default(key, value).unwrap();
+        #[derive(Serialize)]
+        struct Service {
+            llm: LlmSettings,
         }
+        let defaults = config::Config::try_from(&Service {
+            llm: LlmSettings::default(),
+        })
+        .unwrap();
+        let mut builder = config::Config::builder().add_source(defaults);
         for (key, value) in overrides {
             builder = builder.set_override(*key, value.clone()).unwrap();
         }

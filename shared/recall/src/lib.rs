@@ -32,6 +32,5 @@ pub use pipeline::{
 pub use query_embedder::{QueryEmbedder, QueryEmbedderSettings};
 pub use settings::{RankingOverrides, RankingValues, RecallSettings};
 pub use startup::{
-    DEFAULT_MODEL_DIR, EmbedConfig, check_dimension, embed_defaults, load_embedder, load_embedders,
-    start_recall,
+    DEFAULT_MODEL_DIR, EmbedConfig, check_dimension, load_embedder, load_embedders, start_recall,
 };

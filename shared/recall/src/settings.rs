@@ -14,7 +14,8 @@ use engram_core::retrieval::ranking::{
 };
 use engram_core::retrieval::{RankingParams, RankingProfile};
 use serde::de::{self, IgnoredAny, MapAccess, Visitor};
-use serde::{Deserialize, Deserializer};
+use serde::ser::SerializeMap as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Retrievals' traces are written every quarter second by default: a crash loses at most that
 /// much of them, and one write serves every retrieval of the interval.
@@ -32,7 +33,7 @@ pub(crate) const MAX_TURN_CANDIDATES: u32 = 500;
 /// The longest flush interval accepted (a minute).
 const MAX_TRACE_FLUSH_MS: u64 = 60_000;
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct RecallSettings {
     /// `fsrs` or `triscore`.
     pub profile: String,
@@ -58,43 +59,6 @@ pub struct RecallSettings {
 }
 
 impl RecallSettings {
-    /// Defaults under `recall.` for the services' settings; how the ranking's were chosen is told
-    /// beside `RANKING_SETTINGS`.
-    pub fn defaults() -> Vec<(&'static str, config::Value)> {
-        let mut defaults = vec![
-            ("recall.profile", DEFAULT_PROFILE.as_str().into()),
-            (
-                "recall.candidates_per_leg",
-                i64::from(DEFAULT_CANDIDATES_PER_LEG).into(),
-            ),
-        ];
-        defaults.extend(
-            RANKING_SETTINGS
-                .iter()
-                .map(|setting| (setting.config_key, setting.default.into())),
-        );
-        defaults.extend([
-            (
-                "recall.token_budget",
-                i64::from(DEFAULT_TOKEN_BUDGET).into(),
-            ),
-            ("recall.trigram_threshold", 0.3.into()),
-            ("recall.exact_search_max_entries", 20_000i64.into()),
-            ("recall.hnsw_ef_search", 200i64.into()),
-            ("recall.bm25_k1", engram_core::retrieval::bm25::K1.into()),
-            ("recall.bm25_b", engram_core::retrieval::bm25::B.into()),
-            (
-                "recall.turn_candidates",
-                i64::from(DEFAULT_TURN_CANDIDATES).into(),
-            ),
-            (
-                "recall.trace_flush_ms",
-                i64::from(DEFAULT_TRACE_FLUSH_MS).into(),
-            ),
-        ]);
-        defaults
-    }
-
     /// How often retrievals' traces are written; fails outside 1 ms to a minute.
     pub fn trace_flush_interval(&self) -> Result<std::time::Duration, ValidationError> {
         let millis = bounded(
@@ -120,6 +84,31 @@ impl RecallSettings {
             },
             "recall",
         )
+    }
+}
+
+impl Default for RecallSettings {
+    /// The ranking's defaults are `RANKING_SETTINGS`' (how each was chosen is told there); BM25's
+    /// are the textbook ones.
+    fn default() -> Self {
+        Self {
+            profile: DEFAULT_PROFILE.as_str().to_owned(),
+            candidates_per_leg: DEFAULT_CANDIDATES_PER_LEG,
+            ranking: RankingValues(
+                RANKING_SETTINGS
+                    .iter()
+                    .map(|setting| (setting.name, setting.default))
+                    .collect(),
+            ),
+            token_budget: DEFAULT_TOKEN_BUDGET,
+            trigram_threshold: 0.3,
+            exact_search_max_entries: 20_000,
+            hnsw_ef_search: 200,
+            bm25_k1: engram_core::retrieval::bm25::K1,
+            bm25_b: engram_core::retrieval::bm25::B,
+            turn_candidates: DEFAULT_TURN_CANDIDATES,
+            trace_flush_ms: u64::from(DEFAULT_TRACE_FLUSH_MS),
+        }
     }
 }
 
@@ -149,6 +138,17 @@ impl RankingValues {
 impl<'de> Deserialize<'de> for RankingValues {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         deserializer.deserialize_map(RankingValuesVisitor)
+    }
+}
+
+/// Writes each value under its setting's name (flattened into `recall.`, as it is read).
+impl Serialize for RankingValues {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (name, value) in &self.0 {
+            map.serialize_entry(name, value)?;
+        }
+        map.end()
     }
 }
 
@@ -308,11 +308,14 @@ mod tests {
     /// The settings as the services load them: the defaults, then `overrides` in place of the
     /// environment (as strings, as variables are).
     fn load(overrides: &[(&str, &str)]) -> Result<RecallSettings, config::ConfigError> {
-        let builder = RecallSettings::defaults()
-            .into_iter()
-            .try_fold(config::Config::builder(), |builder, (key, value)| {
-                builder.set_default(key, value)
-            })?;
+        #[derive(Serialize)]
+        struct Service {
+            recall: RecallSettings,
+        }
+        let defaults = config::Config::try_from(&Service {
+            recall: RecallSettings::default(),
+        })?;
+        let builder = config::Config::builder().add_source(defaults);
         overrides
             .iter()
             .try_fold(builder, |builder, (key, value)| {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use engram_embed::{EmbedProvider, Embedder, EmbedderChoice, OpenAiEmbedSettings};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 
 use crate::{QueryEmbedder, QueryEmbedderSettings, Recall, RecallSettings};
@@ -17,7 +17,7 @@ use crate::{QueryEmbedder, QueryEmbedderSettings, Recall, RecallSettings};
 pub const DEFAULT_MODEL_DIR: &str = "/var/tmp/engram-local/models/all-MiniLM-L6-v2";
 
 /// The `embed.*` settings both services read (ingest reads more, for its backfill).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct EmbedConfig {
     pub provider: EmbedProvider,
     /// Directory with model.safetensors, tokenizer.json and config.json (`make models`).
@@ -60,22 +60,20 @@ impl EmbedConfig {
     }
 }
 
-/// Defaults of the shared `embed.*` settings.
-pub fn embed_defaults() -> Vec<(&'static str, config::Value)> {
-    vec![
-        ("embed.provider", "local".into()),
-        ("embed.model_dir", DEFAULT_MODEL_DIR.into()),
-        ("embed.batch_size", 32i64.into()),
-        ("embed.max_tokens", 256i64.into()),
-        ("embed.query_cache_entries", 10_000i64.into()),
-        ("embed.query_timeout_ms", 2_000i64.into()),
-        ("embed.inference_nice", 0i64.into()),
-        ("embed.openai.base_url", "https://api.openai.com".into()),
-        ("embed.openai.model", "text-embedding-3-small".into()),
-        ("embed.openai.dimension", 384i64.into()),
-        ("embed.openai.timeout_secs", 30i64.into()),
-        ("embed.openai.max_retries", 5i64.into()),
-    ]
+impl Default for EmbedConfig {
+    /// The local model where `make models` installs it, 32 texts a pass, 256 tokens a text.
+    fn default() -> Self {
+        Self {
+            provider: EmbedProvider::Local,
+            model_dir: PathBuf::from(DEFAULT_MODEL_DIR),
+            batch_size: 32,
+            max_tokens: 256,
+            query_cache_entries: 10_000,
+            query_timeout_ms: 2_000,
+            inference_nice: 0,
+            openai: OpenAiEmbedSettings::default(),
+        }
+    }
 }
 
 /// Loads the configured embedder (`None` when disabled).

@@ -1,15 +1,20 @@
 //! Settings are layered: compiled-in defaults, then an optional TOML file named by
 //! `ENGRAM_CONFIG`, then `ENGRAM_*` environment variables with `__` between levels
 //! (`ENGRAM_DATABASE__URL` sets `database.url`). Kubernetes sets env only.
+//!
+//! The defaults live on the settings types: each struct's `Default` holds its values, with the
+//! reason beside each; a service's settings type sets what differs for it (its port, who owns
+//! migrations) in its own `Default`. [`load_settings`] serializes that default as the lowest
+//! layer, so every key has a value and a file or a variable overrides one key at a time.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use config::{Config, Environment, File, FileFormat};
-use secrecy::SecretString;
-use serde::Deserialize;
+use secrecy::{ExposeSecret as _, SecretString};
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize, Serializer};
 
 /// Environment variable naming an optional TOML settings file.
 pub const CONFIG_FILE_ENV: &str = "ENGRAM_CONFIG";
@@ -17,7 +22,7 @@ pub const CONFIG_FILE_ENV: &str = "ENGRAM_CONFIG";
 pub const ENV_PREFIX: &str = "ENGRAM";
 
 /// The gRPC listener.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct GrpcSettings {
     /// Address to listen on; port 0 picks a free port (tests).
     pub listen_addr: SocketAddr,
@@ -40,14 +45,30 @@ pub struct GrpcSettings {
 }
 
 impl GrpcSettings {
+    /// A service's listener on `port` of the loopback interface (a deployment sets its own
+    /// address), and its metrics on 94xx beside it: 9451 / 9452 / 9453 beside ingest /
+    /// retrieval / review's 50051 / 50052 / 50053.
+    pub fn on_port(port: u16) -> Self {
+        Self {
+            listen_addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            shutdown_grace_secs: 20,
+            max_concurrent_requests_per_connection: 256,
+            request_timeout_secs: 30,
+            readiness_interval_ms: 2_000,
+            metrics_listen_addr: SocketAddr::from(([127, 0, 0, 1], 9_400 + port % 100)),
+            tls: None,
+        }
+    }
+
     pub fn shutdown_grace(&self) -> Duration {
         Duration::from_secs(self.shutdown_grace_secs)
     }
 }
 
 /// The Postgres connection pool.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct DatabaseSettings {
+    #[serde(serialize_with = "expose_default_secret")]
     pub url: SecretString,
     /// Connections opened at start, before the service reports ready, and kept open (at most
     /// `max_connections`): requests right after a start or a quiet spell do not wait for a new
@@ -67,10 +88,36 @@ pub struct DatabaseSettings {
     pub synchronous_commit: SynchronousCommit,
 }
 
+impl Default for DatabaseSettings {
+    /// The local Postgres of `make up`; a service that owns migrations says so in its own
+    /// defaults.
+    fn default() -> Self {
+        Self {
+            url: SecretString::from("postgres://postgres@127.0.0.1:55432/engram"),
+            min_connections: 4,
+            max_connections: 16,
+            connect_timeout_secs: 10,
+            run_migrations: false,
+            schema_wait_secs: 120,
+            synchronous_commit: SynchronousCommit::On,
+        }
+    }
+}
+
+/// Writes a secret's default into the defaults layer. Only defaults are ever serialized (a
+/// local URL without a password); what a deployment sets comes from its file or environment
+/// and is never written anywhere.
+pub fn expose_default_secret<S: Serializer>(
+    secret: &SecretString,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(secret.expose_secret())
+}
+
 /// When a commit returns, as Postgres's `synchronous_commit` has it. With `off` a commit is
 /// visible to every other session at once and its WAL reaches the disk within a few
 /// `wal_writer_delay`s; a crash of the server within that moment loses it (never corrupts it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SynchronousCommit {
     On,
@@ -94,74 +141,42 @@ impl SynchronousCommit {
 }
 
 /// Bearer-token access. With no tokens file, access is open (local runs), and the log says so.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
 pub struct AuthSettings {
     /// JSON file: `[{"token": "...", "users": ["<uuid>", ...], "spaces": ["...", ...]}]`;
     /// `users` / `spaces` omitted or empty means any.
     pub tokens_file: Option<PathBuf>,
 }
 
-/// Defaults shared by every service; each service adds its own before calling [`load_settings`].
-pub fn common_defaults(default_port: u16) -> Vec<(&'static str, config::Value)> {
-    vec![
-        (
-            "grpc.listen_addr",
-            format!("127.0.0.1:{default_port}").into(),
-        ),
-        ("grpc.shutdown_grace_secs", 20i64.into()),
-        ("grpc.max_concurrent_requests_per_connection", 256i64.into()),
-        ("grpc.request_timeout_secs", 30i64.into()),
-        ("grpc.readiness_interval_ms", 2_000i64.into()),
-        // 9451 / 9452 / 9453 beside ingest / retrieval / review's 50051 / 50052 / 50053.
-        (
-            "grpc.metrics_listen_addr",
-            format!("127.0.0.1:{}", 9_400 + default_port % 100).into(),
-        ),
-        (
-            "database.url",
-            "postgres://postgres@127.0.0.1:55432/engram".into(),
-        ),
-        ("database.min_connections", 4i64.into()),
-        ("database.max_connections", 16i64.into()),
-        ("database.connect_timeout_secs", 10i64.into()),
-        ("database.run_migrations", false.into()),
-        ("database.schema_wait_secs", 120i64.into()),
-        ("database.synchronous_commit", "on".into()),
-    ]
-}
-
-/// Loads settings of type `T` from defaults, the optional file and the environment.
-pub fn load_settings<T: DeserializeOwned>(
-    defaults: Vec<(&'static str, config::Value)>,
-) -> Result<T, config::ConfigError> {
-    let mut builder = builder_with_defaults(defaults)?;
+/// Loads settings of type `T`: its `Default`, then the optional file, then the environment.
+pub fn load_settings<T: Default + Serialize + DeserializeOwned>() -> Result<T, config::ConfigError>
+{
+    let mut builder = builder_with_defaults::<T>()?;
     if let Ok(path) = std::env::var(CONFIG_FILE_ENV) {
         builder = builder.add_source(File::new(&path, FileFormat::Toml).required(true));
     }
-    builder
-        .add_source(
-            Environment::with_prefix(ENV_PREFIX)
-                .prefix_separator("_")
-                .separator("__")
-                .try_parsing(true),
-        )
-        .build()?
-        .try_deserialize()
+    builder.add_source(environment()).build()?.try_deserialize()
 }
 
-/// The defaults alone, ignoring file and environment (tests build settings from here).
-pub fn load_defaults_only<T: DeserializeOwned>(
-    defaults: Vec<(&'static str, config::Value)>,
-) -> Result<T, config::ConfigError> {
-    builder_with_defaults(defaults)?.build()?.try_deserialize()
+/// The `ENGRAM_*` variables as a source. Values that read as numbers or booleans are taken as
+/// such: a setting nested in a shared struct (serde's `flatten`: `amqp.*`, `embed.*`,
+/// `recall.*`) is read as it comes, so `ENGRAM_AMQP__MAX_ATTEMPTS=9` must be the number 9.
+/// (The one thing this costs: a text setting of such a struct cannot be all digits.)
+pub fn environment() -> Environment {
+    Environment::with_prefix(ENV_PREFIX)
+        .prefix_separator("_")
+        .separator("__")
+        .try_parsing(true)
 }
 
-fn builder_with_defaults(
-    defaults: Vec<(&'static str, config::Value)>,
-) -> Result<config::ConfigBuilder<config::builder::DefaultState>, config::ConfigError> {
-    defaults
-        .into_iter()
-        .try_fold(Config::builder(), |builder, (key, value)| {
-            builder.set_default(key, value)
-        })
+/// The defaults alone, through the same layer [`load_settings`] builds on, ignoring file and
+/// environment (tests build settings from here).
+pub fn load_defaults_only<T: Default + Serialize + DeserializeOwned>()
+-> Result<T, config::ConfigError> {
+    builder_with_defaults::<T>()?.build()?.try_deserialize()
+}
+
+fn builder_with_defaults<T: Default + Serialize>()
+-> Result<config::ConfigBuilder<config::builder::DefaultState>, config::ConfigError> {
+    Ok(Config::builder().add_source(Config::try_from(&T::default())?))
 }

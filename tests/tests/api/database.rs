@@ -29,13 +29,13 @@ async fn synchronous_commit_of(defaults: DatabaseSettings, database: &TestDataba
 #[tokio::test]
 async fn only_retrieval_commits_without_waiting_for_the_wal_flush() {
     let database = TestDatabase::create().await.expect("test database");
-    let ingest = load_defaults_only::<IngestSettings>(IngestSettings::defaults())
+    let ingest = load_defaults_only::<IngestSettings>()
         .expect("ingest defaults")
         .database;
-    let review = load_defaults_only::<ReviewSettings>(ReviewSettings::defaults())
+    let review = load_defaults_only::<ReviewSettings>()
         .expect("review defaults")
         .database;
-    let retrieval = load_defaults_only::<RetrievalSettings>(RetrievalSettings::defaults())
+    let retrieval = load_defaults_only::<RetrievalSettings>()
         .expect("retrieval defaults")
         .database;
     assert_eq!(synchronous_commit_of(ingest, &database).await, "on");

@@ -184,13 +184,12 @@ async fn a_poison_entry_is_set_aside_and_does_not_block_the_rest() {
 async fn a_model_of_the_wrong_dimension_stops_the_service_at_start() {
     let database = engram_testkit::TestDatabase::create().await.unwrap();
     let mut settings: engram_ingest::IngestSettings =
-        engram_server::settings::load_defaults_only(engram_ingest::IngestSettings::defaults())
-            .unwrap();
+        engram_server::settings::load_defaults_only::<engram_ingest::IngestSettings>().unwrap();
     settings.grpc.listen_addr = "127.0.0.1:0".parse().unwrap();
     settings.database.url = database.url().to_owned().into();
-    settings.embed.provider = engram_ingest::config::EmbedProvider::Openai;
-    settings.embed.openai.base_url = "http://127.0.0.1:9".into();
-    settings.embed.openai.dimension = 1536;
+    settings.embed.model.provider = engram_ingest::config::EmbedProvider::Openai;
+    settings.embed.model.openai.base_url = "http://127.0.0.1:9".into();
+    settings.embed.model.openai.dimension = 1536;
     let error = engram_ingest::App::build(settings)
         .await
         .err()
