@@ -30,8 +30,13 @@ pub trait ServiceError: std::error::Error {
 /// logged here, once, with their cause.
 pub fn to_status(error: &(impl ServiceError + ?Sized)) -> Status {
     let code = error.code();
-    if matches!(code, Code::Internal | Code::Unknown | Code::Unavailable) {
-        tracing::error!(error = %error, retryable = error.is_retryable(), "request failed");
+    match code {
+        Code::Internal | Code::Unknown => {
+            tracing::error!(error = %error, retryable = error.is_retryable(), "request failed");
+        }
+        // A dependency away or the service shutting down: clients retry, the log notes it.
+        Code::Unavailable => tracing::warn!(error = %error, "request failed; retryable"),
+        _ => {}
     }
     Status::new(code, error.client_message())
 }
