@@ -98,7 +98,7 @@ impl App {
         let recall = engram_recall::start_recall(
             pool.clone(),
             embedders.clone(),
-            settings.embed.query_embedder(),
+            settings.embed.model.query_embedder(),
             settings.recall.clone(),
         )?;
         let llm = engram_llm::ChatClient::from_settings(&settings.llm)?;

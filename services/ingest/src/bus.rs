@@ -25,10 +25,6 @@ use crate::config::AmqpSettings;
 use crate::conversations::segmentation::Segmenter;
 use engram_bus::queues::{self, routes};
 
-fn retry_delay(settings: &AmqpSettings) -> Duration {
-    settings.bus.retry_delay()
-}
-
 fn consumer_settings(settings: &AmqpSettings) -> engram_bus::consumer::ConsumerSettings {
     // Embedding and segmentation gather their own batches (consume_batches).
     settings.bus.consumer(1)
@@ -232,7 +228,7 @@ pub struct EmbeddingConsumer {
 impl EmbeddingConsumer {
     pub async fn run(self, stop: watch::Receiver<bool>) {
         let settings = consumer_settings(&self.settings);
-        let queue = queues::embedding_requested(retry_delay(&self.settings));
+        let queue = queues::embedding_requested(self.settings.bus.retry_delay());
         let batching = engram_bus::consumer::Batching {
             max: self.batch_size,
             window: Duration::from_millis(self.settings.batch_window_ms),
@@ -325,7 +321,7 @@ pub struct SegmentationConsumer {
 impl SegmentationConsumer {
     pub async fn run(self, stop: watch::Receiver<bool>) {
         let settings = consumer_settings(&self.settings);
-        let queue = queues::segmentation_requested(retry_delay(&self.settings));
+        let queue = queues::segmentation_requested(self.settings.bus.retry_delay());
         let batching = engram_bus::consumer::Batching {
             max: self.segmenter.settings.batch,
             window: Duration::from_millis(self.settings.batch_window_ms),

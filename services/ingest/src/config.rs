@@ -162,10 +162,6 @@ pub struct MemorySettings {
 }
 
 impl EmbedSettings {
-    pub fn query_embedder(&self) -> engram_recall::QueryEmbedderSettings {
-        self.model.query_embedder()
-    }
-
     /// The embedder, its background passes running between the requests `activity` counts.
     pub fn embedder_choice(&self, activity: &Arc<RequestActivity>) -> engram_embed::EmbedderChoice {
         engram_embed::EmbedderChoice {
