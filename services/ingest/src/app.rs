@@ -68,7 +68,7 @@ impl BusWorkers {
             embedding: backfill.clone().map(|backfill| EmbeddingConsumer {
                 backfill,
                 settings: settings.amqp.clone(),
-                batch_size: settings.embed.model.batch_size.max(1),
+                batch_size: settings.embed.model.batch_size,
             }),
             segmentation: segmenter.clone().map(|segmenter| SegmentationConsumer {
                 segmenter,
@@ -298,7 +298,7 @@ fn embedding_backfill(
         pool.clone(),
         embedder.clone(),
         BackfillSettings {
-            batch_size: settings.embed.model.batch_size.max(1),
+            batch_size: settings.embed.model.batch_size,
             poll_interval: Duration::from_millis(settings.embed.poll_interval_ms),
             max_failures: settings.embed.max_failures,
             min_age,

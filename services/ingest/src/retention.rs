@@ -237,7 +237,7 @@ impl RetentionJob {
     /// Runs every `interval_secs` until `stop` turns true (a run under way stops at its next
     /// batch).
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
-        let interval = Duration::from_secs(self.settings.interval_secs.max(1));
+        let interval = Duration::from_secs(self.settings.interval_secs);
         let mut ticks = tokio::time::interval_at(
             tokio::time::Instant::now() + FIRST_RUN_DELAY.min(interval),
             interval,
@@ -425,7 +425,7 @@ impl RetentionJob {
             }
         };
         // A round never takes more than `batch` entries, so never more spaces either.
-        let group_size = GROUP_SPACES.min(self.settings.batch.max(1) as usize);
+        let group_size = GROUP_SPACES.min(self.settings.batch as usize);
         for group in due.chunks(group_size) {
             let (deleted, outcome) = self.delete_group(cutoffs, group, reason, rule, stop).await;
             record(&mut page.runs, deleted);
@@ -474,7 +474,7 @@ impl RetentionJob {
         }
         let finished: Vec<(usize, Result<SpaceRun, IngestError>)> =
             futures::stream::iter(per_space)
-                .buffer_unordered(self.settings.concurrency.max(1))
+                .buffer_unordered(self.settings.concurrency)
                 .collect()
                 .await;
         for (index, run) in finished {
@@ -575,7 +575,7 @@ impl RetentionJob {
             .enumerate()
             .map(|(at, (index, _))| (*index, at))
             .collect();
-        let batch = self.settings.batch.max(1);
+        let batch = self.settings.batch;
         while !pending.is_empty() && !*stop.borrow() {
             // A round takes at most `batch` entries in all.
             let per_space = (batch / pending.len() as i64).max(1);
@@ -683,7 +683,7 @@ impl RetentionJob {
     ) -> Result<SpaceRun, IngestError> {
         let scope = space.scope;
         let mut run = SpaceRun::default();
-        let batch = self.settings.batch.max(1);
+        let batch = self.settings.batch;
         if let (true, Some(closed_before)) = (work.turns, space.turns_closed_before) {
             // A batch of `batch` segments may span fewer conversations, so the phase goes on
             // until a batch finds nothing due (each one removes the segments it took).

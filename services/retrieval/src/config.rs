@@ -6,14 +6,19 @@ use serde::{Deserialize, Serialize};
 
 pub const DEFAULT_PORT: u16 = 50052;
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, garde::Validate)]
 pub struct RetrievalSettings {
+    #[garde(dive)]
     pub grpc: GrpcSettings,
+    #[garde(dive)]
     pub database: DatabaseSettings,
     #[serde(default)]
+    #[garde(skip)]
     pub auth: AuthSettings,
     /// The query embedder: the same model settings as ingest's backfill.
+    #[garde(dive)]
     pub embed: EmbedConfig,
+    #[garde(dive)]
     pub recall: RecallSettings,
 }
 
@@ -38,5 +43,20 @@ impl Default for RetrievalSettings {
             embed: EmbedConfig::default(),
             recall: RecallSettings::default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_numeric_setting_declares_a_range_and_the_defaults_are_within_them() {
+        engram_server::settings::load_defaults_only::<RetrievalSettings>()
+            .expect("the defaults are within their ranges");
+        assert_eq!(
+            engram_server::settings::numeric_settings_without_range::<RetrievalSettings>(),
+            Vec::<String>::new()
+        );
     }
 }

@@ -19,11 +19,10 @@ use engram_store::memories::{ListFilter, MemoryRecord};
 use crate::error::RetrievalError;
 use crate::service::SpaceSummary;
 
+pub use engram_core::retrieval::budget::{MAX_TOKEN_BUDGET, MIN_TOKEN_BUDGET};
 pub use engram_core::retrieval::query::MAX_QUERY_CHARS;
 pub const MAX_EPISODIC_LIMIT: u32 = 100;
 pub const MAX_SEMANTIC_LIMIT: u32 = 100;
-pub const MIN_TOKEN_BUDGET: u32 = 50;
-pub const MAX_TOKEN_BUDGET: u32 = 32_000;
 const DEFAULT_PAGE_SIZE: u32 = 50;
 const MAX_PAGE_SIZE: u32 = 500;
 const DEFAULT_EXPORT_PAGE_SIZE: u32 = 200;

@@ -7,47 +7,63 @@ use serde::{Deserialize, Serialize};
 
 pub const DEFAULT_PORT: u16 = 50053;
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, garde::Validate)]
 pub struct ReviewSettings {
+    #[garde(dive)]
     pub grpc: GrpcSettings,
+    #[garde(dive)]
     pub database: DatabaseSettings,
     #[serde(default)]
+    #[garde(skip)]
     pub auth: AuthSettings,
     /// The local grader's embedder: the same model settings as the other services.
+    #[garde(dive)]
     pub embed: EmbedConfig,
     /// The LLM grader (none by default: the local grader).
+    #[garde(dive)]
     pub llm: engram_llm::LlmSettings,
+    #[garde(dive)]
     pub amqp: ReviewBusSettings,
+    #[garde(dive)]
     pub grading: GradingSettings,
 }
 
 /// The consumer of closed segments (`amqp.*`: the connection every service shares, and how
 /// many segments it reviews at once).
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, garde::Validate)]
 pub struct ReviewBusSettings {
     /// Off: segments are not consumed (GradeMemories still works).
     #[serde(flatten)]
+    #[garde(dive)]
     pub bus: engram_bus::BusSettings,
     /// Segments reviewed at once (of different spaces; a space's wait their turn). Reviews
     /// mostly wait on the database's commit, so a few at a time multiply the throughput.
+    #[garde(range(min = 1, max = 256))]
     pub review_concurrency: u16,
 }
 
 /// How memories are graded and what a grade does (`grading.*`).
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, garde::Validate)]
+#[garde(allow_unvalidated)]
 pub struct GradingSettings {
-    /// The retention FSRS schedules for.
+    /// The retention FSRS schedules for (FSRS works between 0.7 and 0.99).
+    #[garde(range(min = 0.7, max = 0.99))]
     pub desired_retention: f32,
     /// When the LLM fails: `local` grades with the local grader (and says so in the audit),
     /// `retry` leaves the message for a later delivery (and the dead-letter queue in the end).
     pub on_llm_failure: LlmFailure,
     /// The local grader's evidence bands and the term overlap's share of the evidence
     /// (calibrated on tests/eval/review: docs/eval/review.md).
+    #[garde(range(min = 0.0, max = self.local_good))]
     pub local_hard: f64,
+    #[garde(range(min = 0.0, max = self.local_easy))]
     pub local_good: f64,
+    #[garde(range(min = 0.0, max = 1.0))]
     pub local_easy: f64,
+    #[garde(range(min = 0.0, max = 1.0))]
     pub local_overlap_weight: f64,
     /// Cosine to the conversation from which an unused memory counts as on the topic (Hard).
+    #[garde(range(min = -1.0, max = 1.0))]
     pub local_topic: f64,
 }
 
@@ -110,5 +126,20 @@ impl Default for GradingSettings {
             local_overlap_weight: 0.7,
             local_topic: 0.42,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_numeric_setting_declares_a_range_and_the_defaults_are_within_them() {
+        engram_server::settings::load_defaults_only::<ReviewSettings>()
+            .expect("the defaults are within their ranges");
+        assert_eq!(
+            engram_server::settings::numeric_settings_without_range::<ReviewSettings>(),
+            Vec::<String>::new()
+        );
     }
 }

@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize, Serializer};
 use crate::BusTls;
 use crate::consumer::ConsumerSettings;
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, garde::Validate)]
+#[garde(allow_unvalidated)]
 pub struct BusSettings {
     /// Off: this service neither publishes nor consumes (Postgres and the sweeps do the work).
     pub enabled: bool,
@@ -23,12 +24,16 @@ pub struct BusSettings {
     /// Names of exchanges and queues start with it (`engram.events`, ...).
     pub topology_prefix: String,
     /// Unacknowledged messages a consumer holds.
+    #[garde(range(min = 1))]
     pub prefetch: u16,
     /// Deliveries of a message before it is dead-lettered.
+    #[garde(range(min = 1, max = 100))]
     pub max_attempts: u32,
     /// Delay before a failed message is delivered again.
+    #[garde(range(max = 3_600_000))]
     pub retry_delay_ms: u64,
     /// Longest wait between reconnection attempts when the broker is away.
+    #[garde(range(min = 100, max = 3_600_000))]
     pub reconnect_max_backoff_ms: u64,
 }
 

@@ -26,7 +26,8 @@ pub enum EmbedProvider {
 }
 
 /// The `embed.openai` settings.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, garde::Validate)]
+#[garde(allow_unvalidated)]
 pub struct OpenAiEmbedSettings {
     pub base_url: String,
     pub model: String,
@@ -34,8 +35,11 @@ pub struct OpenAiEmbedSettings {
     #[serde(skip_serializing, default)]
     pub api_key: Option<secrecy::SecretString>,
     /// Must equal the store's embedding dimension.
+    #[garde(range(min = 1, max = 16_384))]
     pub dimension: usize,
+    #[garde(range(min = 1, max = 600))]
     pub timeout_secs: u64,
+    #[garde(range(max = 20))]
     pub max_retries: usize,
 }
 

@@ -107,7 +107,7 @@ impl ChatClient {
     }
 
     fn new(settings: &LlmSettings) -> Result<Self, LlmError> {
-        settings.validate().map_err(LlmError::Config)?;
+        settings.check().map_err(LlmError::Config)?;
         // rustls is built with ring (no C toolchain needed); install it as the process-wide
         // provider once. An error only means a provider is installed already.
         let _ = rustls::crypto::ring::default_provider().install_default();

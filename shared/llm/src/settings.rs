@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
 /// Below this no chat completion fits (its envelope alone is a few hundred bytes).
 const MIN_RESPONSE_BYTES: usize = 1024;
+/// Far beyond any completion; what a service would hold of one answer at most.
+const MAX_RESPONSE_BYTES: usize = 256 * 1024 * 1024;
 
 /// Which language model backs the structured answers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
@@ -22,8 +24,9 @@ pub enum LlmProvider {
 
 /// How to reach the chat-completions endpoint. Services embed it in their settings under `llm`;
 /// its defaults are [`LlmSettings::default`].
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, garde::Validate)]
 #[serde(default)]
+#[garde(allow_unvalidated)]
 pub struct LlmSettings {
     pub provider: LlmProvider,
     /// Base URL, e.g. `http://127.0.0.1:8080` or `https://api.openai.com`
@@ -34,18 +37,24 @@ pub struct LlmSettings {
     #[serde(skip_serializing)]
     pub api_key: Option<SecretString>,
     /// Per-request timeout, connection to last byte.
+    #[garde(range(min = 1, max = 3_600))]
     pub timeout_secs: u64,
     /// Retries after the first attempt for transport errors, 5xx and 429.
+    #[garde(range(max = 20))]
     pub max_retries: usize,
     /// Fresh attempts after an answer that is malformed, truncated, refused or does not match
     /// the schema.
+    #[garde(range(max = 10))]
     pub invalid_answer_retries: usize,
     /// Completion token cap, sent as `max_tokens`.
+    #[garde(range(min = 1, max = 1_000_000))]
     pub max_tokens: u32,
+    #[garde(range(min = 0.0, max = 2.0))]
     pub temperature: f32,
     /// Bytes of a response body read at most: a longer answer is not read on, and counts as an
     /// unusable answer (the caller falls back to its local rules). A completion within
     /// `max_tokens` is a few kilobytes; the cap only stops an endpoint that sends megabytes.
+    #[garde(range(min = MIN_RESPONSE_BYTES, max = MAX_RESPONSE_BYTES))]
     pub max_response_bytes: usize,
 }
 
@@ -67,8 +76,10 @@ impl Default for LlmSettings {
 }
 
 impl LlmSettings {
-    /// Checks what the endpoint would otherwise reject on every request.
-    pub(crate) fn validate(&self) -> Result<(), String> {
+    /// Checks what the endpoint would otherwise reject on every request: its address and
+    /// model, and the numbers' ranges (checked at load too, but a client can be built from
+    /// settings made in code).
+    pub(crate) fn check(&self) -> Result<(), String> {
         let base_url = self.base_url.trim();
         if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
             return Err(format!(
@@ -79,25 +90,16 @@ impl LlmSettings {
         if self.model.trim().is_empty() {
             return Err("llm.model must not be empty".into());
         }
-        if self.timeout_secs == 0 {
-            return Err("llm.timeout_secs must be at least 1".into());
+        if self.temperature.is_nan() {
+            return Err("llm.temperature is not a number".into());
         }
-        if self.max_tokens == 0 {
-            return Err("llm.max_tokens must be at least 1".into());
-        }
-        if !(0.0..=2.0).contains(&self.temperature) {
-            return Err(format!(
-                "llm.temperature must be within 0 and 2, got {}",
-                self.temperature
-            ));
-        }
-        if self.max_response_bytes < MIN_RESPONSE_BYTES {
-            return Err(format!(
-                "llm.max_response_bytes must be at least {MIN_RESPONSE_BYTES}, got {}",
-                self.max_response_bytes
-            ));
-        }
-        Ok(())
+        garde::Validate::validate(self).map_err(|report| {
+            let problems: Vec<String> = report
+                .iter()
+                .map(|(field, error)| format!("llm.{field} {error}"))
+                .collect();
+            problems.join("; ")
+        })
     }
 }
 
@@ -135,7 +137,7 @@ mod tests {
         assert_eq!(settings.max_tokens, 1024);
         assert_eq!(settings.temperature, 0.0);
         assert_eq!(settings.max_response_bytes, 4 * 1024 * 1024);
-        assert_eq!(settings.validate(), Ok(()));
+        assert_eq!(settings.check(), Ok(()));
     }
 
     #[test]
@@ -158,7 +160,7 @@ mod tests {
         let check = |change: fn(&mut LlmSettings)| {
             let mut settings = LlmSettings::default();
             change(&mut settings);
-            settings.validate().unwrap_err()
+            settings.check().unwrap_err()
         };
         assert!(check(|s| s.base_url = "127.0.0.1:8080".into()).contains("llm.base_url"));
         assert!(check(|s| s.model = " ".into()).contains("llm.model"));

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use engram_core::ValidationError;
-use engram_core::retrieval::budget::DEFAULT_TOKEN_BUDGET;
+use engram_core::retrieval::budget::{DEFAULT_TOKEN_BUDGET, MAX_TOKEN_BUDGET, MIN_TOKEN_BUDGET};
 use engram_core::retrieval::ranking::{
     DEFAULT_CANDIDATES_PER_LEG, DEFAULT_PROFILE, MAX_CANDIDATES_PER_LEG, MIN_CANDIDATES_PER_LEG,
     RANKING_SETTINGS, RankingSetting,
@@ -33,41 +33,54 @@ pub(crate) const MAX_TURN_CANDIDATES: u32 = 500;
 /// The longest flush interval accepted (a minute).
 const MAX_TRACE_FLUSH_MS: u64 = 60_000;
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, garde::Validate)]
 pub struct RecallSettings {
     /// `fsrs` or `triscore`.
+    #[garde(custom(known_profile))]
     pub profile: String,
+    #[garde(range(min = MIN_CANDIDATES_PER_LEG, max = MAX_CANDIDATES_PER_LEG))]
     pub candidates_per_leg: u32,
-    /// The numeric ranking settings, `recall.<name>` for each of `RANKING_SETTINGS`.
+    /// The numeric ranking settings, `recall.<name>` for each of `RANKING_SETTINGS` (their
+    /// ranges are the table's).
     #[serde(flatten)]
+    #[garde(dive)]
     pub ranking: RankingValues,
+    #[garde(range(min = MIN_TOKEN_BUDGET, max = MAX_TOKEN_BUDGET))]
     pub token_budget: u32,
     /// Least pg_trgm word similarity of a trigram fallback hit.
+    #[garde(range(min = 0.0, max = 1.0))]
     pub trigram_threshold: f64,
     /// Spaces up to this many entries get exact nearest neighbours; larger ones use HNSW.
+    #[garde(range(min = 0, max = 100_000_000))]
     pub exact_search_max_entries: i64,
-    /// HNSW candidates per scan step (pgvector's hnsw.ef_search).
+    /// HNSW candidates per scan step (pgvector's hnsw.ef_search, which allows 1 to 1,000).
+    #[garde(range(min = 1, max = 1_000))]
     pub hnsw_ef_search: u32,
+    #[garde(range(min = 0.0, max = 10.0))]
     pub bm25_k1: f64,
+    #[garde(range(min = 0.0, max = 1.0))]
     pub bm25_b: f64,
     /// Turns each of the two turn legs brings for the lines (each is loaded with a neighbour
-    /// either side); at most [`MAX_TURN_CANDIDATES`].
+    /// either side).
+    #[garde(range(min = 1, max = MAX_TURN_CANDIDATES))]
     pub turn_candidates: u32,
     /// How often retrievals' traces (cached scores, notes that entries were returned, metrics
     /// rows) are written, in milliseconds: the most a crash can lose (`read_traces`).
+    #[garde(range(min = 1, max = MAX_TRACE_FLUSH_MS))]
     pub trace_flush_ms: u64,
 }
 
+fn known_profile(profile: &str, _: &()) -> garde::Result {
+    match RankingProfile::parse(profile) {
+        Some(_) => Ok(()),
+        None => Err(garde::Error::new("not fsrs or triscore")),
+    }
+}
+
 impl RecallSettings {
-    /// How often retrievals' traces are written; fails outside 1 ms to a minute.
-    pub fn trace_flush_interval(&self) -> Result<std::time::Duration, ValidationError> {
-        let millis = bounded(
-            "recall.trace_flush_ms".to_owned(),
-            self.trace_flush_ms as f64,
-            1.0,
-            MAX_TRACE_FLUSH_MS as f64,
-        )?;
-        Ok(std::time::Duration::from_millis(millis as u64))
+    /// How often retrievals' traces are written.
+    pub fn trace_flush_interval(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.trace_flush_ms)
     }
 
     /// The configured ranking, checked like a request's (a bad configuration fails at start-up).
@@ -130,6 +143,32 @@ impl RankingValues {
 
     pub fn get(&self, name: &str) -> Option<f64> {
         self.0.get(name).copied()
+    }
+}
+
+/// Each value within its setting's range (`RANKING_SETTINGS`), reported under its name.
+impl garde::Validate for RankingValues {
+    type Context = ();
+
+    fn validate_into(
+        &self,
+        _: &(),
+        parent: &mut dyn FnMut() -> garde::Path,
+        report: &mut garde::Report,
+    ) {
+        for (name, value) in &self.0 {
+            let Some(setting) = RankingSetting::named(name) else {
+                continue;
+            };
+            let problem = if *value < setting.min {
+                format!("lower than {}", setting.min)
+            } else if *value > setting.max {
+                format!("greater than {}", setting.max)
+            } else {
+                continue;
+            };
+            report.append(parent().join(*name), garde::Error::new(problem));
+        }
     }
 }
 

@@ -17,22 +17,29 @@ use crate::{QueryEmbedder, QueryEmbedderSettings, Recall, RecallSettings};
 pub const DEFAULT_MODEL_DIR: &str = "/var/tmp/engram-local/models/all-MiniLM-L6-v2";
 
 /// The `embed.*` settings both services read (ingest reads more, for its backfill).
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, garde::Validate)]
+#[garde(allow_unvalidated)]
 pub struct EmbedConfig {
     pub provider: EmbedProvider,
     /// Directory with model.safetensors, tokenizer.json and config.json (`make models`).
     pub model_dir: PathBuf,
     /// Texts per forward pass or request.
+    #[garde(range(min = 1, max = 2_048))]
     pub batch_size: usize,
-    /// Tokens per text for the local model; longer texts are cut.
+    /// Tokens per text for the local model; longer texts are cut. The model has 512 positions.
+    #[garde(range(min = 8, max = 512))]
     pub max_tokens: usize,
     /// Query embeddings kept in memory (repeated queries are not embedded again).
+    #[garde(range(max = 10_000_000))]
     pub query_cache_entries: u64,
     /// Longest wait for a query embedding before retrieval goes on with the sparse leg alone.
+    #[garde(range(min = 1, max = 60_000))]
     pub query_timeout_ms: u64,
     /// Nice value of the local model's threads: 0 where a request waits for the model
     /// (retrieval's query embeddings), 10 where inference is background work (ingest, review).
+    #[garde(range(min = -20, max = 19))]
     pub inference_nice: i32,
+    #[garde(dive)]
     pub openai: OpenAiEmbedSettings,
 }
 
@@ -42,7 +49,7 @@ impl EmbedConfig {
             provider: self.provider,
             model_dir: self.model_dir.clone(),
             max_tokens: self.max_tokens,
-            max_batch: self.batch_size.max(1),
+            max_batch: self.batch_size,
             inference_nice: self.inference_nice,
             // Retrieval embeds what its requests wait for; review grades with no request
             // beside it that answers in milliseconds.
@@ -53,7 +60,7 @@ impl EmbedConfig {
 
     pub fn query_embedder(&self) -> QueryEmbedderSettings {
         QueryEmbedderSettings {
-            max_batch: self.batch_size.max(1),
+            max_batch: self.batch_size,
             cache_entries: self.query_cache_entries,
             timeout: Duration::from_millis(self.query_timeout_ms),
         }

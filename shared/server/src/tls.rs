@@ -29,7 +29,8 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 /// `grpc.tls.*`: set `cert_file` and `key_file` to serve TLS only.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, garde::Validate)]
+#[garde(allow_unvalidated)]
 pub struct TlsSettings {
     /// The server's certificate chain (PEM), leaf first.
     pub cert_file: PathBuf,
@@ -40,9 +41,11 @@ pub struct TlsSettings {
     pub client_ca_file: Option<PathBuf>,
     /// How often the files are read again for a rotation.
     #[serde(default = "default_reload_interval_secs")]
+    #[garde(range(min = 1, max = 86_400))]
     pub reload_interval_secs: u64,
     /// A client that has not finished its handshake after this long is dropped.
     #[serde(default = "default_handshake_timeout_secs")]
+    #[garde(range(min = 1, max = 600))]
     pub handshake_timeout_secs: u64,
 }
 
@@ -77,11 +80,11 @@ impl TlsConfigWatch {
         // exactly what the next look compares with.
         let mut loaded = TlsFiles::read(settings)?;
         let (publish, current) = watch::channel(load(settings, &loaded)?);
-        let handshake_timeout = Duration::from_secs(settings.handshake_timeout_secs.max(1));
+        let handshake_timeout = Duration::from_secs(settings.handshake_timeout_secs);
         let settings = settings.clone();
         tokio::spawn(async move {
             let mut ticks =
-                tokio::time::interval(Duration::from_secs(settings.reload_interval_secs.max(1)));
+                tokio::time::interval(Duration::from_secs(settings.reload_interval_secs));
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             ticks.tick().await;
             while !publish.is_closed() {

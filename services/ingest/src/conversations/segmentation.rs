@@ -813,7 +813,7 @@ impl Segmenter {
                 ))
             })
             .collect();
-        for batch in due.chunks(self.settings.batch.max(1)) {
+        for batch in due.chunks(self.settings.batch) {
             if *stop.borrow() {
                 return Ok(());
             }

@@ -32,6 +32,10 @@ fn tokenizer() -> &'static bpe_openai::Tokenizer {
 
 /// Default budget of a retrieval's Markdown.
 pub const DEFAULT_TOKEN_BUDGET: u32 = 2_000;
+/// The least budget a request or the configuration may set: room for a heading and a line.
+pub const MIN_TOKEN_BUDGET: u32 = 50;
+/// The greatest budget a request or the configuration may set.
+pub const MAX_TOKEN_BUDGET: u32 = 32_000;
 
 /// Loads the token counter's vocabulary now (about 100 ms of one core). Services
 /// call it at start, on a blocking thread, before they report ready: otherwise the first request

@@ -134,7 +134,7 @@ impl Recall {
         settings: RecallSettings,
     ) -> Result<Self, engram_core::ValidationError> {
         let default_ranking = settings.default_ranking()?;
-        let traces = ReadTraces::start(pool.clone(), settings.trace_flush_interval()?);
+        let traces = ReadTraces::start(pool.clone(), settings.trace_flush_interval());
         Ok(Self {
             pool,
             embedder,

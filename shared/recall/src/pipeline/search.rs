@@ -216,11 +216,7 @@ impl Recall {
                 turn_vector: turn_vector
                     .as_ref()
                     .map(|(model, vector)| (model.as_str(), vector.as_slice())),
-                limit: i64::from(
-                    self.settings
-                        .turn_candidates
-                        .clamp(1, crate::settings::MAX_TURN_CANDIDATES),
-                ),
+                limit: i64::from(self.settings.turn_candidates),
                 radius: 1,
                 include_inactive: request.include_inactive,
             };
