@@ -15,7 +15,9 @@ use chrono::{DateTime, Utc};
 use engram_core::capacity::Scores;
 use engram_core::retrieval::budget;
 use engram_core::retrieval::markdown::{self, Detail};
+use engram_core::retrieval::ranking::{LegScale, TimeWindow};
 use engram_core::retrieval::{LegHit, RankingParams, ScoreParts};
+use engram_core::speaker::NamedSpeakers;
 use engram_core::{Category, ConversationId, Scope};
 use engram_store::memories::MemoryRecord;
 use engram_store::retrieval::{self as store, ReadTrace, RetrievalMetrics};
@@ -25,6 +27,21 @@ use uuid::Uuid;
 
 use crate::read_traces::ReadTraces;
 use crate::{QueryEmbedder, RecallError, RecallSettings};
+
+/// What scores every candidate of a retrieval alike, whatever its section.
+#[derive(Clone, Copy)]
+struct RankingContext<'a> {
+    /// Both sections' best leg scores.
+    scale: &'a LegScale,
+    params: &'a RankingParams,
+    now: DateTime<Utc>,
+    /// The days the query names.
+    window: Option<&'a TimeWindow>,
+    /// The speakers the query names.
+    speakers: &'a NamedSpeakers,
+    /// The request's conversation, whose entries are preferred.
+    conversation: Option<Uuid>,
+}
 
 pub const DEFAULT_EPISODIC_LIMIT: usize = 5;
 pub const DEFAULT_SEMANTIC_LIMIT: usize = 20;

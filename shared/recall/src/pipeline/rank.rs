@@ -11,7 +11,7 @@ use engram_core::retrieval::mmr::{self, MmrItem};
 use engram_core::retrieval::ranking::{
     CandidateFacts, LegEvidence, LegScale, TimeWindow, is_question, relevance, score,
 };
-use engram_core::retrieval::{Fused, RankingParams, ScoreParts, fuse};
+use engram_core::retrieval::{Fused, ScoreParts, fuse};
 use engram_core::speaker::NamedSpeakers;
 use engram_store::memories::MemoryRecord;
 use engram_store::retrieval::{self as store, LoadedCandidate};
@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use super::search::Found;
 use super::turn_lines::{EpisodeEntry, LineGroup, answering_lines, episodes_to_show};
-use super::{RankedMemory, Recall, RetrieveRequest, cpu_bound};
+use super::{RankedMemory, RankingContext, Recall, RetrieveRequest, cpu_bound};
 use crate::RecallError;
 
 impl Recall {
@@ -225,21 +225,6 @@ fn weigh_legs(
             Some((f, candidate, evidence))
         })
         .collect()
-}
-
-/// What scores every candidate of a retrieval alike, whatever its section.
-#[derive(Clone, Copy)]
-pub(super) struct RankingContext<'a> {
-    /// Both sections' best leg scores.
-    pub(super) scale: &'a LegScale,
-    pub(super) params: &'a RankingParams,
-    pub(super) now: DateTime<Utc>,
-    /// The days the query names.
-    pub(super) window: Option<&'a TimeWindow>,
-    /// The speakers the query names.
-    pub(super) speakers: &'a NamedSpeakers,
-    /// The request's conversation, whose entries are preferred.
-    pub(super) conversation: Option<Uuid>,
 }
 
 /// A candidate with its score.

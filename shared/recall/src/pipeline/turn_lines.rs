@@ -13,8 +13,7 @@ use engram_store::memories::MemoryRecord;
 use engram_store::turn_search::{FoundTurns, StoredTurn, TurnHit};
 use uuid::Uuid;
 
-use super::RankedMemory;
-use super::rank::RankingContext;
+use super::{RankedMemory, RankingContext};
 
 // The defaults of the lines' choice, each chosen on the dialogs by what an assistant reads
 // (`make eval-reads`; docs/eval/README.md says how).
