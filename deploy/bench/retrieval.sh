@@ -46,4 +46,5 @@ mkdir -p "$repo/docs/benchmarks"
 "$bin/bench-retrieval" --database-url "$url" --model-dir "$model_dir" run \
     --endpoint "http://127.0.0.1:$port" \
     --rate "${BENCH_RATE:-50}" --seconds "${BENCH_SECONDS:-30}" --concurrency "${BENCH_CLIENTS:-32}" \
-    --report "${BENCH_REPORT:-$repo/docs/benchmarks/retrieval.md}" --command-line "make bench-retrieval"
+    --report "${BENCH_REPORT:-$repo/docs/benchmarks/retrieval.md}" --command-line "make bench-retrieval" \
+    --service-pid "$server"

@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use engram_bench::bench::{machine_summary, space_user};
+use engram_bench::profile::{CpuProfile, Profiler};
 use engram_embed::{
     Embedder, LocalEmbedder, LocalModelSettings, TOKEN_VECTORS_MODEL_ID, TokenVectorEmbedder,
 };
@@ -101,6 +102,10 @@ enum Command {
         report: std::path::PathBuf,
         #[arg(long, default_value = "make bench-retrieval")]
         command_line: String,
+        /// The retrieval service's process: its CPU profile during (a) with excerpts on at
+        /// saturation goes into the report (needs `perf`).
+        #[arg(long)]
+        service_pid: Option<u32>,
     },
     /// Make a share of the memories due for deletion by age, then measure RetrieveMemory at a
     /// fixed rate before and while one retention run deletes them; write the report.
@@ -949,6 +954,8 @@ struct RunLoad {
     rate: u32,
     seconds: u64,
     concurrency: usize,
+    /// The service's process, profiled during the first way's saturation.
+    service_pid: Option<u32>,
 }
 
 /// A statement by the time Postgres spent in it during a measurement (pg_stat_statements).
@@ -1023,11 +1030,12 @@ async fn measure_ways(
     ways: &[Way],
     queries: &[Query],
     load: &RunLoad,
-) -> (Vec<Measured>, Vec<StatementCost>) {
+) -> (Vec<Measured>, Vec<StatementCost>, Option<CpuProfile>) {
     let size = queries.len() / (2 * ways.len());
     let slice = |n: usize| &queries[n * size..(n + 1) * size];
     let mut measured = Vec::with_capacity(ways.len());
     let mut costs = Vec::new();
+    let mut profile = None;
     for (index, way) in ways.iter().enumerate() {
         eprintln!("{}: {} QPS for {} s", way.name, load.rate, load.seconds);
         let fixed = at_rate(&way.call, slice(index * 2), load.rate, load.seconds).await;
@@ -1037,6 +1045,10 @@ async fn measure_ways(
             way.name, load.concurrency, load.seconds
         );
         let counted = index == 0 && reset_statement_costs(pool).await;
+        let profiler = load
+            .service_pid
+            .filter(|_| index == 0)
+            .and_then(|pid| Profiler::start(load.seconds, pid));
         let full = saturated(
             &way.call,
             slice(index * 2 + 1),
@@ -1045,6 +1057,9 @@ async fn measure_ways(
         )
         .await;
         eprintln!("  {:.0} QPS", full.qps());
+        if let Some(profiler) = profiler {
+            profile = profiler.finish();
+        }
         if counted {
             // The trace writer's last batch lands within its interval.
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -1059,7 +1074,7 @@ async fn measure_ways(
             full,
         });
     }
-    (measured, costs)
+    (measured, costs, profile)
 }
 
 /// What the benchmark database holds, as the report states it.
@@ -1176,7 +1191,7 @@ async fn run(
     )
     .await?;
     let _ = at_rate(&warm_up_call, warm_up, 50, 4).await;
-    let (measured, statement_costs) = measure_ways(&pool, &ways, queries, &load).await;
+    let (measured, statement_costs, cpu_profile) = measure_ways(&pool, &ways, queries, &load).await;
 
     let text = RunReport {
         command_line,
@@ -1186,6 +1201,7 @@ async fn run(
         load: &load,
         measured,
         statement_costs,
+        cpu_profile,
         excerpts_on: &excerpts_on,
         excerpts_off: &excerpts_off,
         plan: floor_plan(&pool).await?,
@@ -1206,6 +1222,8 @@ struct RunReport<'a> {
     measured: Vec<Measured>,
     /// Postgres' statements during (a) with excerpts on at saturation.
     statement_costs: Vec<StatementCost>,
+    /// The machine's CPU during the same measurement.
+    cpu_profile: Option<CpuProfile>,
     excerpts_on: &'a AnswerCounts,
     excerpts_off: &'a AnswerCounts,
     plan: Vec<String>,
@@ -1217,6 +1235,36 @@ impl RunReport<'_> {
             .iter()
             .find(|m| m.name == name)
             .map_or(0, |m| m.fixed.histogram.value_at_quantile(0.95))
+    }
+
+    fn saturation_qps(&self, name: &str) -> f64 {
+        self.measured
+            .iter()
+            .find(|m| m.name == name)
+            .map_or(0.0, |m| m.full.qps())
+    }
+
+    /// Issue 41's targets: a retrieval costs at most twice the hand-written query (saturation at
+    /// least half of its), and its p95 at the fixed load within 1.2× the floor's.
+    fn cost_target_line(&self) -> String {
+        let judge = |met: bool| if met { "met" } else { "**missed**" };
+        let (on, hand) = (
+            self.saturation_qps(EXCERPTS_ON),
+            self.saturation_qps(HAND_WRITTEN),
+        );
+        let share = on / hand.max(f64::MIN_POSITIVE);
+        let off_share = self.saturation_qps(EXCERPTS_OFF) / hand.max(f64::MIN_POSITIVE);
+        let p95_ratio = self.fixed_p95(EXCERPTS_ON) as f64 / self.fixed_p95(FLOOR).max(1) as f64;
+        format!(
+            "**Targets** (issue 41): RetrieveMemory with excerpts on saturates at {on:.0} QPS, \
+             {share_pct:.0} % of the hand-written SQL's {hand:.0} (target ≥ 50 %: {share_verdict}; \
+             with excerpts off {off_pct:.0} %); its p95 at the fixed load is ×{p95_ratio:.2} the \
+             floor's (target ≤ ×1.2: {p95_verdict}).",
+            share_pct = 100.0 * share,
+            share_verdict = judge(share >= 0.5),
+            off_pct = 100.0 * off_share,
+            p95_verdict = judge(p95_ratio <= 1.2),
+        )
     }
 
     /// Issue 38's target: p95 with excerpts on over the floor's, at the fixed load.
@@ -1353,6 +1401,8 @@ impl RunReport<'_> {
              | way | load | queries | QPS | p50 | p95 | p99 | max | errors |\n\
              |---|---|---|---|---|---|---|---|---|\n{rows}\n\n\
              {target}\n\n\
+             {cost_target}\n\n\
+             {profile}\
              {statements}\
              Plan of the floor query in one space:\n\n```\n{plan}\n```\n",
             command_line = self.command_line,
@@ -1376,6 +1426,11 @@ impl RunReport<'_> {
             rows = self.rows(),
             target = self.target_line(),
             statements = self.statement_section(),
+            cost_target = self.cost_target_line(),
+            profile = self.cpu_profile.as_ref().map_or_else(
+                || "No CPU profile (run with `--service-pid` where `perf` works).\n\n".to_owned(),
+                |profile| profile.markdown("(a) with excerpts on at saturation"),
+            ),
             plan = self.plan.join("\n"),
         )
     }
@@ -1579,6 +1634,7 @@ async fn main() -> anyhow::Result<()> {
             concurrency,
             report,
             command_line,
+            service_pid,
         } => {
             run(
                 &cli.database_url,
@@ -1589,6 +1645,7 @@ async fn main() -> anyhow::Result<()> {
                     rate,
                     seconds,
                     concurrency,
+                    service_pid,
                 },
                 &report,
                 &command_line,

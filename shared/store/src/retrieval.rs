@@ -50,9 +50,100 @@ fn hits(rows: Vec<HitRow>) -> Vec<Hit> {
         .collect()
 }
 
-/// Okapi BM25 of the entries holding any word of the query. N, df and the average length come
-/// from the whole collection (the space's active entries of the kind), whatever the conversation
-/// or category filter, so a score means the same in both scopes.
+/// The kinds one retrieval searches in one space: each ranked on its own (its own corpus
+/// statistics and hits), searched together in one statement per leg.
+#[derive(Debug, Clone)]
+pub struct SpaceFilter<'a> {
+    pub scope: &'a Scope,
+    /// Each kind searched, with the category its entries must have (`None`: any).
+    pub kinds: Vec<(MemoryKind, Option<&'a str>)>,
+    pub conversation: Option<Uuid>,
+    /// Also entries retention found inactive (left out by default).
+    pub include_inactive: bool,
+}
+
+impl<'a> SpaceFilter<'a> {
+    /// The filter of each kind on its own.
+    pub fn each(&self) -> impl Iterator<Item = SearchFilter<'a>> + '_ {
+        self.kinds.iter().map(|&(kind, category)| SearchFilter {
+            scope: self.scope,
+            kind,
+            conversation: self.conversation,
+            category,
+            include_inactive: self.include_inactive,
+        })
+    }
+
+    fn kind_names(&self) -> Vec<&'static str> {
+        self.kinds.iter().map(|(kind, _)| kind.as_str()).collect()
+    }
+
+    fn categories(&self) -> Vec<Option<&'a str>> {
+        self.kinds.iter().map(|(_, category)| *category).collect()
+    }
+}
+
+impl<'a> From<&SearchFilter<'a>> for SpaceFilter<'a> {
+    fn from(filter: &SearchFilter<'a>) -> Self {
+        Self {
+            scope: filter.scope,
+            kinds: vec![(filter.kind, filter.category)],
+            conversation: filter.conversation,
+            include_inactive: filter.include_inactive,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct KindHitRow {
+    id: Uuid,
+    kind: String,
+    score: f64,
+}
+
+/// Each kind's hits (best first), in the order of `filter.kinds`.
+fn hits_by_kind(filter: &SpaceFilter<'_>, rows: Vec<KindHitRow>) -> Vec<Vec<Hit>> {
+    let mut by_kind = vec![Vec::new(); filter.kinds.len()];
+    for row in rows.into_iter().filter(|row| row.score.is_finite()) {
+        if let Some(at) = filter
+            .kinds
+            .iter()
+            .position(|(kind, _)| kind.as_str() == row.kind)
+        {
+            by_kind[at].push((row.id, row.score));
+        }
+    }
+    by_kind
+}
+
+/// Okapi BM25 of the entries holding any word of the query, for each kind of `filter` (up to
+/// `limit` hits each). N, df and the average length come from the whole collection (the space's
+/// active entries of the kind), whatever the conversation or category filter, so a score means
+/// the same in both scopes.
+pub async fn sparse_search_kinds(
+    pool: &PgPool,
+    filter: &SpaceFilter<'_>,
+    query: &str,
+    bm25: Bm25,
+    limit: i64,
+) -> Result<Vec<Vec<Hit>>, StoreError> {
+    let rows = sqlx::query_as::<_, KindHitRow>(include_str!("retrieval/sparse_search.sql"))
+        .bind(filter.scope.user_id.as_uuid())
+        .bind(filter.scope.space.as_str())
+        .bind(query)
+        .bind(filter.kind_names())
+        .bind(filter.conversation)
+        .bind(filter.categories())
+        .bind(bm25.k1)
+        .bind(bm25.b)
+        .bind(limit)
+        .bind(filter.include_inactive)
+        .fetch_all(pool)
+        .await?;
+    Ok(hits_by_kind(filter, rows))
+}
+
+/// [`sparse_search_kinds`] of one kind.
 pub async fn sparse_search(
     pool: &PgPool,
     filter: &SearchFilter<'_>,
@@ -60,20 +151,8 @@ pub async fn sparse_search(
     bm25: Bm25,
     limit: i64,
 ) -> Result<Vec<Hit>, StoreError> {
-    let rows = sqlx::query_as::<_, HitRow>(include_str!("retrieval/sparse_search.sql"))
-        .bind(filter.scope.user_id.as_uuid())
-        .bind(filter.scope.space.as_str())
-        .bind(query)
-        .bind(filter.kind.as_str())
-        .bind(filter.conversation)
-        .bind(filter.category)
-        .bind(bm25.k1)
-        .bind(bm25.b)
-        .bind(limit)
-        .bind(filter.include_inactive)
-        .fetch_all(pool)
-        .await?;
-    Ok(hits(rows))
+    let mut hits = sparse_search_kinds(pool, &filter.into(), query, bm25, limit).await?;
+    Ok(hits.pop().unwrap_or_default())
 }
 
 /// How many of a space's newest entries the trigram fallback compares. There is no trigram index
@@ -131,7 +210,56 @@ pub enum DenseMethod {
     Approximate { ef_search: u32 },
 }
 
-/// Nearest entries by cosine similarity to the query embedding (score = cosine similarity).
+/// Nearest entries of each kind of `filter` by cosine similarity to the query embedding (score =
+/// cosine similarity), up to `limit` each, in the order of `filter.kinds`: exactly in one
+/// statement, or through the HNSW index one kind at a time (at once).
+pub async fn dense_search_kinds(
+    pool: &PgPool,
+    filter: &SpaceFilter<'_>,
+    query_embedding: &[f32],
+    method: DenseMethod,
+    limit: i64,
+) -> Result<Vec<Vec<Hit>>, StoreError> {
+    let query = Vector::from(query_embedding.to_vec());
+    match method {
+        DenseMethod::Exact => {
+            // Ordering by the similarity (not by the distance operator) keeps the planner off the
+            // HNSW index: this reads the space's vectors through the scope index, once.
+            let rows = sqlx::query_as::<_, KindHitRow>(
+                "SELECT id, kind, score FROM ( \
+                     SELECT id, kind, score, row_number() OVER (PARTITION BY kind ORDER BY score DESC, id) AS rank \
+                     FROM (SELECT e.memory_id AS id, e.kind, (1 - (e.embedding <=> $3))::float8 AS score \
+                           FROM memory_embeddings e \
+                           JOIN memories m ON m.user_id = e.user_id AND m.id = e.memory_id \
+                           JOIN unnest($4::text[], $6::text[]) AS w(kind, category) ON w.kind = e.kind \
+                           WHERE e.user_id = $1 AND e.space = $2 AND e.kind = ANY($4) AND m.invalid_at IS NULL \
+                             AND ($5::uuid IS NULL OR m.conversation_id = $5) \
+                             AND (w.category IS NULL OR m.category = w.category) \
+                             AND ($8 OR m.inactive_since IS NULL)) AS scored) AS ranked \
+                 WHERE rank <= $7 ORDER BY kind, rank",
+            )
+            .bind(filter.scope.user_id.as_uuid())
+            .bind(filter.scope.space.as_str())
+            .bind(&query)
+            .bind(filter.kind_names())
+            .bind(filter.conversation)
+            .bind(filter.categories())
+            .bind(limit)
+            .bind(filter.include_inactive)
+            .fetch_all(pool)
+            .await?;
+            Ok(hits_by_kind(filter, rows))
+        }
+        DenseMethod::Approximate { ef_search } => {
+            let searches = filter
+                .each()
+                .map(|one| approximate_dense_search(pool, one, &query, ef_search, limit));
+            futures::future::try_join_all(searches).await
+        }
+    }
+}
+
+/// [`dense_search_kinds`] of one kind.
 pub async fn dense_search(
     pool: &PgPool,
     filter: &SearchFilter<'_>,
@@ -139,68 +267,52 @@ pub async fn dense_search(
     method: DenseMethod,
     limit: i64,
 ) -> Result<Vec<Hit>, StoreError> {
-    let query = Vector::from(query_embedding.to_vec());
-    match method {
-        DenseMethod::Exact => {
-            // Ordering by the similarity (not by the distance operator) keeps the planner off the
-            // HNSW index: this reads the collection's vectors through the scope index.
-            let rows = sqlx::query_as::<_, HitRow>(
-                "SELECT e.memory_id AS id, (1 - (e.embedding <=> $3))::float8 AS score \
-                 FROM memory_embeddings e JOIN memories m ON m.user_id = e.user_id AND m.id = e.memory_id \
-                 WHERE e.user_id = $1 AND e.space = $2 AND e.kind = $4 AND m.invalid_at IS NULL \
-                   AND ($5::uuid IS NULL OR m.conversation_id = $5) AND ($6::text IS NULL OR m.category = $6) \
-                   AND ($8 OR m.inactive_since IS NULL) \
-                 ORDER BY score DESC, id LIMIT $7",
-            )
-            .bind(filter.scope.user_id.as_uuid())
-            .bind(filter.scope.space.as_str())
-            .bind(&query)
-            .bind(filter.kind.as_str())
-            .bind(filter.conversation)
-            .bind(filter.category)
-            .bind(limit)
-            .bind(filter.include_inactive)
-            .fetch_all(pool)
-            .await?;
-            Ok(hits(rows))
-        }
-        DenseMethod::Approximate { ef_search } => {
-            let mut transaction = crate::begin(pool).await?;
-            // Iterative scans keep walking the graph until enough rows pass the space filter;
-            // relaxed order is re-sorted below.
-            sqlx::query(
-                "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), \
-                        set_config('hnsw.ef_search', $1, true)",
-            )
-            .bind(ef_search.to_string())
-            .execute(&mut *transaction)
-            .await?;
-            // Every filter sits under the LIMIT, so the iterative scan keeps walking until
-            // `limit` entries pass all of them (a rare category still fills its candidates).
-            let rows = sqlx::query_as::<_, HitRow>(
-                "SELECT c.id, (1 - c.distance)::float8 AS score FROM ( \
-                     SELECT e.memory_id AS id, e.embedding <=> $3 AS distance \
-                     FROM memory_embeddings e JOIN memories m ON m.user_id = e.user_id AND m.id = e.memory_id \
-                     WHERE e.user_id = $1 AND e.space = $2 AND e.kind = $4 AND m.invalid_at IS NULL \
-                       AND ($5::uuid IS NULL OR m.conversation_id = $5) AND ($6::text IS NULL OR m.category = $6) \
-                   AND ($8 OR m.inactive_since IS NULL) \
-                     ORDER BY e.embedding <=> $3 LIMIT $7) c \
-                 ORDER BY c.distance, c.id",
-            )
-            .bind(filter.scope.user_id.as_uuid())
-            .bind(filter.scope.space.as_str())
-            .bind(&query)
-            .bind(filter.kind.as_str())
-            .bind(filter.conversation)
-            .bind(filter.category)
-            .bind(limit)
-            .bind(filter.include_inactive)
-            .fetch_all(&mut *transaction)
-            .await?;
-            transaction.commit().await?;
-            Ok(hits(rows))
-        }
-    }
+    let mut hits = dense_search_kinds(pool, &filter.into(), query_embedding, method, limit).await?;
+    Ok(hits.pop().unwrap_or_default())
+}
+
+/// The HNSW search of one kind.
+async fn approximate_dense_search(
+    pool: &PgPool,
+    filter: SearchFilter<'_>,
+    query: &Vector,
+    ef_search: u32,
+    limit: i64,
+) -> Result<Vec<Hit>, StoreError> {
+    let mut transaction = crate::begin(pool).await?;
+    // Iterative scans keep walking the graph until enough rows pass the space filter;
+    // relaxed order is re-sorted below.
+    sqlx::query(
+        "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), \
+                set_config('hnsw.ef_search', $1, true)",
+    )
+    .bind(ef_search.to_string())
+    .execute(&mut *transaction)
+    .await?;
+    // Every filter sits under the LIMIT, so the iterative scan keeps walking until
+    // `limit` entries pass all of them (a rare category still fills its candidates).
+    let rows = sqlx::query_as::<_, HitRow>(
+        "SELECT c.id, (1 - c.distance)::float8 AS score FROM ( \
+             SELECT e.memory_id AS id, e.embedding <=> $3 AS distance \
+             FROM memory_embeddings e JOIN memories m ON m.user_id = e.user_id AND m.id = e.memory_id \
+             WHERE e.user_id = $1 AND e.space = $2 AND e.kind = $4 AND m.invalid_at IS NULL \
+               AND ($5::uuid IS NULL OR m.conversation_id = $5) AND ($6::text IS NULL OR m.category = $6) \
+           AND ($8 OR m.inactive_since IS NULL) \
+             ORDER BY e.embedding <=> $3 LIMIT $7) c \
+         ORDER BY c.distance, c.id",
+    )
+    .bind(filter.scope.user_id.as_uuid())
+    .bind(filter.scope.space.as_str())
+    .bind(query)
+    .bind(filter.kind.as_str())
+    .bind(filter.conversation)
+    .bind(filter.category)
+    .bind(limit)
+    .bind(filter.include_inactive)
+    .fetch_all(&mut *transaction)
+    .await?;
+    transaction.commit().await?;
+    Ok(hits(rows))
 }
 
 /// What decides whether and how a space is searched.

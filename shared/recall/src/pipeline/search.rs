@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use engram_core::MemoryKind;
 use engram_core::retrieval::markdown::Detail;
 use engram_store::retrieval::{
-    self as store, Bm25, DenseMethod, Hit, RetrievalContext, SearchFilter,
+    self as store, Bm25, DenseMethod, Hit, RetrievalContext, SpaceFilter,
 };
 use engram_store::turn_search::{self, FoundTurns, TurnSearch};
 use uuid::Uuid;
@@ -42,7 +42,7 @@ pub(super) struct Found {
 /// candidates each leg brings.
 struct SearchPlan<'a> {
     kinds: &'static [MemoryKind],
-    filters: Vec<SearchFilter<'a>>,
+    filter: SpaceFilter<'a>,
     /// Each leg brings at least as many candidates as a section may return.
     limit: i64,
     /// The HNSW search's breadth at least (`ef_search`), in large spaces.
@@ -64,23 +64,21 @@ impl<'a> SearchPlan<'a> {
         // The whole space, always: the entries of the request's conversation are preferred in
         // the ranking (`REQUEST_CONVERSATION_BOOST`), never the only ones searched (an episode of
         // another session may hold the answer).
-        let filters = kinds
-            .iter()
-            .map(|kind| SearchFilter {
-                scope: &request.scope,
-                kind: *kind,
-                conversation: None,
-                category: if *kind == MemoryKind::Semantic {
-                    category
-                } else {
-                    None
-                },
-                include_inactive: request.include_inactive,
-            })
-            .collect();
+        let filter = SpaceFilter {
+            scope: &request.scope,
+            kinds: kinds
+                .iter()
+                .map(|kind| {
+                    let category = category.filter(|_| *kind == MemoryKind::Semantic);
+                    (*kind, category)
+                })
+                .collect(),
+            conversation: None,
+            include_inactive: request.include_inactive,
+        };
         Self {
             kinds,
-            filters,
+            filter,
             candidates_per_leg: request.ranking.candidates_per_leg,
             limit: i64::from(request.ranking.candidates_per_leg)
                 .max(request.semantic_limit as i64)
@@ -154,10 +152,10 @@ impl Recall {
         if sparse_hits == 0 && !turns_matched {
             *stage = "trigram";
             fallback_reasons.push("no word of the query matched".to_owned());
-            for (legs, filter) in legs.iter_mut().zip(&plan.filters) {
+            for (legs, filter) in legs.iter_mut().zip(plan.filter.each()) {
                 legs.sparse = store::trigram_search(
                     &self.pool,
-                    filter,
+                    &filter,
                     &request.query,
                     self.settings.trigram_threshold,
                     plan.limit,
@@ -199,12 +197,13 @@ impl Recall {
                 _ => None,
             }
         };
-        let sparse = async {
-            let searches = plan.filters.iter().map(|filter| {
-                store::sparse_search(&self.pool, filter, &request.query, plan.bm25, plan.limit)
-            });
-            futures::future::try_join_all(searches).await
-        };
+        let sparse = store::sparse_search_kinds(
+            &self.pool,
+            &plan.filter,
+            &request.query,
+            plan.bm25,
+            plan.limit,
+        );
         // The stored turns that answer, whose lines the Markdown shows.
         let turns = async {
             if !plan.search_lines {
@@ -292,11 +291,9 @@ impl Recall {
                 ef_search: self.settings.hnsw_ef_search.max(plan.candidates_per_leg),
             }
         };
-        let searches = plan
-            .filters
-            .iter()
-            .map(|filter| store::dense_search(&self.pool, filter, embedding, method, plan.limit));
-        match futures::future::try_join_all(searches).await {
+        match store::dense_search_kinds(&self.pool, &plan.filter, embedding, method, plan.limit)
+            .await
+        {
             Ok(found) => Ok(found),
             Err(error) => {
                 tracing::warn!(error = %error, "vector search failed; serving sparse results only");
