@@ -4,7 +4,8 @@
 # on it, measures RetrieveMemory, a hand-written SQL query and the floor in one run, and writes
 # docs/benchmarks/retrieval.md. BENCH_SECONDS, BENCH_RATE, BENCH_CLIENTS override the load;
 # BENCH_REPORT writes the report elsewhere; BENCH_SERVER_BIN measures another retrieval binary
-# (an earlier build's, for a before/after on the same host and database).
+# (an earlier build's, for a before/after on the same host and database); BENCH_SPACES measures
+# another size (10,000 spaces of 100 memories by default; 30000 for 3M, in a database of its own).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -44,7 +45,7 @@ wait_for_port 127.0.0.1 "$port" 120 || die "the retrieval service did not start 
 
 mkdir -p "$repo/docs/benchmarks"
 "$bin/bench-retrieval" --database-url "$url" --model-dir "$model_dir" run \
-    --endpoint "http://127.0.0.1:$port" \
+    --endpoint "http://127.0.0.1:$port" --spaces "$bench_spaces" \
     --rate "${BENCH_RATE:-50}" --seconds "${BENCH_SECONDS:-30}" --concurrency "${BENCH_CLIENTS:-32}" \
-    --report "${BENCH_REPORT:-$repo/docs/benchmarks/retrieval.md}" --command-line "make bench-retrieval" \
+    --report "${BENCH_REPORT:-$repo/docs/benchmarks/retrieval.md}" --command-line "${BENCH_SPACES:+BENCH_SPACES=$BENCH_SPACES }make bench-retrieval" \
     --service-pid "$server"

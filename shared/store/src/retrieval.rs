@@ -354,25 +354,29 @@ pub struct LoadedCandidate {
     pub embedding: Option<Vector>,
 }
 
-/// Loads the given entries of the space (ids of other spaces are simply not found).
+/// Loads entries of the space (ids of other spaces are simply not found): `candidates` with
+/// their embeddings (MMR compares them), `headings` without (entries wanted for their record
+/// alone, such as the episode holding a line shown).
 pub async fn load_candidates(
     pool: &PgPool,
     scope: &Scope,
-    ids: &[Uuid],
+    candidates: &[Uuid],
+    headings: &[Uuid],
 ) -> Result<Vec<LoadedCandidate>, StoreError> {
-    if ids.is_empty() {
+    if candidates.is_empty() && headings.is_empty() {
         return Ok(Vec::new());
     }
     let sql = concat!(
         "SELECT m.*, e.embedding FROM (SELECT ",
         memory_columns!(),
-        " FROM memories WHERE user_id = $1 AND space = $2 AND id = ANY($3)) m \
-         LEFT JOIN memory_embeddings e ON e.user_id = $1 AND e.memory_id = m.id"
+        " FROM memories WHERE user_id = $1 AND space = $2 AND id = ANY($3::uuid[] || $4::uuid[])) m \
+         LEFT JOIN memory_embeddings e ON e.user_id = $1 AND e.memory_id = m.id AND m.id = ANY($3)"
     );
     let candidates = sqlx::query_as::<_, LoadedCandidate>(sql)
         .bind(scope.user_id.as_uuid())
         .bind(scope.space.as_str())
-        .bind(ids)
+        .bind(candidates)
+        .bind(headings)
         .fetch_all(pool)
         .await?;
     Ok(candidates)

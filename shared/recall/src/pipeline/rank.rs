@@ -38,7 +38,19 @@ impl Recall {
             .map(|l| fuse(&l.sparse, &l.dense, request.ranking.rrf_k))
             .collect();
         let ids: Vec<Uuid> = fused.iter().flatten().map(|f| f.id).collect();
-        let loaded = store::load_candidates(&self.pool, &request.scope, &ids).await?;
+        // The episodes holding the turns found come in the same statement: whichever of them
+        // holds a line shown needs its heading, found by a leg or not.
+        let candidates: std::collections::HashSet<Uuid> = ids.iter().copied().collect();
+        let mut holding: Vec<Uuid> = found
+            .turns
+            .stored
+            .iter()
+            .filter_map(|turn| turn.episode_id)
+            .filter(|id| !candidates.contains(id))
+            .collect();
+        holding.sort_unstable();
+        holding.dedup();
+        let loaded = store::load_candidates(&self.pool, &request.scope, &ids, &holding).await?;
         let ranking = SectionsToRank {
             fused,
             loaded,
@@ -52,6 +64,7 @@ impl Recall {
             mut sections,
             line_groups,
             mut episode_candidates,
+            mut holding_turns,
         } = cpu_bound(move || ranking.rank()).await;
         let ranked_episodes = if sections.len() > 1 {
             sections.pop().unwrap_or_default()
@@ -62,13 +75,21 @@ impl Recall {
         if request.include_history {
             self.attach_history(&request.scope, &mut semantic).await?;
         }
-        // An episode whose lines answer but that no leg found is loaded for its heading.
-        let unloaded: Vec<Uuid> = line_groups
-            .iter()
-            .filter_map(|group| group.episode)
-            .filter(|id| !episode_candidates.contains_key(id))
-            .collect();
-        for candidate in store::load_candidates(&self.pool, &request.scope, &unloaded).await? {
+        // An episode whose lines answer but that no leg found shows with its heading: loaded
+        // with the candidates (or now, should a line's episode not have been among them).
+        let mut unloaded: Vec<Uuid> = Vec::new();
+        for id in line_groups.iter().filter_map(|group| group.episode) {
+            if episode_candidates.contains_key(&id) {
+                continue;
+            }
+            match holding_turns.remove(&id) {
+                Some(record) => {
+                    episode_candidates.insert(id, (None, record));
+                }
+                None => unloaded.push(id),
+            }
+        }
+        for candidate in store::load_candidates(&self.pool, &request.scope, &[], &unloaded).await? {
             episode_candidates.insert(candidate.record.id, (None, candidate.record));
         }
         let episodic = episodes_to_show(ranked_episodes, line_groups, episode_candidates);
@@ -98,6 +119,8 @@ struct Ranked {
     /// The score and record of each episode candidate that holds a shown line.
     /// (None: not scored, loaded for its lines alone.)
     episode_candidates: HashMap<Uuid, (Option<ScoreParts>, MemoryRecord)>,
+    /// The episodes loaded because they hold a turn found, which no leg found.
+    holding_turns: HashMap<Uuid, MemoryRecord>,
 }
 
 impl SectionsToRank {
@@ -192,6 +215,11 @@ impl SectionsToRank {
             sections,
             line_groups,
             episode_candidates,
+            // What the legs' candidates did not take.
+            holding_turns: loaded
+                .into_iter()
+                .map(|(id, candidate)| (id, candidate.record))
+                .collect(),
         }
     }
 }
