@@ -220,43 +220,92 @@ pub async fn dense_search_kinds(
     method: DenseMethod,
     limit: i64,
 ) -> Result<Vec<Vec<Hit>>, StoreError> {
-    let query = Vector::from(query_embedding.to_vec());
     match method {
         DenseMethod::Exact => {
-            // Ordering by the similarity (not by the distance operator) keeps the planner off the
-            // HNSW index: this reads the space's vectors through the scope index, once.
-            let rows = sqlx::query_as::<_, KindHitRow>(
-                "SELECT id, kind, score FROM ( \
-                     SELECT id, kind, score, row_number() OVER (PARTITION BY kind ORDER BY score DESC, id) AS rank \
-                     FROM (SELECT e.memory_id AS id, e.kind, (1 - (e.embedding <=> $3))::float8 AS score \
-                           FROM memory_embeddings e \
-                           JOIN memories m ON m.user_id = e.user_id AND m.id = e.memory_id \
-                           JOIN unnest($4::text[], $6::text[]) AS w(kind, category) ON w.kind = e.kind \
-                           WHERE e.user_id = $1 AND e.space = $2 AND e.kind = ANY($4) AND m.invalid_at IS NULL \
-                             AND ($5::uuid IS NULL OR m.conversation_id = $5) \
-                             AND (w.category IS NULL OR m.category = w.category) \
-                             AND ($8 OR m.inactive_since IS NULL)) AS scored) AS ranked \
-                 WHERE rank <= $7 ORDER BY kind, rank",
-            )
-            .bind(filter.scope.user_id.as_uuid())
-            .bind(filter.scope.space.as_str())
-            .bind(&query)
-            .bind(filter.kind_names())
-            .bind(filter.conversation)
-            .bind(filter.categories())
-            .bind(limit)
-            .bind(filter.include_inactive)
-            .fetch_all(pool)
-            .await?;
-            Ok(hits_by_kind(filter, rows))
+            let (hits, _) =
+                exact_dense_search_loading(pool, filter, query_embedding, limit, &[], &[]).await?;
+            Ok(hits)
         }
         DenseMethod::Approximate { ef_search } => {
+            let query = Vector::from(query_embedding.to_vec());
             let searches = filter
                 .each()
                 .map(|one| approximate_dense_search(pool, one, &query, ef_search, limit));
             futures::future::try_join_all(searches).await
         }
     }
+}
+
+#[derive(sqlx::FromRow)]
+struct NearestRow {
+    #[sqlx(flatten)]
+    candidate: LoadedCandidate,
+    nearest_kind: Option<String>,
+    nearest_score: Option<f64>,
+}
+
+/// The exact vector leg of every kind of `filter` (as [`dense_search_kinds`]), and in the same
+/// statement the rows a retrieval ranks: the nearest entries' and `load`'s with their embeddings
+/// (MMR compares them), `headings`' without (see [`load_candidates`]). One round trip after the
+/// query embedding, where a search and a load took two.
+pub async fn exact_dense_search_loading(
+    pool: &PgPool,
+    filter: &SpaceFilter<'_>,
+    query_embedding: &[f32],
+    limit: i64,
+    load: &[Uuid],
+    headings: &[Uuid],
+) -> Result<(Vec<Vec<Hit>>, Vec<LoadedCandidate>), StoreError> {
+    // Ordering by the similarity (not by the distance operator) keeps the planner off the HNSW
+    // index: this reads the space's vectors through the scope index, once.
+    let sql = concat!(
+        "WITH nearest AS ( \
+             SELECT id, kind, score FROM ( \
+                 SELECT id, kind, score, row_number() OVER (PARTITION BY kind ORDER BY score DESC, id) AS rank \
+                 FROM (SELECT e.memory_id AS id, e.kind, (1 - (e.embedding <=> $3))::float8 AS score \
+                       FROM memory_embeddings e \
+                       JOIN memories m ON m.user_id = e.user_id AND m.id = e.memory_id \
+                       JOIN unnest($4::text[], $6::text[]) AS w(kind, category) ON w.kind = e.kind \
+                       WHERE e.user_id = $1 AND e.space = $2 AND e.kind = ANY($4) AND m.invalid_at IS NULL \
+                         AND ($5::uuid IS NULL OR m.conversation_id = $5) \
+                         AND (w.category IS NULL OR m.category = w.category) \
+                         AND ($8 OR m.inactive_since IS NULL)) AS scored) AS ranked \
+             WHERE rank <= $7) \
+         SELECT m.*, e.embedding, n.kind AS nearest_kind, n.score AS nearest_score FROM (SELECT ",
+        memory_columns!(),
+        " FROM memories WHERE user_id = $1 AND space = $2 \
+              AND id = ANY(ARRAY(SELECT id FROM nearest) || $9::uuid[] || $10::uuid[])) m \
+         LEFT JOIN nearest n ON n.id = m.id \
+         LEFT JOIN memory_embeddings e ON e.user_id = $1 AND e.memory_id = m.id \
+               AND (n.id IS NOT NULL OR m.id = ANY($9)) \
+         ORDER BY n.kind, n.score DESC, m.id"
+    );
+    let rows = sqlx::query_as::<_, NearestRow>(sql)
+        .bind(filter.scope.user_id.as_uuid())
+        .bind(filter.scope.space.as_str())
+        .bind(Vector::from(query_embedding.to_vec()))
+        .bind(filter.kind_names())
+        .bind(filter.conversation)
+        .bind(filter.categories())
+        .bind(limit)
+        .bind(filter.include_inactive)
+        .bind(load)
+        .bind(headings)
+        .fetch_all(pool)
+        .await?;
+    let mut hits = Vec::new();
+    let mut candidates = Vec::with_capacity(rows.len());
+    for row in rows {
+        if let (Some(kind), Some(score)) = (row.nearest_kind, row.nearest_score) {
+            hits.push(KindHitRow {
+                id: row.candidate.record.id,
+                kind,
+                score,
+            });
+        }
+        candidates.push(row.candidate);
+    }
+    Ok((hits_by_kind(filter, hits), candidates))
 }
 
 /// [`dense_search_kinds`] of one kind.

@@ -71,6 +71,16 @@ pub struct FoundTurns {
     pub stored: Vec<StoredTurn>,
 }
 
+impl FoundTurns {
+    /// The episodes holding the turns found, each once.
+    pub fn holding_episodes(&self) -> Vec<Uuid> {
+        let mut episodes: Vec<Uuid> = self.stored.iter().filter_map(|t| t.episode_id).collect();
+        episodes.sort_unstable();
+        episodes.dedup();
+        episodes
+    }
+}
+
 #[derive(sqlx::FromRow)]
 struct FoundTurnRow {
     #[sqlx(flatten)]

@@ -38,19 +38,25 @@ impl Recall {
             .map(|l| fuse(&l.sparse, &l.dense, request.ranking.rrf_k))
             .collect();
         let ids: Vec<Uuid> = fused.iter().flatten().map(|f| f.id).collect();
-        // The episodes holding the turns found come in the same statement: whichever of them
+        // What the vector leg did not load with its hits (all of it after an HNSW search, the
+        // trigram fallback's hits), with the episodes holding the turns found: whichever of them
         // holds a line shown needs its heading, found by a leg or not.
-        let candidates: std::collections::HashSet<Uuid> = ids.iter().copied().collect();
-        let mut holding: Vec<Uuid> = found
-            .turns
-            .stored
+        let mut loaded = found.loaded;
+        let present: std::collections::HashSet<Uuid> = loaded.iter().map(|c| c.record.id).collect();
+        let missing: Vec<Uuid> = ids
             .iter()
-            .filter_map(|turn| turn.episode_id)
-            .filter(|id| !candidates.contains(id))
+            .filter(|id| !present.contains(id))
+            .copied()
             .collect();
-        holding.sort_unstable();
-        holding.dedup();
-        let loaded = store::load_candidates(&self.pool, &request.scope, &ids, &holding).await?;
+        let candidates: std::collections::HashSet<Uuid> = ids.iter().copied().collect();
+        let headings: Vec<Uuid> = found
+            .turns
+            .holding_episodes()
+            .into_iter()
+            .filter(|id| !candidates.contains(id) && !present.contains(id))
+            .collect();
+        loaded
+            .extend(store::load_candidates(&self.pool, &request.scope, &missing, &headings).await?);
         let ranking = SectionsToRank {
             fused,
             loaded,

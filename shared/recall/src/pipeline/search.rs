@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use engram_core::MemoryKind;
 use engram_core::retrieval::markdown::Detail;
 use engram_store::retrieval::{
-    self as store, Bm25, DenseMethod, Hit, RetrievalContext, SpaceFilter,
+    self as store, Bm25, DenseMethod, Hit, LoadedCandidate, RetrievalContext, SpaceFilter,
 };
 use engram_store::turn_search::{self, FoundTurns, TurnSearch};
 use uuid::Uuid;
@@ -34,6 +34,9 @@ pub(super) struct Found {
     pub(super) legs: Vec<Legs>,
     pub(super) query_embedding: Option<Arc<Vec<f32>>>,
     pub(super) turns: FoundTurns,
+    /// The rows loaded with the vector leg (exact search): its hits', the word leg's and the
+    /// episodes holding the turns found. The ranking loads whatever else it needs.
+    pub(super) loaded: Vec<LoadedCandidate>,
     pub(super) served_by: ServedBy,
     pub(super) latency_embed_ms: Option<f32>,
 }
@@ -131,11 +134,16 @@ impl Recall {
             .first_legs(request, &plan, &mut fallback_reasons)
             .await?;
         *stage = "vector";
-        let dense = self
+        let rows = RowsToLoad {
+            candidates: sparse.iter().flatten().map(|(id, _)| *id).collect(),
+            headings: turns.holding_episodes(),
+        };
+        let (dense, loaded) = self
             .vector_legs(
                 context,
                 &plan,
                 query_embedding.as_ref(),
+                &rows,
                 &mut fallback_reasons,
             )
             .await?;
@@ -177,6 +185,7 @@ impl Recall {
             legs,
             query_embedding,
             turns,
+            loaded,
             latency_embed_ms,
         })
     }
@@ -273,35 +282,53 @@ impl Recall {
     }
 
     /// The vector leg: the entries nearest the query embedding (exact for small spaces, HNSW for
-    /// large ones). A failed vector search serves the sparse results.
+    /// large ones), and with the exact search the rows of `rows` and of its hits, in the same
+    /// statement. A failed vector search serves the sparse results.
     async fn vector_legs(
         &self,
         context: &RetrievalContext,
         plan: &SearchPlan<'_>,
         embedding: Option<&Arc<Vec<f32>>>,
+        rows: &RowsToLoad,
         fallback_reasons: &mut Vec<String>,
-    ) -> Result<Vec<Vec<Hit>>, RecallError> {
+    ) -> Result<(Vec<Vec<Hit>>, Vec<LoadedCandidate>), RecallError> {
         let Some(embedding) = embedding else {
-            return Ok(vec![Vec::new(); plan.kinds.len()]);
+            return Ok((vec![Vec::new(); plan.kinds.len()], Vec::new()));
         };
-        let method = if context.memory_count <= self.settings.exact_search_max_entries {
-            DenseMethod::Exact
-        } else {
-            DenseMethod::Approximate {
-                ef_search: self.settings.hnsw_ef_search.max(plan.candidates_per_leg),
-            }
-        };
-        match store::dense_search_kinds(&self.pool, &plan.filter, embedding, method, plan.limit)
+        let searched = if context.memory_count <= self.settings.exact_search_max_entries {
+            store::exact_dense_search_loading(
+                &self.pool,
+                &plan.filter,
+                embedding,
+                plan.limit,
+                &rows.candidates,
+                &rows.headings,
+            )
             .await
-        {
+        } else {
+            let method = DenseMethod::Approximate {
+                ef_search: self.settings.hnsw_ef_search.max(plan.candidates_per_leg),
+            };
+            store::dense_search_kinds(&self.pool, &plan.filter, embedding, method, plan.limit)
+                .await
+                .map(|hits| (hits, Vec::new()))
+        };
+        match searched {
             Ok(found) => Ok(found),
             Err(error) => {
                 tracing::warn!(error = %error, "vector search failed; serving sparse results only");
                 fallback_reasons.push("vector search failed".to_owned());
-                Ok(vec![Vec::new(); plan.kinds.len()])
+                Ok((vec![Vec::new(); plan.kinds.len()], Vec::new()))
             }
         }
     }
+}
+
+/// What the ranking will need loaded, known before the vector leg: the word leg's hits, and the
+/// episodes holding the turns found (whichever holds a line shown needs its heading).
+struct RowsToLoad {
+    candidates: Vec<Uuid>,
+    headings: Vec<Uuid>,
 }
 
 /// The relevance floor: what only the vector leg found, with a cosine below `floor`, is left
