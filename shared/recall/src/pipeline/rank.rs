@@ -39,8 +39,7 @@ impl Recall {
             .collect();
         let ids: Vec<Uuid> = fused.iter().flatten().map(|f| f.id).collect();
         // What the vector leg did not load with its hits (all of it after an HNSW search, the
-        // trigram fallback's hits), with the episodes holding the turns found: whichever of them
-        // holds a line shown needs its heading, found by a leg or not.
+        // trigram fallback's hits), candidates and the episodes holding the turns found alike.
         let mut loaded = found.loaded;
         let present: std::collections::HashSet<Uuid> = loaded.iter().map(|c| c.record.id).collect();
         let missing: Vec<Uuid> = ids
@@ -50,10 +49,10 @@ impl Recall {
             .collect();
         let candidates: std::collections::HashSet<Uuid> = ids.iter().copied().collect();
         let headings: Vec<Uuid> = found
-            .turns
-            .holding_episodes()
-            .into_iter()
+            .holding_episodes
+            .iter()
             .filter(|id| !candidates.contains(id) && !present.contains(id))
+            .copied()
             .collect();
         loaded
             .extend(store::load_candidates(&self.pool, &request.scope, &missing, &headings).await?);

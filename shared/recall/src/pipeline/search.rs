@@ -34,8 +34,11 @@ pub(super) struct Found {
     pub(super) legs: Vec<Legs>,
     pub(super) query_embedding: Option<Arc<Vec<f32>>>,
     pub(super) turns: FoundTurns,
-    /// The rows loaded with the vector leg (exact search): its hits', the word leg's and the
-    /// episodes holding the turns found. The ranking loads whatever else it needs.
+    /// The episodes holding the turns found, each once: whichever holds a line shown needs its
+    /// heading, found by a leg or not.
+    pub(super) holding_episodes: Vec<Uuid>,
+    /// The rows loaded with the vector leg (exact search): its hits', the word leg's and
+    /// `holding_episodes`'. The ranking loads whatever else it needs.
     pub(super) loaded: Vec<LoadedCandidate>,
     pub(super) served_by: ServedBy,
     pub(super) latency_embed_ms: Option<f32>,
@@ -134,16 +137,14 @@ impl Recall {
             .first_legs(request, &plan, &mut fallback_reasons)
             .await?;
         *stage = "vector";
-        let rows = RowsToLoad {
-            candidates: sparse.iter().flatten().map(|(id, _)| *id).collect(),
-            headings: turns.holding_episodes(),
-        };
+        let holding_episodes = turns.holding_episodes();
+        let word_hits: Vec<Uuid> = sparse.iter().flatten().map(|(id, _)| *id).collect();
         let (dense, loaded) = self
             .vector_legs(
                 context,
                 &plan,
                 query_embedding.as_ref(),
-                &rows,
+                (&word_hits, &holding_episodes),
                 &mut fallback_reasons,
             )
             .await?;
@@ -185,6 +186,7 @@ impl Recall {
             legs,
             query_embedding,
             turns,
+            holding_episodes,
             loaded,
             latency_embed_ms,
         })
@@ -282,14 +284,15 @@ impl Recall {
     }
 
     /// The vector leg: the entries nearest the query embedding (exact for small spaces, HNSW for
-    /// large ones), and with the exact search the rows of `rows` and of its hits, in the same
-    /// statement. A failed vector search serves the sparse results.
+    /// large ones), and with the exact search, in the same statement, the rows of its hits and of
+    /// `(candidates, headings)` (see `store::exact_dense_search_loading`). A failed vector search
+    /// serves the sparse results.
     async fn vector_legs(
         &self,
         context: &RetrievalContext,
         plan: &SearchPlan<'_>,
         embedding: Option<&Arc<Vec<f32>>>,
-        rows: &RowsToLoad,
+        (candidates, headings): (&[Uuid], &[Uuid]),
         fallback_reasons: &mut Vec<String>,
     ) -> Result<(Vec<Vec<Hit>>, Vec<LoadedCandidate>), RecallError> {
         let Some(embedding) = embedding else {
@@ -301,8 +304,8 @@ impl Recall {
                 &plan.filter,
                 embedding,
                 plan.limit,
-                &rows.candidates,
-                &rows.headings,
+                candidates,
+                headings,
             )
             .await
         } else {
@@ -322,13 +325,6 @@ impl Recall {
             }
         }
     }
-}
-
-/// What the ranking will need loaded, known before the vector leg: the word leg's hits, and the
-/// episodes holding the turns found (whichever holds a line shown needs its heading).
-struct RowsToLoad {
-    candidates: Vec<Uuid>,
-    headings: Vec<Uuid>,
 }
 
 /// The relevance floor: what only the vector leg found, with a cosine below `floor`, is left
