@@ -20,16 +20,20 @@ const MAX_LABEL_CHARS: usize = 40;
 const MAX_LABEL_WORDS: usize = 3;
 /// The share of entries that must carry a speaker label for them to read as a dialog.
 const DIALOG_LABELLED_SHARE: f64 = 0.8;
-/// Headings of notes, lists and exports that look like a speaker's label and are not one
-/// (compared without case).
+/// Headings of notes, lists and exports that look like a speaker's label and are not one, and
+/// the words an assistant opens an acknowledgement with ("Noted: March 14 to 21"), compared
+/// without case.
 const NOT_SPEAKERS: &[&str] = &[
+    "acknowledged",
     "action",
     "address",
     "agenda",
     "answer",
     "birthday",
+    "confirmed",
     "date",
     "decision",
+    "done",
     "email",
     "fact",
     "fyi",
@@ -41,7 +45,10 @@ const NOT_SPEAKERS: &[&str] = &[
     "meeting",
     "name",
     "note",
+    "noted",
     "notes",
+    "ok",
+    "okay",
     "phone",
     "preference",
     "ps",
@@ -52,11 +59,13 @@ const NOT_SPEAKERS: &[&str] = &[
     "step",
     "subject",
     "summary",
+    "sure",
     "task",
     "time",
     "tip",
     "title",
     "todo",
+    "understood",
     "update",
     "warning",
     "background",
@@ -267,6 +276,8 @@ mod tests {
             ("The plan for the launch party is: cake", None),
             ("I prefer dark mode", None),
             ("Context: I'm vegan and cooking for six.", None),
+            ("Noted: March 14 to 21, vegetarian-friendly places.", None),
+            ("Okay: Porto from March 14 to 21.", None),
             ("林悦：我今年一定要学会游泳。", Some("林悦")),
             ("我的情况：我有两个孩子，住在上海。", None),
             ("以下是一些建议：先休息。", None),
