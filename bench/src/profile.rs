@@ -31,8 +31,8 @@ pub struct CpuProfile {
 }
 
 impl Profiler {
-    /// Starts recording the whole system for `seconds`; `None` (with the reason on stderr) when
-    /// perf cannot run here.
+    /// Starts recording the whole system for `seconds` at most (see [`Profiler::finish`]); `None`
+    /// (with the reason on stderr) when perf cannot run here.
     pub fn start(seconds: u64, service_pid: u32) -> Option<Self> {
         let data = std::env::temp_dir().join(format!("engram-bench-{}.perf", std::process::id()));
         let recording = Command::new("perf")
@@ -62,9 +62,19 @@ impl Profiler {
         }
     }
 
-    /// Waits for the recording to end and reads it.
+    /// Ends the recording (now, if the measurement ended before its time was up) and reads it.
     pub fn finish(mut self) -> Option<CpuProfile> {
-        let recorded = self.recording.wait().map(|status| status.success());
+        // A measurement that ended before the recording's time stops it (perf then writes what it
+        // has and ends its workload, `sleep`, with SIGTERM: its exit status is not success).
+        let stopped_early = matches!(self.recording.try_wait(), Ok(None))
+            && Command::new("kill")
+                .args(["-INT", &self.recording.id().to_string()])
+                .status()
+                .is_ok_and(|status| status.success());
+        let recorded = self
+            .recording
+            .wait()
+            .map(|status| status.success() || (stopped_early && self.data.exists()));
         if !matches!(recorded, Ok(true)) {
             eprintln!("no CPU profile in the report: perf record failed ({recorded:?})");
             return None;

@@ -715,7 +715,12 @@ async fn at_rate(call: &Call, queries: &[Query], rate: u32, seconds: u64) -> Mea
     }
 }
 
-/// Closed loop: `concurrency` clients each sending the next query as soon as the last returned.
+/// Closed loop: `concurrency` clients each sending the next query as soon as the last returned,
+/// through `queries` once (or until `seconds` have passed). Never twice: a way that went round its
+/// slice again would find every text's embedding cached the second time, so a faster way would
+/// pay for fewer model passes a query than a slower one and look cheaper than it is (before
+/// 2026-12-06 the loop went round for the whole time: the hand-written SQL, which got through its
+/// slice about ten times, embedded one query in fourteen while RetrieveMemory embedded one in two).
 async fn saturated(
     call: &Call,
     queries: &[Query],
@@ -741,8 +746,9 @@ async fn saturated(
             let mut local = new_histogram();
             while Instant::now() < deadline {
                 let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(query) = queries.get(n) else { break };
                 let sent = Instant::now();
-                if let Err(error) = call(queries[n % queries.len()].clone()).await
+                if let Err(error) = call(query.clone()).await
                     && errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 3
                 {
                     eprintln!("query failed: {error:#}");
@@ -1399,7 +1405,10 @@ impl RunReport<'_> {
              time; repeated texts come from the embedding cache, as in the service. Each measurement \
              uses its own slice of the set, after {WARM_UP_QUERIES} warm-up queries of their own, so \
              no way is handed embeddings another cached: the rows with excerpts on and off answer \
-             different queries of the same mix.\n\n\
+             different queries of the same mix. A saturation measurement goes through its slice \
+             once at most (it stops when the slice or the time runs out), so every way embeds about \
+             the same share of its queries with the model: going round again, a faster way would find \
+             its embeddings cached and pay for fewer model passes a query.\n\n\
              ## Results\n\n\
              (a) is the whole RetrieveMemory pipeline over gRPC from this process (BM25 and vector legs \
              over facts and episodes, RRF, the default ranking profile, MMR, the Markdown and its token \

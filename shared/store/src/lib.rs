@@ -70,11 +70,41 @@ pub fn pool_beside(pool: &PgPool, max_connections: u32) -> PgPool {
         .connect_lazy_with((*pool.connect_options()).clone())
 }
 
+/// A pool of its own, of at most `max_connections`, to the database of `pool`, whose sessions
+/// cannot write (`default_transaction_read_only`): for the statements a read runs, such as a
+/// retrieval's searches. Connections are opened as they are first needed.
+///
+/// Its connections come back without the round trip that checks every other pool's for a
+/// transaction block left open ([`is_inside_transaction_block`]; four of them a retrieval, a
+/// twentieth of the service's time at saturation). What that check guards against cannot happen
+/// here: an open block's harm is the writes that run inside it and are then lost with it, and no
+/// statement on these connections writes (an attempt fails). A block left open here would only
+/// hold its read locks; the server closes a session idle in one for
+/// [`READ_ONLY_IDLE_IN_TRANSACTION`].
+pub fn read_only_pool_beside(pool: &PgPool, max_connections: u32) -> PgPool {
+    let options = (*pool.connect_options()).clone().options([
+        ("default_transaction_read_only", "on"),
+        (
+            "idle_in_transaction_session_timeout",
+            READ_ONLY_IDLE_IN_TRANSACTION,
+        ),
+    ]);
+    base_pool_options(max_connections, pool.options().get_acquire_timeout())
+        .connect_lazy_with(options)
+}
+
+/// How long a read-only session may sit idle inside a transaction block before the server ends
+/// it (see [`read_only_pool_beside`]); no read holds a block open for anywhere near as long.
+const READ_ONLY_IDLE_IN_TRANSACTION: &str = "60s";
+
 fn pool_options(max_connections: u32, acquire_timeout: Duration) -> PgPoolOptions {
+    base_pool_options(max_connections, acquire_timeout).after_release(|connection, _meta| {
+        Box::pin(async move { Ok(!is_inside_transaction_block(connection).await?) })
+    })
+}
+
+fn base_pool_options(max_connections: u32, acquire_timeout: Duration) -> PgPoolOptions {
     PgPoolOptions::new()
-        .after_release(|connection, _meta| {
-            Box::pin(async move { Ok(!is_inside_transaction_block(connection).await?) })
-        })
         .max_connections(max_connections)
         .acquire_timeout(acquire_timeout)
         // sqlx pings every connection it hands out by default: a whole extra round trip on the

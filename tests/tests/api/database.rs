@@ -1,5 +1,7 @@
 //! How each service's connections commit: ingest and review wait for the WAL flush of what users
-//! gave Engram; retrieval, whose writes are only what a read leaves behind, does not.
+//! gave Engram; retrieval, whose writes are only what a read leaves behind, does not. What a
+//! pool does with a connection that comes back inside a transaction block, and the read-only
+//! pool retrieval reads through.
 
 use engram_ingest::config::IngestSettings;
 use engram_retrieval::config::RetrievalSettings;
@@ -104,5 +106,63 @@ async fn a_connection_left_inside_a_transaction_is_closed_and_others_are_kept() 
         .unwrap();
     assert_eq!(notes, ["after", "committed", "kept"]);
     assert_eq!(backend_of(&pool).await, next, "and the new one is kept");
+    pool.close().await;
+}
+
+/// A read-only pool beside the main one (retrieval's reads go through one) cannot write, in
+/// autocommit or in a transaction, and its sessions end a transaction block left idle.
+#[tokio::test]
+async fn a_read_only_pool_reads_and_cannot_write() {
+    let database = TestDatabase::create().await.expect("test database");
+    let pool = engram_store::connect(
+        database.url(),
+        1,
+        1,
+        std::time::Duration::from_secs(10),
+        "on",
+    )
+    .await
+    .expect("connects");
+    sqlx::raw_sql("CREATE TABLE notes (text text NOT NULL); INSERT INTO notes VALUES ('kept')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let reads = engram_store::read_only_pool_beside(&pool, 1);
+    let notes: Vec<String> = sqlx::query_scalar("SELECT text FROM notes")
+        .fetch_all(&reads)
+        .await
+        .unwrap();
+    assert_eq!(notes, ["kept"]);
+
+    let refused = |error: sqlx::Error| {
+        error
+            .as_database_error()
+            .and_then(|error| error.code())
+            .is_some_and(|code| code == "25006")
+    };
+    let insert = sqlx::query("INSERT INTO notes VALUES ('written')")
+        .execute(&reads)
+        .await
+        .expect_err("a read-only session refuses a write");
+    assert!(refused(insert), "read_only_sql_transaction");
+    let mut transaction = engram_store::begin(&reads).await.unwrap();
+    let insert = sqlx::query("INSERT INTO notes VALUES ('written')")
+        .execute(&mut *transaction)
+        .await
+        .expect_err("and so does its transaction");
+    assert!(refused(insert), "read_only_sql_transaction");
+    drop(transaction);
+
+    let timeout: String = sqlx::query_scalar("SHOW idle_in_transaction_session_timeout")
+        .fetch_one(&reads)
+        .await
+        .unwrap();
+    assert_eq!(timeout, "1min");
+    let notes: Vec<String> = sqlx::query_scalar("SELECT text FROM notes")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(notes, ["kept"], "nothing was written");
+    reads.close().await;
     pool.close().await;
 }

@@ -118,7 +118,11 @@ pub struct Retrieval {
 /// The retrieval pipeline.
 #[derive(Debug, Clone)]
 pub struct Recall {
+    /// For what a retrieval writes: the pending reviews, and the traces' writer.
     pool: PgPool,
+    /// For everything a retrieval reads: sessions that cannot write, beside `pool` and as large
+    /// (`engram_store::read_only_pool_beside`).
+    reads: PgPool,
     embedder: Option<QueryEmbedder>,
     settings: RecallSettings,
     /// The configured ranking, checked once at construction.
@@ -152,8 +156,11 @@ impl Recall {
     ) -> Result<Self, engram_core::ValidationError> {
         let default_ranking = settings.default_ranking()?;
         let traces = ReadTraces::start(pool.clone(), settings.trace_flush_interval());
+        let reads =
+            engram_store::read_only_pool_beside(&pool, pool.options().get_max_connections());
         Ok(Self {
             pool,
+            reads,
             embedder,
             settings,
             default_ranking,
@@ -256,7 +263,7 @@ impl Recall {
         stage: &mut &'static str,
     ) -> Result<Retrieval, RecallError> {
         let now = Utc::now();
-        let context = store::context(&self.pool, &request.scope, request.conversation).await?;
+        let context = store::context(&self.reads, &request.scope, request.conversation).await?;
         *stage = "sparse";
         if !context.memory_enabled || context.incognito {
             let path = if context.incognito {
@@ -329,7 +336,7 @@ impl Recall {
         facts: &mut [RankedMemory],
     ) -> Result<(), RecallError> {
         let ids: Vec<Uuid> = facts.iter().map(|m| m.record.id).collect();
-        for earlier in store::superseded_by(&self.pool, scope, &ids).await? {
+        for earlier in store::superseded_by(&self.reads, scope, &ids).await? {
             if let Some(fact) = facts
                 .iter_mut()
                 .find(|m| Some(m.record.id) == earlier.superseded_by)

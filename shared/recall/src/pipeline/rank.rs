@@ -54,8 +54,9 @@ impl Recall {
             .filter(|id| !candidates.contains(id) && !present.contains(id))
             .copied()
             .collect();
-        loaded
-            .extend(store::load_candidates(&self.pool, &request.scope, &missing, &headings).await?);
+        loaded.extend(
+            store::load_candidates(&self.reads, &request.scope, &missing, &headings).await?,
+        );
         let ranking = SectionsToRank {
             fused,
             loaded,
@@ -94,7 +95,8 @@ impl Recall {
                 None => unloaded.push(id),
             }
         }
-        for candidate in store::load_candidates(&self.pool, &request.scope, &[], &unloaded).await? {
+        for candidate in store::load_candidates(&self.reads, &request.scope, &[], &unloaded).await?
+        {
             episode_candidates.insert(candidate.record.id, (None, candidate.record));
         }
         let episodic = episodes_to_show(ranked_episodes, line_groups, episode_candidates);

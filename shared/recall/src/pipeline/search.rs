@@ -163,7 +163,7 @@ impl Recall {
             fallback_reasons.push("no word of the query matched".to_owned());
             for (legs, filter) in legs.iter_mut().zip(plan.filter.each()) {
                 legs.sparse = store::trigram_search(
-                    &self.pool,
+                    &self.reads,
                     &filter,
                     &request.query,
                     self.settings.trigram_threshold,
@@ -209,7 +209,7 @@ impl Recall {
             }
         };
         let sparse = store::sparse_search_kinds(
-            &self.pool,
+            &self.reads,
             &plan.filter,
             &request.query,
             plan.bm25,
@@ -230,7 +230,7 @@ impl Recall {
                 radius: 1,
                 include_inactive: request.include_inactive,
             };
-            turn_search::find_turns(&self.pool, &request.scope, &request.query, search).await
+            turn_search::find_turns(&self.reads, &request.scope, &request.query, search).await
         };
         let (sparse, embedding, turns) = tokio::join!(sparse, embedding, turns);
         let latency_embed_ms = embedding.as_ref().map(|_| elapsed_ms(embedding_started));
@@ -300,7 +300,7 @@ impl Recall {
         };
         let searched = if context.memory_count <= self.settings.exact_search_max_entries {
             store::exact_dense_search_loading(
-                &self.pool,
+                &self.reads,
                 &plan.filter,
                 embedding,
                 plan.limit,
@@ -312,7 +312,7 @@ impl Recall {
             let method = DenseMethod::Approximate {
                 ef_search: self.settings.hnsw_ef_search.max(plan.candidates_per_leg),
             };
-            store::dense_search_kinds(&self.pool, &plan.filter, embedding, method, plan.limit)
+            store::dense_search_kinds(&self.reads, &plan.filter, embedding, method, plan.limit)
                 .await
                 .map(|hits| (hits, Vec::new()))
         };
