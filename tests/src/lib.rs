@@ -470,4 +470,8 @@ impl Sandbox {
     pub fn ingest_service(&self) -> &RunningService {
         &self.services[0]
     }
+
+    pub fn retrieval_service(&self) -> &RunningService {
+        &self.services[1]
+    }
 }

@@ -718,9 +718,9 @@ async fn at_rate(call: &Call, queries: &[Query], rate: u32, seconds: u64) -> Mea
 /// Closed loop: `concurrency` clients each sending the next query as soon as the last returned,
 /// through `queries` once (or until `seconds` have passed). Never twice: a way that went round its
 /// slice again would find every text's embedding cached the second time, so a faster way would
-/// pay for fewer model passes a query than a slower one and look cheaper than it is (before
-/// 2026-12-06 the loop went round for the whole time: the hand-written SQL, which got through its
-/// slice about ten times, embedded one query in fourteen while RetrieveMemory embedded one in two).
+/// pay for fewer model passes a query than a slower one and look cheaper than it is. (Until
+/// 2026-12-06 the loop went round for the whole 30 s: the hand-written SQL went round its slice
+/// of 3,000 eleven times, RetrieveMemory one and a half times; docs/benchmarks/README.md.)
 async fn saturated(
     call: &Call,
     queries: &[Query],

@@ -100,7 +100,8 @@ impl App {
             embedders.clone(),
             settings.embed.model.query_embedder(),
             settings.recall.clone(),
-        )?;
+        )
+        .await?;
         let llm = engram_llm::ChatClient::from_settings(&settings.llm)?;
         match &llm {
             Some(client) => tracing::info!(

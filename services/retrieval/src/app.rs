@@ -56,10 +56,12 @@ impl App {
             embedders,
             settings.embed.query_embedder(),
             settings.recall.clone(),
-        )?;
+        )
+        .await?;
         let server = GrpcServer::bind(&settings.grpc)
             .await?
-            .watching_database(pool.clone(), "retrieval");
+            .watching_database(pool.clone(), "retrieval")
+            .observing_read_pool(recall.read_pool().clone(), "retrieval");
         Ok(Self {
             server,
             pool,

@@ -50,7 +50,7 @@ pub struct GrpcServer {
     metrics_listener: TcpListener,
     metrics_addr: SocketAddr,
     /// Keeps the pool gauge's callback registered.
-    _pool_gauge: Option<opentelemetry::metrics::ObservableGauge<u64>>,
+    _pool_gauges: Vec<opentelemetry::metrics::ObservableGauge<u64>>,
     shutdown_grace: Duration,
     max_concurrent_requests_per_connection: usize,
     request_timeout: Duration,
@@ -96,7 +96,7 @@ impl GrpcServer {
             local_addr,
             metrics_listener,
             metrics_addr,
-            _pool_gauge: None,
+            _pool_gauges: Vec::new(),
             shutdown_grace: settings.shutdown_grace(),
             max_concurrent_requests_per_connection: settings.max_concurrent_requests_per_connection,
             request_timeout: Duration::from_secs(settings.request_timeout_secs),
@@ -119,8 +119,17 @@ impl GrpcServer {
     /// Readiness follows this database (NOT_SERVING while it does not answer), and its pool's
     /// connections are a metric.
     pub fn watching_database(mut self, pool: PgPool, service: &'static str) -> Self {
-        self._pool_gauge = Some(crate::metrics::observe_pool(pool.clone(), service));
+        self._pool_gauges
+            .push(crate::metrics::observe_pool(pool.clone(), service, "main"));
         self.readiness_database = Some(pool);
+        self
+    }
+
+    /// A read-only pool of the service beside the one it watches (retrieval's reads), whose
+    /// connections are a metric too (`pool="reads"`).
+    pub fn observing_read_pool(mut self, pool: PgPool, service: &'static str) -> Self {
+        self._pool_gauges
+            .push(crate::metrics::observe_pool(pool, service, "reads"));
         self
     }
 

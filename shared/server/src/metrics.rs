@@ -76,10 +76,11 @@ async fn health_check(
 }
 
 /// The pool's connections, in use and idle, observed at each scrape (while the returned gauge
-/// is kept).
+/// is kept); `name` tells a service's pools apart (`main`, and retrieval's read-only `reads`).
 pub fn observe_pool(
     pool: PgPool,
     service: &'static str,
+    name: &'static str,
 ) -> opentelemetry::metrics::ObservableGauge<u64> {
     let meter = opentelemetry::global::meter("engram-server");
     meter
@@ -92,6 +93,7 @@ pub fn observe_pool(
                 size.saturating_sub(idle),
                 &[
                     KeyValue::new("service", service),
+                    KeyValue::new("pool", name),
                     KeyValue::new("state", "in_use"),
                 ],
             );
@@ -99,6 +101,7 @@ pub fn observe_pool(
                 idle,
                 &[
                     KeyValue::new("service", service),
+                    KeyValue::new("pool", name),
                     KeyValue::new("state", "idle"),
                 ],
             );

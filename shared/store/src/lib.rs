@@ -70,18 +70,18 @@ pub fn pool_beside(pool: &PgPool, max_connections: u32) -> PgPool {
         .connect_lazy_with((*pool.connect_options()).clone())
 }
 
-/// A pool of its own, of at most `max_connections`, to the database of `pool`, whose sessions
-/// cannot write (`default_transaction_read_only`): for the statements a read runs, such as a
-/// retrieval's searches. Connections are opened as they are first needed.
+/// A pool of its own, as large as `pool` and with as many connections open from the start, to
+/// the same database, whose sessions cannot write (`default_transaction_read_only`): for the
+/// statements a read runs, such as a retrieval's searches.
 ///
 /// Its connections come back without the round trip that checks every other pool's for a
 /// transaction block left open ([`is_inside_transaction_block`]; four of them a retrieval, a
 /// twentieth of the service's time at saturation). What that check guards against cannot happen
 /// here: an open block's harm is the writes that run inside it and are then lost with it, and no
 /// statement on these connections writes (an attempt fails). A block left open here would only
-/// hold its read locks; the server closes a session idle in one for
+/// hold its read locks; the server ends a session idle in one after
 /// [`READ_ONLY_IDLE_IN_TRANSACTION`].
-pub fn read_only_pool_beside(pool: &PgPool, max_connections: u32) -> PgPool {
+pub async fn read_only_pool_beside(pool: &PgPool) -> Result<PgPool, StoreError> {
     let options = (*pool.connect_options()).clone().options([
         ("default_transaction_read_only", "on"),
         (
@@ -89,8 +89,12 @@ pub fn read_only_pool_beside(pool: &PgPool, max_connections: u32) -> PgPool {
             READ_ONLY_IDLE_IN_TRANSACTION,
         ),
     ]);
-    base_pool_options(max_connections, pool.options().get_acquire_timeout())
-        .connect_lazy_with(options)
+    let sizes = pool.options();
+    base_pool_options(sizes.get_max_connections(), sizes.get_acquire_timeout())
+        .min_connections(sizes.get_min_connections())
+        .connect_with(options)
+        .await
+        .map_err(StoreError::Database)
 }
 
 /// How long a read-only session may sit idle inside a transaction block before the server ends

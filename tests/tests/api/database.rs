@@ -109,8 +109,9 @@ async fn a_connection_left_inside_a_transaction_is_closed_and_others_are_kept() 
     pool.close().await;
 }
 
-/// A read-only pool beside the main one (retrieval's reads go through one) cannot write, in
-/// autocommit or in a transaction, and its sessions end a transaction block left idle.
+/// A read-only pool beside the main one (retrieval's reads go through one) opens as many
+/// connections as it, cannot write, in autocommit or in a transaction, and its sessions end a
+/// transaction block left idle.
 #[tokio::test]
 async fn a_read_only_pool_reads_and_cannot_write() {
     let database = TestDatabase::create().await.expect("test database");
@@ -127,7 +128,14 @@ async fn a_read_only_pool_reads_and_cannot_write() {
         .execute(&pool)
         .await
         .unwrap();
-    let reads = engram_store::read_only_pool_beside(&pool, 1);
+    let reads = engram_store::read_only_pool_beside(&pool)
+        .await
+        .expect("connects");
+    assert_eq!(
+        reads.size(),
+        1,
+        "as many connections open as the pool beside"
+    );
     let notes: Vec<String> = sqlx::query_scalar("SELECT text FROM notes")
         .fetch_all(&reads)
         .await

@@ -78,6 +78,19 @@ async fn every_service_serves_its_metrics_to_prometheus() {
             service.metrics_addr
         );
     }
+    // Retrieval's searches go through a read-only pool of their own, counted apart.
+    let (_, retrieval) = scrape(sandbox.retrieval_service().metrics_addr).await;
+    for pool in ["pool=\"main\"", "pool=\"reads\""] {
+        assert!(
+            sample(
+                &retrieval,
+                "engram_db_pool_connections",
+                &[pool, "state=\"idle\""]
+            )
+            .is_some(),
+            "{pool} in:\n{retrieval}"
+        );
+    }
     let (_, ingest) = scrape(sandbox.ingest_service().metrics_addr).await;
     let remembered = sample(
         &ingest,

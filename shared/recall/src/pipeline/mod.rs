@@ -121,7 +121,7 @@ pub struct Recall {
     /// For what a retrieval writes: the pending reviews, and the traces' writer.
     pool: PgPool,
     /// For everything a retrieval reads: sessions that cannot write, beside `pool` and as large
-    /// (`engram_store::read_only_pool_beside`).
+    /// (`engram_store::read_only_pool_beside`), whose connections come back unchecked.
     reads: PgPool,
     embedder: Option<QueryEmbedder>,
     settings: RecallSettings,
@@ -151,13 +151,12 @@ impl Recall {
     /// Starts the task that writes retrievals' traces, on the current Tokio runtime.
     pub fn new(
         pool: PgPool,
+        reads: PgPool,
         embedder: Option<QueryEmbedder>,
         settings: RecallSettings,
     ) -> Result<Self, engram_core::ValidationError> {
         let default_ranking = settings.default_ranking()?;
         let traces = ReadTraces::start(pool.clone(), settings.trace_flush_interval());
-        let reads =
-            engram_store::read_only_pool_beside(&pool, pool.options().get_max_connections());
         Ok(Self {
             pool,
             reads,
@@ -177,6 +176,11 @@ impl Recall {
     ) -> Self {
         self.turn_vectors = turn_vectors.map(TurnVectors);
         self
+    }
+
+    /// The read-only pool the pipeline reads through (for its metric).
+    pub fn read_pool(&self) -> &PgPool {
+        &self.reads
     }
 
     pub fn settings(&self) -> &RecallSettings {
