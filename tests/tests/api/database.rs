@@ -53,12 +53,9 @@ async fn backend_of(pool: &sqlx::PgPool) -> i32 {
         .expect("reads the backend")
 }
 
-/// A connection coming back to the pool inside a transaction block is closed (its block rolled
-/// back), never handed to the next request; every other connection is kept. (A block a cancelled
-/// request left open once made the next request's autocommit writes part of it.)
-#[tokio::test]
-async fn a_connection_left_inside_a_transaction_is_closed_and_others_are_kept() {
-    let database = TestDatabase::create().await.expect("test database");
+/// A pool of one connection (as services open theirs) to `database`, which holds an empty table
+/// `notes`.
+async fn one_connection_with_notes(database: &TestDatabase) -> sqlx::PgPool {
     let pool = engram_store::connect(
         database.url(),
         1,
@@ -72,6 +69,16 @@ async fn a_connection_left_inside_a_transaction_is_closed_and_others_are_kept() 
         .execute(&pool)
         .await
         .unwrap();
+    pool
+}
+
+/// A connection coming back to the pool inside a transaction block is closed (its block rolled
+/// back), never handed to the next request; every other connection is kept. (A block a cancelled
+/// request left open once made the next request's autocommit writes part of it.)
+#[tokio::test]
+async fn a_connection_left_inside_a_transaction_is_closed_and_others_are_kept() {
+    let database = TestDatabase::create().await.expect("test database");
+    let pool = one_connection_with_notes(&database).await;
     let first = backend_of(&pool).await;
     // Ordinary use, autocommit and transactions, keeps the connection.
     sqlx::query("INSERT INTO notes VALUES ('kept')")
@@ -115,16 +122,8 @@ async fn a_connection_left_inside_a_transaction_is_closed_and_others_are_kept() 
 #[tokio::test]
 async fn a_read_only_pool_reads_and_cannot_write() {
     let database = TestDatabase::create().await.expect("test database");
-    let pool = engram_store::connect(
-        database.url(),
-        1,
-        1,
-        std::time::Duration::from_secs(10),
-        "on",
-    )
-    .await
-    .expect("connects");
-    sqlx::raw_sql("CREATE TABLE notes (text text NOT NULL); INSERT INTO notes VALUES ('kept')")
+    let pool = one_connection_with_notes(&database).await;
+    sqlx::query("INSERT INTO notes VALUES ('kept')")
         .execute(&pool)
         .await
         .unwrap();
