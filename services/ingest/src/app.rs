@@ -94,14 +94,15 @@ impl App {
         if let Some(embedder) = &embedder {
             engram_recall::check_dimension(&pool, embedder.as_ref()).await?;
         }
-        // "What do you remember about X" runs the retrieval pipeline over the same model.
+        // "What do you remember about X" runs the retrieval pipeline over the same model (and
+        // the same pool: it is occasional here, and needs no read-only pool of its own).
         let recall = engram_recall::start_recall(
+            pool.clone(),
             pool.clone(),
             embedders.clone(),
             settings.embed.model.query_embedder(),
             settings.recall.clone(),
-        )
-        .await?;
+        )?;
         let llm = engram_llm::ChatClient::from_settings(&settings.llm)?;
         match &llm {
             Some(client) => tracing::info!(

@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 
+use anyhow::Context as _;
 use engram_proto::v1::retrieval_service_server::RetrievalServiceServer;
 use engram_recall::Recall;
 use engram_server::{Foundation, GrpcServer, TokenRegistry};
@@ -51,17 +52,21 @@ impl App {
                 Err(_) => tracing::warn!("the turn vectors were not warm after 10 s; serving"),
             }
         }
+        // Retrieval's reads go through sessions that cannot write, without the release check.
+        let reads = engram_store::read_only_pool_beside(&pool)
+            .await
+            .context("cannot connect the read-only pool to postgres (ENGRAM_DATABASE__URL)")?;
         let recall = engram_recall::start_recall(
             pool.clone(),
+            reads.clone(),
             embedders,
             settings.embed.query_embedder(),
             settings.recall.clone(),
-        )
-        .await?;
+        )?;
         let server = GrpcServer::bind(&settings.grpc)
             .await?
             .watching_database(pool.clone(), "retrieval")
-            .observing_read_pool(recall.read_pool().clone(), "retrieval");
+            .observing_read_pool(reads, "retrieval");
         Ok(Self {
             server,
             pool,

@@ -113,12 +113,14 @@ pub async fn check_dimension(pool: &PgPool, embedder: &dyn Embedder) -> anyhow::
 }
 
 /// The retrieval pipeline over `embedders` (the text embedder already checked), with its query
-/// embedder started on the current runtime, reading through a read-only pool beside `pool`
-/// (`engram_store::read_only_pool_beside`, connected here). Without a text embedder retrieval
-/// serves the sparse leg and says so; without turn vectors (`embedders.topic`) the lines of the
-/// stored turns are found by their words alone.
-pub async fn start_recall(
+/// embedder started on the current runtime. It writes through `pool` and reads through `reads`
+/// (retrieval's read-only pool, `engram_store::read_only_pool_beside`; `pool` again where
+/// retrieval is occasional). Without a text embedder retrieval serves the sparse leg and says
+/// so; without turn vectors (`embedders.topic`) the lines of the stored turns are found by their
+/// words alone.
+pub fn start_recall(
     pool: PgPool,
+    reads: PgPool,
     embedders: engram_embed::Embedders,
     queries: QueryEmbedderSettings,
     settings: RecallSettings,
@@ -126,9 +128,6 @@ pub async fn start_recall(
     let queries = embedders
         .text
         .map(|embedder| QueryEmbedder::start(embedder, queries));
-    let reads = engram_store::read_only_pool_beside(&pool)
-        .await
-        .context("cannot connect the read-only pool to postgres (ENGRAM_DATABASE__URL)")?;
     Recall::new(pool, reads, queries, settings)
         .map(|recall| recall.with_turn_vectors(embedders.topic))
         .map_err(|error| anyhow::anyhow!("invalid recall settings: {error}"))

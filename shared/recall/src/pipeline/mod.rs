@@ -120,8 +120,9 @@ pub struct Retrieval {
 pub struct Recall {
     /// For what a retrieval writes: the pending reviews, and the traces' writer.
     pool: PgPool,
-    /// For everything a retrieval reads: sessions that cannot write, beside `pool` and as large
-    /// (`engram_store::read_only_pool_beside`), whose connections come back unchecked.
+    /// For everything a retrieval reads: in the retrieval service, sessions that cannot write,
+    /// beside `pool` and as large (`engram_store::read_only_pool_beside`), whose connections come
+    /// back unchecked.
     reads: PgPool,
     embedder: Option<QueryEmbedder>,
     settings: RecallSettings,
@@ -176,11 +177,6 @@ impl Recall {
     ) -> Self {
         self.turn_vectors = turn_vectors.map(TurnVectors);
         self
-    }
-
-    /// The read-only pool the pipeline reads through (for its metric).
-    pub fn read_pool(&self) -> &PgPool {
-        &self.reads
     }
 
     pub fn settings(&self) -> &RecallSettings {
