@@ -44,7 +44,9 @@ trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
 wait_for_port 127.0.0.1 "$port" 120 || die "the retrieval service did not start (see $ENGRAM_LOG_DIR/bench-retrieval-server.log)"
 
 mkdir -p "$repo/docs/benchmarks"
-"$bin/bench-retrieval" --database-url "$url" --model-dir "$model_dir" run \
+# The hand-written query and the floor embed in this process: their model runs on one thread, as
+# the service's does, so every way pays the same for a model pass.
+RAYON_NUM_THREADS=1 "$bin/bench-retrieval" --database-url "$url" --model-dir "$model_dir" run \
     --endpoint "http://127.0.0.1:$port" --spaces "$bench_spaces" \
     --rate "${BENCH_RATE:-50}" --seconds "${BENCH_SECONDS:-30}" --concurrency "${BENCH_CLIENTS:-32}" \
     --report "${BENCH_REPORT:-$repo/docs/benchmarks/retrieval.md}" --command-line "${BENCH_SPACES:+BENCH_SPACES=$BENCH_SPACES }make bench-retrieval" \

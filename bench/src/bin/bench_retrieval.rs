@@ -18,8 +18,9 @@
 //!                         (b) what a user would write instead: embed the query, then one
 //!                             hand-written SQL statement fusing a tsvector and a pgvector search;
 //!                         (c) the floor: embed the query, then one indexed vector query.
-//!                         (b) and (c) embed through the same micro-batching, caching query
-//!                         embedder and model as the service.
+//!                         (b) and (c) each embed through a micro-batching, caching query
+//!                         embedder of their own over the service's model, which the script
+//!                         runs on one thread, as the service runs it.
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -941,17 +942,36 @@ async fn retrieve_call(
 
 /// The query embedder of (b) and (c): the same micro-batching, caching embedder and model as
 /// the service's.
-async fn query_embedder(model_dir: &std::path::Path) -> anyhow::Result<QueryEmbedder> {
+/// The query model, loaded once for the ways that embed in this process.
+async fn load_query_model(model_dir: &std::path::Path) -> anyhow::Result<Arc<dyn Embedder>> {
     let model_dir = model_dir.to_owned();
     let model = tokio::task::spawn_blocking(move || load_model(model_dir)).await??;
-    Ok(QueryEmbedder::start(
-        Arc::new(model) as Arc<dyn Embedder>,
+    Ok(Arc::new(model) as Arc<dyn Embedder>)
+}
+
+/// A micro-batching, caching query embedder of one way's own over the shared model, as the
+/// service has one, warmed with the warm-up queries the service was warmed with: no way finds
+/// embeddings that another way's queries left in a cache it shares (the set repeats its texts,
+/// so a way measured after another on one cache would pay for fewer model passes).
+async fn way_embedder(
+    model: &Arc<dyn Embedder>,
+    warm_up: &[Query],
+) -> anyhow::Result<QueryEmbedder> {
+    let embedder = QueryEmbedder::start(
+        model.clone(),
         QueryEmbedderSettings {
             max_batch: 32,
             cache_entries: 10_000,
             timeout: Duration::from_secs(10),
         },
-    ))
+    );
+    for query in warm_up {
+        embedder
+            .embed(&query.text)
+            .await
+            .map_err(anyhow::Error::msg)?;
+    }
+    Ok(embedder)
 }
 
 const EXCERPTS_ON: &str = "(a) RetrieveMemory over gRPC, excerpts on (detail AUTO, the default)";
@@ -1190,7 +1210,7 @@ async fn run(
 
     let excerpts_on = Arc::new(AnswerCounts::default());
     let excerpts_off = Arc::new(AnswerCounts::default());
-    let embedder = query_embedder(model_dir).await?;
+    let model = load_query_model(model_dir).await?;
     let ways = [
         Way {
             name: EXCERPTS_ON,
@@ -1202,11 +1222,21 @@ async fn run(
         },
         Way {
             name: HAND_WRITTEN,
-            call: embed_then_sql(pool.clone(), embedder.clone(), HAND_WRITTEN_SQL, true),
+            call: embed_then_sql(
+                pool.clone(),
+                way_embedder(&model, warm_up).await?,
+                HAND_WRITTEN_SQL,
+                true,
+            ),
         },
         Way {
             name: FLOOR,
-            call: embed_then_sql(pool.clone(), embedder, FLOOR_SQL, false),
+            call: embed_then_sql(
+                pool.clone(),
+                way_embedder(&model, warm_up).await?,
+                FLOOR_SQL,
+                false,
+            ),
         },
     ];
 
@@ -1403,9 +1433,13 @@ impl RunReport<'_> {
              words of one of the space's own memories, 30 % questions in other words, 20 % ten popular \
              repeated questions, 10 % Chinese. Queries are embedded with the real model at request \
              time; repeated texts come from the embedding cache, as in the service. Each measurement \
-             uses its own slice of the set, after {WARM_UP_QUERIES} warm-up queries of their own, so \
-             no way is handed embeddings another cached: the rows with excerpts on and off answer \
-             different queries of the same mix. A saturation measurement goes through its slice \
+             uses its own slice of the set, after {WARM_UP_QUERIES} warm-up queries of their own. (b) \
+             and (c) each embed through a caching query embedder of their own, warmed with those \
+             queries as the service was, so neither finds embeddings the other's queries left (the \
+             set repeats its texts); (a) with excerpts off runs after (a) with excerpts on in the \
+             same service and finds what those left in its cache. Every way runs the model on one \
+             thread, as the service does (`RAYON_NUM_THREADS=1`; on two cores, two threads made a \
+             model pass of a query slower, not faster). A saturation measurement goes through its slice \
              once at most (it stops when the slice or the time runs out), so every way embeds about \
              the same share of its queries with the model: going round again, a faster way would find \
              its embeddings cached and pay for fewer model passes a query.\n\n\
