@@ -20,6 +20,16 @@ source "$here/retrieval-db.sh"
 ensure_retrieval_db
 url="$retrieval_db_url"
 
+# Every run starts with no cached scores, so that each retrieval rewrites the scores of every entry
+# it returns, as the first retrieval of an hour does: what an earlier run left cached would
+# otherwise decide how much the runs write, and runs would not compare.
+log "clearing the cached scores an earlier run left"
+pg_psql "$retrieval_db" \
+    -c "UPDATE memory_retention SET last_scores = NULL, last_total = NULL, last_scored_at = NULL \
+        WHERE last_scores IS NOT NULL OR last_total IS NOT NULL" \
+    -c "UPDATE memories SET last_scores = NULL WHERE last_scores IS NOT NULL" \
+    -c "VACUUM memories, memory_retention" >/dev/null
+
 # Every run measures a service in its steady state: what the queries read is in memory. Without this,
 # the first run after a seed (or a restart) finds the buffers full of what the seed wrote last and the
 # p95 doubles. The tables and their indexes first go to the OS cache, then to Postgres' buffers as far

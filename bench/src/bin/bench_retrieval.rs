@@ -1145,8 +1145,8 @@ async fn seeded(pool: &PgPool) -> anyhow::Result<Seeded> {
                 (SELECT count(*) FROM memories WHERE kind = 'episodic'), \
                 (SELECT count(*) FROM conversation_turns), \
                 (SELECT count(*) FROM conversation_turn_embeddings WHERE model = $1), \
-                (SELECT count(*) FROM memories \
-                 WHERE engram_cached_at(last_scores) > now() - interval '1 hour')",
+                (SELECT count(*) FROM memory_retention \
+                 WHERE last_scored_at > now() - interval '1 hour')",
     )
     .bind(TOKEN_VECTORS_MODEL_ID)
     .fetch_one(pool)
@@ -1457,9 +1457,10 @@ impl RunReport<'_> {
              turns are not searched and no lines are shown: {off_counts}. That is the pipeline without \
              the turn search, the \"before\"; a little lighter than the default was before the turn \
              search existed, as it also leaves out surprising episodes' whole excerpts. When the run started, {fresh_scores} of the {memories} \
-             memories had cached scores less than an hour old (a retrieval rewrites the missing, older \
-             or lower scores of the entries it returns: with none fresh, every request rewrites them \
-             all). (b) is what a user would write instead: the same query embedder, then one SQL \
+             memories had cached scores less than an hour old (the script clears what earlier runs \
+             cached, so that runs compare: a retrieval rewrites the missing, older or lower scores of \
+             the entries it returns, and with none fresh, every request rewrites them all, as the \
+             first retrieval of an hour in a space does). (b) is what a user would write instead: the same query embedder, then one SQL \
              statement (websearch tsquery ranked by ts_rank, pgvector cosine, RRF in SQL). (c) is the \
              floor: the query embedding plus one indexed vector query. Fixed load is open loop \
              (latency from when each query was due); saturation is closed loop.\n\n\

@@ -21,14 +21,18 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// much of them, and one write serves every retrieval of the interval.
 pub(crate) const DEFAULT_TRACE_FLUSH_MS: u32 = 250;
 
-/// Turns each turn leg brings by default, chosen on the dev dialogs by what an assistant reads
-/// (docs/eval/README.md, "Turn candidates"): 30 read 82.1 / 85.2 % of the evidence at 1,000 /
+/// Turns the turn legs' word search brings by default, chosen on the dev dialogs by what an
+/// assistant reads when it set both legs (docs/eval/README.md, "Turn candidates"): 30 read 82.1 / 85.2 % of the evidence at 1,000 /
 /// 2,000 tokens, 60 83.6 / 86.4 %, 75 84.8 / 88.1 %, 90 84.5 / 88.2 %, 120 84.7 / 88.7 %; 75
 /// holds nearly all of the gain, and each candidate more is a turn and its neighbours more to
 /// load and rank (`make bench-retrieval`).
 pub(crate) const DEFAULT_TURN_CANDIDATES: u32 = 75;
 /// The most turns a turn leg may bring.
 pub(crate) const MAX_TURN_CANDIDATES: u32 = 500;
+/// Turns the turn-vector leg brings by default, chosen on the dev dialogs (docs/eval/README.md,
+/// "The turn-vector leg on its own"): 30 read 83.1 / 86.0 % of the evidence at 1,000 / 2,000
+/// tokens, 50 84.2 / 86.6 %, 75 84.1 / 87.9 %.
+pub(crate) const DEFAULT_TURN_VECTOR_CANDIDATES: u32 = 75;
 
 /// The longest flush interval accepted (a minute).
 const MAX_TRACE_FLUSH_MS: u64 = 60_000;
@@ -60,10 +64,14 @@ pub struct RecallSettings {
     pub bm25_k1: f64,
     #[garde(range(min = 0.0, max = 1.0))]
     pub bm25_b: f64,
-    /// Turns each of the two turn legs brings for the lines (each is loaded with a neighbour
+    /// Turns the turn legs' word search brings for the lines (each is loaded with a neighbour
     /// either side).
     #[garde(range(min = 1, max = MAX_TURN_CANDIDATES))]
     pub turn_candidates: u32,
+    /// Turns the turn legs' vector search brings beside them (0: none; each is loaded with a
+    /// neighbour either side too).
+    #[garde(range(min = 0, max = MAX_TURN_CANDIDATES))]
+    pub turn_vector_candidates: u32,
     /// How often retrievals' traces (cached scores, notes that entries were returned, metrics
     /// rows) are written, in milliseconds: the most a crash can lose (`read_traces`).
     #[garde(range(min = 1, max = MAX_TRACE_FLUSH_MS))]
@@ -120,6 +128,7 @@ impl Default for RecallSettings {
             bm25_k1: engram_core::retrieval::bm25::K1,
             bm25_b: engram_core::retrieval::bm25::B,
             turn_candidates: DEFAULT_TURN_CANDIDATES,
+            turn_vector_candidates: DEFAULT_TURN_VECTOR_CANDIDATES,
             trace_flush_ms: u64::from(DEFAULT_TRACE_FLUSH_MS),
         }
     }

@@ -9,23 +9,47 @@ use crate::StoreError;
 
 /// Every column but the embedding, which never leaves the store through this type. A macro, so
 /// that queries stay `&'static str` literals (sqlx refuses SQL built at run time).
+///
+/// `last_scores` has two sources. `()` and `(m)` read the copy in `memories`, what the entry's
+/// writer computed: right for what a write returns (its retention row is made after the
+/// statement). `(cached)` reads the cache in `memory_retention`, which retrievals also write and
+/// which every reader of an entry shows; it needs the row source to be `memories` itself.
 macro_rules! memory_columns {
     (m) => {
-        "m.id, m.user_id, m.space, m.kind, m.conversation_id, m.text, m.role, m.category, \
-         m.valid_at, m.invalid_at, m.title, m.messages, m.surprise, m.start_at, m.end_at, \
-         m.stability, m.difficulty, m.last_reviewed_at, m.consolidated_at, m.created_at, \
-         m.updated_at, m.needs_embedding, m.embedding_model, m.simhash, m.repeat_count, m.tags, \
-         m.source_ids, m.metadata_confidence, m.importance, m.pinned, m.manually_saved, \
-         m.last_scores, m.source_episode_ids, m.fact_subject, m.fact_value, m.superseded_by, \
-         m.structured_summary, m.inactive_since"
+        concat!(
+            "m.id, m.user_id, m.space, m.kind, m.conversation_id, m.text, m.role, m.category, \
+             m.valid_at, m.invalid_at, m.title, m.messages, m.surprise, m.start_at, m.end_at, \
+             m.stability, m.difficulty, m.last_reviewed_at, m.consolidated_at, m.created_at, \
+             m.updated_at, m.needs_embedding, m.embedding_model, m.simhash, m.repeat_count, m.tags, \
+             m.source_ids, m.metadata_confidence, m.importance, m.pinned, m.manually_saved, \
+             m.last_scores, ",
+            memory_columns!(@after_scores m)
+        )
     };
     () => {
+        concat!(memory_columns!(@before_scores), "last_scores, ", memory_columns!(@after_scores))
+    };
+    (cached) => {
+        concat!(
+            memory_columns!(@before_scores),
+            "(SELECT r.last_scores FROM memory_retention r \
+              WHERE r.user_id = memories.user_id AND r.memory_id = memories.id) AS last_scores, ",
+            memory_columns!(@after_scores)
+        )
+    };
+    (@before_scores) => {
         "id, user_id, space, kind, conversation_id, text, role, category, valid_at, invalid_at, \
          title, messages, surprise, start_at, end_at, stability, difficulty, last_reviewed_at, \
          consolidated_at, created_at, updated_at, needs_embedding, embedding_model, simhash, \
-         repeat_count, tags, source_ids, metadata_confidence, importance, pinned, manually_saved, \
-         last_scores, source_episode_ids, fact_subject, fact_value, superseded_by, structured_summary, \
+         repeat_count, tags, source_ids, metadata_confidence, importance, pinned, manually_saved, "
+    };
+    (@after_scores) => {
+        "source_episode_ids, fact_subject, fact_value, superseded_by, structured_summary, \
          inactive_since"
+    };
+    (@after_scores m) => {
+        "m.source_episode_ids, m.fact_subject, m.fact_value, m.superseded_by, \
+         m.structured_summary, m.inactive_since"
     };
 }
 
@@ -223,7 +247,7 @@ pub async fn get(
 ) -> Result<Option<MemoryRecord>, StoreError> {
     let sql = concat!(
         "SELECT ",
-        memory_columns!(),
+        memory_columns!(cached),
         " FROM memories WHERE user_id = $1 AND space = $2 AND id = $3"
     );
     let record = sqlx::query_as::<_, MemoryRecord>(sql)
@@ -260,7 +284,7 @@ pub async fn set_pinned(
              updated_at = CASE WHEN was_pinned = $4 THEN updated_at ELSE now() END, \
              inactive_since = CASE WHEN $4 THEN NULL ELSE inactive_since END \
          FROM previous WHERE user_id = $1 AND id = previous_id RETURNING was_pinned, ",
-        memory_columns!(),
+        memory_columns!(cached),
         ""
     );
     let row = sqlx::query(sql)
@@ -372,8 +396,10 @@ pub async fn trim_candidates(
     scope: &Scope,
 ) -> Result<Vec<TrimCandidate>, StoreError> {
     let rows = sqlx::query_as::<_, TrimRow>(
-        "SELECT id, created_at, importance, pinned, manually_saved, last_scores \
-         FROM memories WHERE user_id = $1 AND space = $2",
+        "SELECT m.id, m.created_at, m.importance, m.pinned, m.manually_saved, r.last_scores \
+         FROM memories m \
+         LEFT JOIN memory_retention r ON r.user_id = m.user_id AND r.memory_id = m.id \
+         WHERE m.user_id = $1 AND m.space = $2",
     )
     .bind(scope.user_id.as_uuid())
     .bind(scope.space.as_str())
@@ -416,7 +442,7 @@ pub async fn list(
     let (after_created, after_id) = filter.after.unzip();
     let sql = concat!(
         "SELECT ",
-        memory_columns!(),
+        memory_columns!(cached),
         " FROM memories \
          WHERE user_id = $1 AND space = $2 \
            AND ($3::boolean IS NULL OR pinned = $3) \

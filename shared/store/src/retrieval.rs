@@ -272,7 +272,7 @@ pub async fn exact_dense_search_loading(
                          AND ($8 OR m.inactive_since IS NULL)) AS scored) AS ranked \
              WHERE rank <= $7) \
          SELECT m.*, e.embedding, n.kind AS nearest_kind, n.score AS nearest_score FROM (SELECT ",
-        memory_columns!(),
+        memory_columns!(cached),
         " FROM memories WHERE user_id = $1 AND space = $2 \
               AND id = ANY(ARRAY(SELECT id FROM nearest) || $9::uuid[] || $10::uuid[])) m \
          LEFT JOIN nearest n ON n.id = m.id \
@@ -417,7 +417,7 @@ pub async fn load_candidates(
     }
     let sql = concat!(
         "SELECT m.*, e.embedding FROM (SELECT ",
-        memory_columns!(),
+        memory_columns!(cached),
         " FROM memories WHERE user_id = $1 AND space = $2 AND id = ANY($3::uuid[] || $4::uuid[])) m \
          LEFT JOIN memory_embeddings e ON e.user_id = $1 AND e.memory_id = m.id AND m.id = ANY($3)"
     );
@@ -503,8 +503,8 @@ pub struct ReadTrace {
 /// writes never deadlock with each other or with the write path.
 pub async fn write_read_traces(pool: &PgPool, traces: &[ReadTrace]) -> Result<(), StoreError> {
     write_cached_scores(pool, traces).await?;
-    // After the scores: their update locks the same retention rows (through a trigger), and the
-    // note would skip them.
+    // After the scores: both update the same retention rows, and a note running beside the
+    // scores' statement would skip the rows it holds.
     write_returned_notes(pool, traces).await?;
     write_metrics_rows(pool, traces).await
 }
@@ -684,7 +684,7 @@ pub async fn superseded_by(
     }
     let records = sqlx::query_as(concat!(
         "SELECT ",
-        memory_columns!(),
+        memory_columns!(cached),
         " FROM memories WHERE user_id = $1 AND space = $2 AND kind = 'semantic' \
            AND superseded_by = ANY($3::uuid[]) \
          ORDER BY invalid_at DESC, id"

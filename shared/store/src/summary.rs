@@ -60,13 +60,14 @@ pub async fn space_contents(
     .bind(space)
     .fetch_all(pool)
     .await?;
+    // The ranked rows keep the name `memories`, which the cached scores' lookup refers to.
     let highlights: Vec<MemoryRecord> = sqlx::query_as(concat!(
         "SELECT ",
-        memory_columns!(),
+        memory_columns!(cached),
         " FROM (SELECT *, row_number() OVER (PARTITION BY COALESCE(category, 'fact'), pinned \
                  ORDER BY importance DESC, created_at DESC, id) AS position \
                FROM memories \
-               WHERE user_id = $1 AND space = $2 AND kind = 'semantic' AND invalid_at IS NULL) ranked \
+               WHERE user_id = $1 AND space = $2 AND kind = 'semantic' AND invalid_at IS NULL) memories \
          WHERE position <= CASE WHEN pinned THEN $4 ELSE $3 END \
          ORDER BY pinned DESC, importance DESC, created_at DESC, id"
     ))
@@ -78,7 +79,7 @@ pub async fn space_contents(
     .await?;
     let recent_episodes: Vec<MemoryRecord> = sqlx::query_as(concat!(
         "SELECT ",
-        memory_columns!(),
+        memory_columns!(cached),
         " FROM memories WHERE user_id = $1 AND space = $2 AND kind = 'episodic' \
            AND invalid_at IS NULL \
          ORDER BY COALESCE(end_at, created_at) DESC, id LIMIT $3"

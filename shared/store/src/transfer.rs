@@ -30,7 +30,7 @@ pub async fn export_page(
 ) -> Result<Vec<ExportedMemory>, StoreError> {
     let sql = concat!(
         "SELECT m.*, CASE WHEN $6 THEN e.embedding END AS embedding FROM (SELECT ",
-        memory_columns!(),
+        memory_columns!(cached),
         " FROM memories WHERE user_id = $1 AND space = $2 \
            AND (created_at, id) > (COALESCE($3, '-infinity'::timestamptz), \
                                    COALESCE($4, '00000000-0000-0000-0000-000000000000'::uuid)) \

@@ -53,8 +53,10 @@ pub struct TurnSearch<'a> {
     /// The query's vector among the stored turn vectors, and the model that made them: the
     /// nearest turns join the word matches (none without it).
     pub turn_vector: Option<(&'a str, &'a [f32])>,
-    /// Turns each leg brings.
+    /// Turns the word leg brings.
     pub limit: i64,
+    /// Turns the vector leg brings (0: none).
+    pub nearest_limit: i64,
     /// Turns either side of each found turn that come with it.
     pub radius: i32,
     /// Whether turns of inactive episodes count.
@@ -119,6 +121,7 @@ pub async fn find_turns(
         .bind(vector)
         .bind(search.radius)
         .bind(search.include_inactive)
+        .bind(search.nearest_limit)
         .fetch_all(pool)
         .await?;
     let mut found = FoundTurns::default();

@@ -97,17 +97,7 @@ async fn pin_and_unpin() {
     let mut sandbox = Sandbox::start().await;
     let scope = new_scope("work");
     let memory = remember_memory(&mut sandbox, &scope, "standup is at 9:30").await;
-    let pinned = sandbox
-        .ingest
-        .pin(v1::PinRequest {
-            scope: Some(scope.clone()),
-            memory_id: memory.id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .memory
-        .unwrap();
+    let pinned = crate::helpers::pin(&mut sandbox, &scope, &memory.id).await;
     assert!(pinned.pinned);
     crate::helpers::assert_retention_in_step(&sandbox.pool).await;
     let unpinned = sandbox

@@ -93,6 +93,21 @@ pub(crate) async fn entries(sandbox: &mut Sandbox, scope: &v1::Scope) -> Vec<v1:
         .entries
 }
 
+/// Pins an entry of the space and returns it as Pin answers.
+pub(crate) async fn pin(sandbox: &mut Sandbox, scope: &v1::Scope, memory_id: &str) -> v1::Memory {
+    sandbox
+        .ingest
+        .pin(v1::PinRequest {
+            scope: Some(scope.clone()),
+            memory_id: memory_id.to_owned(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .memory
+        .unwrap()
+}
+
 pub(crate) async fn space_settings(sandbox: &mut Sandbox, scope: &v1::Scope) -> v1::SpaceSettings {
     let request = v1::GetSettingsRequest {
         scope: Some(scope.clone()),
@@ -194,7 +209,8 @@ pub(crate) async fn wait_until_embedded(sandbox: &Sandbox, limit: Duration) {
 }
 
 /// The soft cap's narrow table (`memory_retention`, kept by triggers) agrees with `memories`:
-/// one row per entry, with the entry's importance, protection and cached score.
+/// one row per entry, with the entry's importance and protection, and a cached total and time
+/// read from its own cached scores (which retrievals write there alone).
 pub(crate) async fn assert_retention_in_step(pool: &sqlx::PgPool) {
     let disagreements: Vec<(Option<Uuid>, Option<Uuid>)> = sqlx::query_as(
         // A cached score counts only when both its total and its time are there (a malformed one
@@ -203,8 +219,8 @@ pub(crate) async fn assert_retention_in_step(pool: &sqlx::PgPool) {
          WHERE m.id IS NULL OR r.memory_id IS NULL \
             OR r.user_id <> m.user_id OR r.space <> m.space OR r.created_at <> m.created_at \
             OR r.importance <> m.importance OR r.protected <> (m.pinned OR m.manually_saved) \
-            OR r.last_total IS DISTINCT FROM engram_cached_total(m.last_scores) \
-            OR r.last_scored_at IS DISTINCT FROM engram_cached_at(m.last_scores)",
+            OR r.last_total IS DISTINCT FROM engram_cached_total(r.last_scores) \
+            OR r.last_scored_at IS DISTINCT FROM engram_cached_at(r.last_scores)",
     )
     .fetch_all(pool)
     .await

@@ -487,7 +487,7 @@ async fn pending_reviews_are_written_before_the_response_and_traces_by_a_gracefu
         sqlx::query_as::<_, (i64, i64, i64)>(
             "SELECT (SELECT coalesce(sum(jsonb_array_length(pending_reviews)), 0) FROM conversations), \
                     (SELECT count(*) FROM retrieval_metrics), \
-                    (SELECT count(*) FROM memories WHERE last_scores IS NOT NULL)",
+                    (SELECT count(*) FROM memory_retention WHERE last_scores IS NOT NULL)",
         )
         .fetch_one(&pool)
         .await
@@ -596,7 +596,7 @@ async fn retrieval_records_scores_and_metrics_but_never_touches_fsrs_state() {
     sandbox.write_read_traces().await;
     let traces: (i64, i64, i64) = sqlx::query_as(
         "SELECT (SELECT count(*) FROM retrieval_metrics), \
-                (SELECT count(*) FROM memories WHERE last_scores IS NOT NULL), \
+                (SELECT count(*) FROM memory_retention WHERE last_scores IS NOT NULL), \
                 (SELECT count(*) FROM conversations WHERE pending_reviews IS NOT NULL)",
     )
     .fetch_one(&sandbox.pool)
@@ -614,11 +614,13 @@ async fn retrieval_records_scores_and_metrics_but_never_touches_fsrs_state() {
         .map(|r| r.memory.as_ref().unwrap().id.parse().unwrap())
         .collect();
     sandbox.write_read_traces().await;
-    let scored: Vec<Uuid> =
-        sqlx::query_scalar("SELECT id FROM memories WHERE last_scores ? 'computed_at' ORDER BY id")
-            .fetch_all(&sandbox.pool)
-            .await
-            .unwrap();
+    let scored: Vec<Uuid> = sqlx::query_scalar(
+        "SELECT memory_id FROM memory_retention WHERE last_scores ? 'computed_at' \
+             ORDER BY memory_id",
+    )
+    .fetch_all(&sandbox.pool)
+    .await
+    .unwrap();
     let mut expected = returned.clone();
     expected.sort();
     assert_eq!(
@@ -639,6 +641,55 @@ async fn retrieval_records_scores_and_metrics_but_never_touches_fsrs_state() {
         before,
         "FSRS state unchanged"
     );
+    crate::helpers::assert_retention_in_step(&sandbox.pool).await;
+}
+
+/// A retrieval's cached scores are written to the entry's narrow retention row alone (issue 41):
+/// the wide memories row keeps its version, readers show the scores, and a pin afterwards (a
+/// write of the entry that leaves its scores alone) keeps them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retrievals_cached_scores_live_beside_the_entry_and_outlive_a_pin() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("work");
+    load_life(&mut sandbox, &scope).await;
+    let response = retrieve(&mut sandbox, query(&scope, "editor theme launch")).await;
+    let fact = response.semantic[0].memory.clone().unwrap();
+    let id: Uuid = fact.id.parse().unwrap();
+    let row_version = |pool: sqlx::PgPool| async move {
+        sqlx::query_scalar::<_, String>("SELECT xmin::text FROM memories WHERE id = $1")
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    let before = row_version(sandbox.pool.clone()).await;
+    sandbox.write_read_traces().await;
+    assert_eq!(
+        row_version(sandbox.pool.clone()).await,
+        before,
+        "the memories row is not rewritten"
+    );
+    let cached: Option<serde_json::Value> =
+        sqlx::query_scalar("SELECT last_scores FROM memory_retention WHERE memory_id = $1")
+            .bind(id)
+            .fetch_one(&sandbox.pool)
+            .await
+            .unwrap();
+    let cached = cached.expect("the retrieval's scores are cached");
+    assert!(cached["relevance"].as_f64().unwrap() > 0.0, "{cached}");
+
+    let listed = crate::helpers::entries(&mut sandbox, &scope).await;
+    let shown = |memory: &v1::Memory| memory.last_scores.as_ref().map(|scores| scores.total);
+    let listed = listed.iter().find(|memory| memory.id == fact.id).unwrap();
+    assert_eq!(
+        shown(listed),
+        cached["total"].as_f64(),
+        "readers show the cache"
+    );
+
+    let pinned = crate::helpers::pin(&mut sandbox, &scope, &fact.id).await;
+    assert!(pinned.pinned);
+    assert_eq!(shown(&pinned), cached["total"].as_f64(), "a pin keeps them");
     crate::helpers::assert_retention_in_step(&sandbox.pool).await;
 }
 

@@ -362,18 +362,19 @@ fn select(mut scored: Vec<Scored>, limit: usize, mmr_lambda: f64) -> Vec<RankedM
         .collect()
 }
 
-/// The words of the stored turns the turn legs found, to tell a fact copied from one of them.
-struct TurnTexts(Vec<String>);
+/// The words of the stored turns the turn legs found, to tell a fact copied from one of them:
+/// worked out at the first fact that could be such a copy (most retrievals have none).
+struct TurnTexts<'a> {
+    turns: &'a FoundTurns,
+    words: std::cell::OnceCell<Vec<String>>,
+}
 
-impl TurnTexts {
-    fn of(turns: &FoundTurns) -> Self {
-        Self(
-            turns
-                .stored
-                .iter()
-                .map(|turn| format!(" {} ", words(&turn.content)))
-                .collect(),
-        )
+impl<'a> TurnTexts<'a> {
+    fn of(turns: &'a FoundTurns) -> Self {
+        Self {
+            turns,
+            words: std::cell::OnceCell::new(),
+        }
     }
 
     /// Whether `fact` is a named speaker's fact consolidation copied from one of the turns
@@ -388,7 +389,14 @@ impl TurnTexts {
         let said = words(said);
         !said.is_empty() && {
             let said = format!(" {said} ");
-            self.0.iter().any(|turn| turn.contains(&said))
+            let turns = self.words.get_or_init(|| {
+                self.turns
+                    .stored
+                    .iter()
+                    .map(|turn| format!(" {} ", words(&turn.content)))
+                    .collect()
+            });
+            turns.iter().any(|turn| turn.contains(&said))
         }
     }
 }

@@ -227,6 +227,7 @@ impl Recall {
                     .as_ref()
                     .map(|(model, vector)| (model.as_str(), vector.as_slice())),
                 limit: i64::from(self.settings.turn_candidates),
+                nearest_limit: i64::from(self.settings.turn_vector_candidates),
                 radius: 1,
                 include_inactive: request.include_inactive,
             };
@@ -263,10 +264,9 @@ impl Recall {
         request: &RetrieveRequest,
         plan: &SearchPlan<'_>,
     ) -> Option<(String, Vec<f32>)> {
-        let TurnVectors(embedder) = self
-            .turn_vectors
-            .as_ref()
-            .filter(|_| plan.search_lines && request.dense)?;
+        let TurnVectors(embedder) = self.turn_vectors.as_ref().filter(|_| {
+            plan.search_lines && request.dense && self.settings.turn_vector_candidates > 0
+        })?;
         let texts = [request.query.clone()];
         match tokio::time::timeout(TURN_VECTOR_TIMEOUT, embedder.embed(&texts)).await {
             Ok(Ok(mut vectors)) => vectors

@@ -1,6 +1,7 @@
 -- Notes that retrievals returned entries: $1 users, $2 spaces, $3 entries, $4 when each was last
 -- returned. A note is rewritten only when over $5 seconds older. Rows another transaction holds
--- (a concurrent note, or a score update through the memories_retention_after_update trigger)
+-- (a concurrent note, a retrieval's cached scores, a writer's through the
+-- memories_retention_after_update trigger)
 -- are skipped, never waited for.
 WITH batch AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::uuid[], $4::timestamptz[])

@@ -2,13 +2,13 @@
 -- between the legs and the lines):
 --   word_hits:   the space's turns holding any word of the query ($3), by Okapi BM25 (k1 $4,
 --                b $5; N, df and the average length are the space's turns'), the best $6;
---   vector_hits: when a word matched, the $6 turns whose stored vectors (model $7) are nearest
+--   vector_hits: when a word matched, the $11 turns whose stored vectors (model $7) are nearest
 --                the query's turn vector $8 (an exact scan of the space's turn vectors; none
 --                without $8: lines are found by their words, the vectors only add turns beside);
 --   then every turn either leg found with up to $9 turns either side, each once, in
 --   conversation order, with the episode whose time span holds it (the newest, if two segments
 --   share a boundary instant) and its BM25 score and cosine where a leg found it.
--- $1 user, $2 space, $10 whether inactive episodes count.
+-- $1 user, $2 space, $10 whether inactive episodes count, $11 how many turns the vector leg brings.
 --
 -- Only what the assistant may read: a turn of a segment still open (past the conversation's
 -- segmented_through), or one an episode holds. A closed segment's turn without an episode is
@@ -46,7 +46,7 @@ vector_hits AS MATERIALIZED (
     WHERE $8::vector IS NOT NULL AND EXISTS (SELECT 1 FROM word_hits)
       AND e.user_id = $1 AND e.space = $2 AND e.model = $7
     ORDER BY e.embedding <=> $8::vector, e.conversation_id, e.turn_index
-    LIMIT $6),
+    LIMIT $11),
 found AS (
     SELECT conversation_id, turn_index, max(word_score) AS word_score,
            max(vector_score) AS vector_score
