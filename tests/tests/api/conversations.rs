@@ -1476,6 +1476,80 @@ async fn closing_a_segment_of_an_unknown_conversation_is_not_found() {
     assert_eq!(nothing, v1::CloseSegmentResponse::default());
 }
 
+/// The turn legs' vector search brings as many turns as `recall.turn_vector_candidates` says
+/// (`TurnSearch::nearest_limit`), none with 0; the word search is unchanged by it.
+#[tokio::test]
+async fn the_turn_vector_leg_brings_the_turns_it_is_set_to_and_none_with_zero() {
+    use engram_store::retrieval::Bm25;
+    use engram_store::turn_search::{TurnSearch, find_turns};
+
+    let mut sandbox = Sandbox::start().await;
+    let chat = Chat::new("vectors");
+    let said = |minutes| days_ago(1, minutes);
+    chat.append(
+        &mut sandbox,
+        vec![
+            user("The plumber comes on Friday morning.", said(0)),
+            assistant("Good to know, I will remind you.", said(1)),
+            user("My sister lives in Lyon now.", said(2)),
+            assistant("Lyon is lovely in spring.", said(3)),
+            user("I bought a red bicycle yesterday.", said(4)),
+        ],
+    )
+    .await;
+    // Turn vectors of a model of the test's own: turn n is the n-th unit vector, so the query's
+    // vector, the last one's, is nearest turn 4 (the word "plumber" finds turn 0).
+    let conversation: Uuid = chat.id.parse().unwrap();
+    let unit = |n: usize| {
+        let mut vector = vec![0.0f32; 384];
+        vector[n] = 1.0;
+        vector
+    };
+    for turn in 0..5 {
+        sqlx::query(
+            "INSERT INTO conversation_turn_embeddings \
+                 (user_id, space, conversation_id, turn_index, model, embedding) \
+             VALUES ($1::uuid, $2, $3, $4, 'test-vectors', $5)",
+        )
+        .bind(&chat.scope.user_id)
+        .bind(&chat.scope.space)
+        .bind(conversation)
+        .bind(turn as i32)
+        .bind(pgvector::Vector::from(unit(turn)))
+        .execute(&sandbox.pool)
+        .await
+        .unwrap();
+    }
+    let scope = engram_core::Scope::parse("scope", &chat.scope.user_id, &chat.scope.space).unwrap();
+    let query_vector = unit(4);
+    let found = |nearest_limit| {
+        let (pool, scope, query_vector) =
+            (sandbox.pool.clone(), scope.clone(), query_vector.clone());
+        async move {
+            let search = TurnSearch {
+                bm25: Bm25 { k1: 1.2, b: 0.75 },
+                turn_vector: Some(("test-vectors", &query_vector)),
+                limit: 10,
+                nearest_limit,
+                radius: 0,
+                include_inactive: false,
+            };
+            let found = find_turns(&pool, &scope, "When does the plumber come?", search)
+                .await
+                .unwrap();
+            let indexes = |hits: &[engram_store::turn_search::TurnHit]| {
+                hits.iter()
+                    .map(|hit| hit.turn.turn_index)
+                    .collect::<Vec<_>>()
+            };
+            let stored: Vec<i32> = found.stored.iter().map(|turn| turn.turn_index).collect();
+            (indexes(&found.hits), indexes(&found.nearest), stored)
+        }
+    };
+    assert_eq!(found(1).await, (vec![0], vec![4], vec![0, 4]));
+    assert_eq!(found(0).await, (vec![0], vec![], vec![0]));
+}
+
 /// What an assistant reads (issue 38): a conversation of several sessions appended, then a
 /// question whose answer is one line of a long episode. Within 1,000 tokens the Markdown holds
 /// that line as it was said, with its speaker, under its episode with the date it took place;
