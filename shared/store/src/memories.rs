@@ -10,22 +10,12 @@ use crate::StoreError;
 /// Every column but the embedding, which never leaves the store through this type. A macro, so
 /// that queries stay `&'static str` literals (sqlx refuses SQL built at run time).
 ///
-/// `last_scores` has two sources. `()` and `(m)` read the copy in `memories`, what the entry's
-/// writer computed: right for what a write returns (its retention row is made after the
-/// statement). `(cached)` reads the cache in `memory_retention`, which retrievals also write and
-/// which every reader of an entry shows; it needs the row source to be `memories` itself.
+/// `last_scores` has two sources. `()` reads the copy in `memories`, what the entry's writer
+/// computed: right for what a write returns (its retention row is made after the statement).
+/// `(cached)` reads the cache in `memory_retention`, which retrievals also write and which every
+/// reader of an entry shows; it needs the row source to be named `memories`. (What a delete
+/// returns is never shown with its scores: `()`, without the lookup.)
 macro_rules! memory_columns {
-    (m) => {
-        concat!(
-            "m.id, m.user_id, m.space, m.kind, m.conversation_id, m.text, m.role, m.category, \
-             m.valid_at, m.invalid_at, m.title, m.messages, m.surprise, m.start_at, m.end_at, \
-             m.stability, m.difficulty, m.last_reviewed_at, m.consolidated_at, m.created_at, \
-             m.updated_at, m.needs_embedding, m.embedding_model, m.simhash, m.repeat_count, m.tags, \
-             m.source_ids, m.metadata_confidence, m.importance, m.pinned, m.manually_saved, \
-             m.last_scores, ",
-            memory_columns!(@after_scores m)
-        )
-    };
     () => {
         concat!(memory_columns!(@before_scores), "last_scores, ", memory_columns!(@after_scores))
     };
@@ -46,10 +36,6 @@ macro_rules! memory_columns {
     (@after_scores) => {
         "source_episode_ids, fact_subject, fact_value, superseded_by, structured_summary, \
          inactive_since"
-    };
-    (@after_scores m) => {
-        "m.source_episode_ids, m.fact_subject, m.fact_value, m.superseded_by, \
-         m.structured_summary, m.inactive_since"
     };
 }
 
@@ -327,9 +313,11 @@ pub async fn delete_across(
         return Ok(Vec::new());
     }
     let sql = concat!(
-        "DELETE FROM memories m USING unnest($1::uuid[], $2::text[], $3::uuid[]) AS d(user_id, space, id) \
-         WHERE m.user_id = d.user_id AND m.space = d.space AND m.id = d.id RETURNING ",
-        memory_columns!(m),
+        // The given entries' columns are named apart from memories', which RETURNING names bare.
+        "DELETE FROM memories \
+         USING unnest($1::uuid[], $2::text[], $3::uuid[]) AS given(given_user, given_space, given_id) \
+         WHERE user_id = given_user AND space = given_space AND id = given_id RETURNING ",
+        memory_columns!(),
         ""
     );
     let records = sqlx::query_as::<_, MemoryRecord>(sql)
