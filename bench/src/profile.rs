@@ -1,6 +1,6 @@
 //! Where the machine's CPU went during a measurement: `perf record` over the whole system while
 //! it runs, then the share of each process (Postgres, the service, the load generator) and the
-//! service's hottest functions. Benchmarks put it in their reports beside pg_stat_statements,
+//! hottest functions of the service and of Postgres' backends. Benchmarks put it in their reports beside pg_stat_statements,
 //! which says where Postgres' share went. Without `perf` (or the right to use it) the report
 //! says so and the measurement is unchanged.
 
@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 /// Samples per second and CPU: enough for shares to the per cent over ten seconds, little enough
 /// that the profile costs the measurement almost nothing.
 const FREQUENCY: &str = "499";
-/// Functions of the service listed.
+/// Functions listed, of the service and of Postgres each.
 const TOP_FUNCTIONS: usize = 15;
 
 /// A `perf record` running for a measurement.
@@ -28,6 +28,8 @@ pub struct CpuProfile {
     pub by_process: Vec<(String, f64)>,
     /// The service's functions by their share of the service's own samples, largest first.
     pub service_functions: Vec<(String, f64)>,
+    /// Postgres' functions by their share of Postgres' own samples, largest first.
+    pub postgres_functions: Vec<(String, f64)>,
 }
 
 impl Profiler {
@@ -88,14 +90,21 @@ impl Profiler {
             "--percentage",
             "relative",
         ])?;
+        let postgres_functions = self
+            .report(&[
+                "--sort",
+                "sym",
+                "--comm",
+                "postgres",
+                "--percentage",
+                "relative",
+            ])
+            .unwrap_or_default();
         let _ = std::fs::remove_file(&self.data);
         Some(CpuProfile {
             by_process: by_process(&threads, self.service_pid),
-            service_functions: functions
-                .into_iter()
-                .take(TOP_FUNCTIONS)
-                .map(|(symbol, share)| (symbol.trim_start_matches("[.] ").to_owned(), share))
-                .collect(),
+            service_functions: top_functions(functions),
+            postgres_functions: top_functions(postgres_functions),
         })
     }
 
@@ -119,6 +128,15 @@ impl Profiler {
                 .collect(),
         )
     }
+}
+
+/// The [`TOP_FUNCTIONS`] largest of a `perf report --sort sym`, without its `[.]` marks.
+fn top_functions(functions: Vec<(String, f64)>) -> Vec<(String, f64)> {
+    functions
+        .into_iter()
+        .take(TOP_FUNCTIONS)
+        .map(|(symbol, share)| (symbol.trim_start_matches("[.] ").to_owned(), share))
+        .collect()
 }
 
 /// Threads (`tid:comm`) summed into their processes, named for the report.
@@ -161,22 +179,28 @@ impl CpuProfile {
             .iter()
             .map(|(name, share)| format!("| {name} | {share:.1} % |"))
             .collect();
-        let functions: Vec<String> = self
-            .service_functions
-            .iter()
-            .map(|(symbol, share)| {
-                let symbol: String = symbol.chars().take(100).collect();
-                format!("| {share:.1} % | `{symbol}` |")
-            })
-            .collect();
+        let rows = |functions: &[(String, f64)]| -> String {
+            functions
+                .iter()
+                .map(|(symbol, share)| {
+                    let symbol: String = symbol.chars().take(100).collect();
+                    format!("| {share:.1} % | `{symbol}` |")
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
         format!(
             "Where the machine's CPU went during {what} (`perf record --all-cpus` at \
              {FREQUENCY} Hz over the measurement; shares of all samples, idle included):\n\n\
              | process | share |\n|---|---|\n{}\n\n\
              The service's hottest functions (shares of the service's own samples):\n\n\
+             | share | function |\n|---|---|\n{}\n\n\
+             Postgres' hottest functions (shares of Postgres' own samples, every backend's and \
+             background process's):\n\n\
              | share | function |\n|---|---|\n{}\n\n",
             processes.join("\n"),
-            functions.join("\n")
+            rows(&self.service_functions),
+            rows(&self.postgres_functions)
         )
     }
 }
