@@ -1448,7 +1448,7 @@ impl RunReport<'_> {
              over facts and episodes, RRF, the default ranking profile, MMR, the Markdown and its token \
              count; what each request leaves behind, its cached scores, the note that its entries \
              were returned and its metrics row, goes to the service's trace writer, which writes \
-             every request's of the last 250 ms in three statements; the queries carry no \
+             every request's of the last 250 ms in two statements; the queries carry no \
              conversation, so no pending review), measured twice. With excerpts on, the default request (detail AUTO), it also searches the space's \
              stored turns (BM25 over their words, and the query's mean of static token vectors against \
              the stored turn vectors: no model pass over turns), loads the turns found with a neighbour \

@@ -66,19 +66,6 @@ pub struct Scores {
 /// kept.
 pub const SCORES_REFRESH: std::time::Duration = std::time::Duration::from_secs(3600);
 
-impl Scores {
-    /// Whether scores computed now should replace the `cached` ones: none cached, or cached over
-    /// [`SCORES_REFRESH`] ago, or with a lower total. Anything else would write the same row for
-    /// nothing (the database checks again when it writes).
-    pub fn replace(&self, cached: Option<&Scores>) -> bool {
-        cached.is_none_or(|cached| {
-            let refresh =
-                chrono::Duration::from_std(SCORES_REFRESH).unwrap_or(chrono::Duration::MAX);
-            cached.computed_at < self.computed_at - refresh || cached.total < self.total
-        })
-    }
-}
-
 impl RetentionPolicy {
     /// exp(−Δt/τ); an entry from the future (clock skew) counts as brand new.
     pub fn recency(&self, created_at: DateTime<Utc>, now: DateTime<Utc>) -> f64 {
@@ -295,26 +282,5 @@ mod tests {
             plan_trim(&[entry(1, 0, 0.1)], 0, now(), &RetentionPolicy::default()),
             TrimPlan::default()
         );
-    }
-
-    #[test]
-    fn scores_replace_the_cached_ones_only_when_missing_stale_or_lower() {
-        let fresh = Scores {
-            relevance: 0.5,
-            recency: 0.2,
-            importance: 0.3,
-            total: 1.0,
-            computed_at: now(),
-        };
-        let cached = |total: f64, age: Duration| Scores {
-            total,
-            computed_at: now() - age,
-            ..fresh
-        };
-        assert!(fresh.replace(None));
-        assert!(!fresh.replace(Some(&cached(1.0, Duration::minutes(10)))));
-        assert!(!fresh.replace(Some(&cached(1.2, Duration::minutes(59)))));
-        assert!(fresh.replace(Some(&cached(0.9, Duration::minutes(10)))));
-        assert!(fresh.replace(Some(&cached(1.2, Duration::minutes(61)))));
     }
 }

@@ -1,7 +1,7 @@
 //! What retrievals leave behind besides their pending reviews (the note that entries were
 //! returned, their cached scores, the metrics rows), written off the request path: a retrieval
 //! hands its trace to a writer task and returns; the task writes the traces of every retrieval
-//! of the last `recall.trace_flush_ms` in three statements (`store::write_read_traces`).
+//! of the last `recall.trace_flush_ms` in two statements (`store::write_read_traces`).
 //!
 //! The bound a crash can lose: the traces of the last flush interval and of the batch being
 //! written. Retention and the capacity policy only need these rows within a day, and `make

@@ -11,10 +11,12 @@ use crate::StoreError;
 /// that queries stay `&'static str` literals (sqlx refuses SQL built at run time).
 ///
 /// `last_scores` has two sources. `()` reads the copy in `memories`, what the entry's writer
-/// computed: right for what a write returns (its retention row is made after the statement).
-/// `(cached)` reads the cache in `memory_retention`, which retrievals also write and which every
-/// reader of an entry shows; it needs the row source to be named `memories`. (What a delete
-/// returns is never shown with its scores: `()`, without the lookup.)
+/// computed: right for what a write returns (its retention row is made after the statement),
+/// for what a delete returns (never shown with its scores), and for retrieval's loads (a
+/// retrieval computes its own scores and leaves whether they replace the cache to its trace
+/// writer, so the request path never reads the rows that writer updates). `(cached)` reads the
+/// cache in `memory_retention`, which retrievals write and which every API reader of an entry
+/// shows; it needs the row source to be named `memories`.
 macro_rules! memory_columns {
     () => {
         concat!(memory_columns!(@before_scores), "last_scores, ", memory_columns!(@after_scores))

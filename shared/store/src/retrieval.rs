@@ -3,6 +3,9 @@
 //! and what retrievals leave behind, written in batches. Every search is bound to one (user,
 //! space); a batched write carries each row's.
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+
 use chrono::{DateTime, Utc};
 use engram_core::capacity::Scores;
 use engram_core::{ConversationId, MemoryKind, Scope};
@@ -272,7 +275,7 @@ pub async fn exact_dense_search_loading(
                          AND ($8 OR m.inactive_since IS NULL)) AS scored) AS ranked \
              WHERE rank <= $7) \
          SELECT m.*, e.embedding, n.kind AS nearest_kind, n.score AS nearest_score FROM (SELECT ",
-        memory_columns!(cached),
+        memory_columns!(),
         " FROM memories WHERE user_id = $1 AND space = $2 \
               AND id = ANY(ARRAY(SELECT id FROM nearest) || $9::uuid[] || $10::uuid[])) m \
          LEFT JOIN nearest n ON n.id = m.id \
@@ -417,7 +420,7 @@ pub async fn load_candidates(
     }
     let sql = concat!(
         "SELECT m.*, e.embedding FROM (SELECT ",
-        memory_columns!(cached),
+        memory_columns!(),
         " FROM memories WHERE user_id = $1 AND space = $2 AND id = ANY($3::uuid[] || $4::uuid[])) m \
          LEFT JOIN memory_embeddings e ON e.user_id = $1 AND e.memory_id = m.id AND m.id = ANY($3)"
     );
@@ -492,117 +495,84 @@ pub struct ReadTrace {
     pub retrieved_at: DateTime<Utc>,
     /// Every entry returned.
     pub returned: Vec<Uuid>,
-    /// `last_scores` of the returned entries whose cached scores are missing, stale or lower.
+    /// The new `last_scores` of the returned entries the ranking scored; the writer keeps those
+    /// that replace missing, stale or lower cached ones.
     pub scores: Vec<(Uuid, Scores)>,
     /// The metrics row, with the conversation asked from (none for ContextPreRetrieve).
     pub metrics: Option<(Option<Uuid>, RetrievalMetrics)>,
 }
 
-/// Writes the traces of many retrievals: three statements whatever their number. None waits for
+/// Writes the traces of many retrievals: two statements whatever their number. None waits for
 /// a row lock: a row another transaction holds is skipped (its holder is about as fresh), so the
 /// writes never deadlock with each other or with the write path.
 pub async fn write_read_traces(pool: &PgPool, traces: &[ReadTrace]) -> Result<(), StoreError> {
-    write_cached_scores(pool, traces).await?;
-    // After the scores: both update the same retention rows, and a note running beside the
-    // scores' statement would skip the rows it holds.
-    write_returned_notes(pool, traces).await?;
+    write_retention_traces(pool, traces).await?;
     write_metrics_rows(pool, traces).await
 }
 
-/// One value per entry of a batch, as parallel columns (users, spaces, entries, values): what
-/// several retrievals wrote of one entry is folded into one row, so that an update never meets
-/// the same row twice.
-struct PerEntry<'a, T> {
-    rows: std::collections::HashMap<(Uuid, Uuid), (&'a str, T)>,
+/// What a batch leaves on one entry: when it was last returned, and the scores with the highest
+/// total any of its retrievals gave it (none when none scored it).
+struct EntryTrace {
+    returned_at: DateTime<Utc>,
+    scores: Option<Scores>,
 }
 
-impl<'a, T> PerEntry<'a, T> {
-    /// `prefer(new, kept)`: whether a later trace's value replaces the one kept.
-    fn fold(
-        traces: &'a [ReadTrace],
-        values: impl Fn(&'a ReadTrace) -> Vec<(Uuid, T)>,
-        prefer: impl Fn(&T, &T) -> bool,
-    ) -> Self {
-        let mut rows = std::collections::HashMap::new();
-        for trace in traces {
-            for (id, value) in values(trace) {
-                let key = (trace.scope.user_id.as_uuid(), id);
-                match rows.entry(key) {
-                    std::collections::hash_map::Entry::Vacant(slot) => {
-                        slot.insert((trace.scope.space.as_str(), value));
-                    }
-                    std::collections::hash_map::Entry::Occupied(mut slot) => {
-                        if prefer(&value, &slot.get().1) {
-                            slot.insert((trace.scope.space.as_str(), value));
-                        }
-                    }
+impl EntryTrace {
+    /// Two retrievals' traces of one entry as one: the later time, the higher total.
+    fn merge(&mut self, other: Self) {
+        self.returned_at = self.returned_at.max(other.returned_at);
+        let higher = match (&self.scores, &other.scores) {
+            (Some(kept), Some(new)) => new.total > kept.total,
+            (None, Some(_)) => true,
+            _ => false,
+        };
+        if higher {
+            self.scores = other.scores;
+        }
+    }
+}
+
+/// The batch's notes that entries were returned and their new cached scores, in one update of
+/// each entry's retention row (`write_retention_traces.sql` decides which of the two are due).
+async fn write_retention_traces(pool: &PgPool, traces: &[ReadTrace]) -> Result<(), StoreError> {
+    let mut entries: HashMap<(Uuid, Uuid), (&str, EntryTrace)> = HashMap::new();
+    for trace in traces {
+        let mut scores: HashMap<Uuid, &Scores> =
+            trace.scores.iter().map(|(id, s)| (*id, s)).collect();
+        for id in &trace.returned {
+            let entry = EntryTrace {
+                returned_at: trace.retrieved_at,
+                scores: scores.remove(id).cloned(),
+            };
+            match entries.entry((trace.scope.user_id.as_uuid(), *id)) {
+                Entry::Vacant(slot) => {
+                    slot.insert((trace.scope.space.as_str(), entry));
                 }
+                Entry::Occupied(mut slot) => slot.get_mut().1.merge(entry),
             }
         }
-        Self { rows }
     }
-
-    fn columns(self) -> (Vec<Uuid>, Vec<&'a str>, Vec<Uuid>, Vec<T>) {
-        let mut columns = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for ((user, id), (space, value)) in self.rows {
-            columns.0.push(user);
-            columns.1.push(space);
-            columns.2.push(id);
-            columns.3.push(value);
-        }
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let mut columns = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for ((user, id), (space, entry)) in entries {
+        columns.0.push(user);
+        columns.1.push(space);
+        columns.2.push(id);
+        columns.3.push(entry.returned_at);
         columns
+            .4
+            .push(entry.scores.and_then(|s| serde_json::to_value(s).ok()));
     }
-}
-
-/// The batch's scores, the highest total per entry when several retrievals returned it.
-async fn write_cached_scores(pool: &PgPool, traces: &[ReadTrace]) -> Result<(), StoreError> {
-    let best = PerEntry::fold(
-        traces,
-        |trace| trace.scores.clone(),
-        |new: &Scores, kept| new.total > kept.total,
-    );
-    if best.rows.is_empty() {
-        return Ok(());
-    }
-    let (users, spaces, ids, scores) = best.columns();
-    let scores: Vec<serde_json::Value> = scores
-        .into_iter()
-        .map(|scores| serde_json::to_value(scores).unwrap_or(serde_json::Value::Null))
-        .collect();
-    sqlx::query(include_str!("retrieval/write_cached_scores.sql"))
-        .bind(&users)
-        .bind(&spaces)
-        .bind(&ids)
-        .bind(&scores)
-        .bind(engram_core::capacity::SCORES_REFRESH.as_secs_f64())
-        .execute(pool)
-        .await?;
-    Ok(())
-}
-
-/// The batch's notes that entries were returned, at the latest time each was.
-async fn write_returned_notes(pool: &PgPool, traces: &[ReadTrace]) -> Result<(), StoreError> {
-    let latest = PerEntry::fold(
-        traces,
-        |trace| {
-            trace
-                .returned
-                .iter()
-                .map(|id| (*id, trace.retrieved_at))
-                .collect()
-        },
-        |new: &DateTime<Utc>, kept| new > kept,
-    );
-    if latest.rows.is_empty() {
-        return Ok(());
-    }
-    let (users, spaces, ids, times) = latest.columns();
-    sqlx::query(include_str!("retrieval/write_returned_notes.sql"))
-        .bind(&users)
-        .bind(&spaces)
-        .bind(&ids)
-        .bind(&times)
+    sqlx::query(include_str!("retrieval/write_retention_traces.sql"))
+        .bind(&columns.0)
+        .bind(&columns.1)
+        .bind(&columns.2)
+        .bind(&columns.3)
+        .bind(&columns.4)
         .bind(crate::retention::RETURNED_REFRESH_SECS)
+        .bind(engram_core::capacity::SCORES_REFRESH.as_secs_f64())
         .execute(pool)
         .await?;
     Ok(())
@@ -684,7 +654,7 @@ pub async fn superseded_by(
     }
     let records = sqlx::query_as(concat!(
         "SELECT ",
-        memory_columns!(cached),
+        memory_columns!(),
         " FROM memories WHERE user_id = $1 AND space = $2 AND kind = 'semantic' \
            AND superseded_by = ANY($3::uuid[]) \
          ORDER BY invalid_at DESC, id"

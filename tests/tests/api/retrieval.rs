@@ -693,6 +693,119 @@ async fn a_retrievals_cached_scores_live_beside_the_entry_and_outlive_a_pin() {
     crate::helpers::assert_retention_in_step(&sandbox.pool).await;
 }
 
+/// What a retrieval leaves on an entry's retention row is decided where the cache is, by the
+/// trace writer (the request never reads it): its scores replace the cached ones only when those
+/// are missing, over an hour old or lower, its note that the entry was returned only when a day
+/// old, both in one update, and an entry with neither due is not written at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retrievals_scores_and_note_are_written_only_when_due() {
+    let mut sandbox = Sandbox::start().await;
+    let scope = new_scope("work");
+    load_life(&mut sandbox, &scope).await;
+    // Retrieves, then writes the traces.
+    async fn ask(sandbox: &mut Sandbox, scope: &v1::Scope) -> v1::RetrieveMemoryResponse {
+        let response = retrieve(sandbox, query(scope, "editor theme launch")).await;
+        sandbox.write_read_traces().await;
+        response
+    }
+    let response = ask(&mut sandbox, &scope).await;
+    let id: Uuid = response.semantic[0]
+        .memory
+        .as_ref()
+        .unwrap()
+        .id
+        .parse()
+        .unwrap();
+    // The row's version, its cached total and when, and when it was last returned.
+    let row = |pool: sqlx::PgPool| async move {
+        sqlx::query_as::<
+            _,
+            (
+                String,
+                Option<f64>,
+                Option<chrono::DateTime<Utc>>,
+                Option<chrono::DateTime<Utc>>,
+            ),
+        >(
+            "SELECT xmin::text, last_total, last_scored_at, last_returned_at \
+             FROM memory_retention WHERE memory_id = $1",
+        )
+        .bind(id)
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    let set = |pool: sqlx::PgPool, update: &'static str| async move {
+        sqlx::query(update).bind(id).execute(&pool).await.unwrap();
+    };
+    let first = row(sandbox.pool.clone()).await;
+    let (total, scored_at) = (first.1.expect("scores cached"), first.2.expect("and when"));
+    assert!(first.3.is_some(), "the note that it was returned");
+
+    ask(&mut sandbox, &scope).await;
+    assert_eq!(
+        row(sandbox.pool.clone()).await,
+        first,
+        "nothing due: the row is not written"
+    );
+
+    set(
+        sandbox.pool.clone(),
+        "UPDATE memory_retention SET last_total = last_total + 10 WHERE memory_id = $1",
+    )
+    .await;
+    let higher = row(sandbox.pool.clone()).await;
+    ask(&mut sandbox, &scope).await;
+    assert_eq!(
+        row(sandbox.pool.clone()).await,
+        higher,
+        "a higher cached total stays"
+    );
+
+    set(
+        sandbox.pool.clone(),
+        "UPDATE memory_retention SET last_total = 0 WHERE memory_id = $1",
+    )
+    .await;
+    ask(&mut sandbox, &scope).await;
+    let lower = row(sandbox.pool.clone()).await;
+    assert!(
+        (lower.1.unwrap() - total).abs() < 0.05,
+        "a lower total is replaced: {lower:?}"
+    );
+    assert!(lower.2.unwrap() > scored_at);
+    assert_eq!(lower.3, first.3, "the note is not due yet");
+
+    set(
+        sandbox.pool.clone(),
+        "UPDATE memory_retention SET last_total = last_total + 10, \
+         last_scored_at = last_scored_at - interval '2 hours' WHERE memory_id = $1",
+    )
+    .await;
+    ask(&mut sandbox, &scope).await;
+    let stale = row(sandbox.pool.clone()).await;
+    assert!(
+        (stale.1.unwrap() - total).abs() < 0.05,
+        "stale scores are replaced: {stale:?}"
+    );
+    assert_eq!(stale.3, first.3);
+
+    set(sandbox.pool.clone(), "UPDATE memory_retention SET last_returned_at = last_returned_at - interval '2 days' WHERE memory_id = $1").await;
+    let old_note = row(sandbox.pool.clone()).await;
+    ask(&mut sandbox, &scope).await;
+    let noted = row(sandbox.pool.clone()).await;
+    assert!(
+        noted.3.unwrap() > first.3.unwrap(),
+        "a day-old note is rewritten"
+    );
+    assert_eq!(
+        (noted.1, noted.2),
+        (old_note.1, old_note.2),
+        "with the scores left as they were"
+    );
+    crate::helpers::assert_retention_in_step(&sandbox.pool).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_off_and_incognito_get_nothing_from_storage() {
     let mut sandbox = Sandbox::start().await;

@@ -21,7 +21,6 @@ use engram_core::speaker::NamedSpeakers;
 use engram_core::{Category, ConversationId, Scope};
 use engram_store::memories::MemoryRecord;
 use engram_store::retrieval::{self as store, ReadTrace, RetrievalMetrics};
-use serde::Deserialize as _;
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -318,7 +317,7 @@ impl Recall {
         if request.side_effects {
             *stage = "record";
             self.record_pending_review(request, retrieval, now).await?;
-            trace.scores = changed_scores(retrieval, now);
+            trace.scores = scores_to_cache(retrieval, now);
             trace.metrics = Some((
                 request.conversation.map(|c| c.as_uuid()),
                 metrics_row(request, retrieval, latency_embed_ms, started),
@@ -378,26 +377,17 @@ impl Recall {
     }
 }
 
-/// The returned entries' scores where they would replace the cached ones (missing, stale or
-/// lower: `Scores::replace`). An episode shown only for its lines was never scored (no leg found
-/// it): no cached score (a zero would make it retention's first candidate).
-fn changed_scores(retrieval: &Retrieval, now: DateTime<Utc>) -> Vec<(Uuid, Scores)> {
+/// The scores of the returned entries the ranking scored, to cache: the trace writer keeps
+/// those that replace missing, stale or lower cached ones (the request never reads the cache).
+/// An episode shown only for its lines was never scored (no leg found it): no cached score (a
+/// zero would make it retention's first candidate).
+fn scores_to_cache(retrieval: &Retrieval, now: DateTime<Utc>) -> Vec<(Uuid, Scores)> {
     retrieval
         .semantic
         .iter()
         .chain(&retrieval.episodic)
         .filter(|m| m.scored)
-        .filter_map(|m| {
-            let fresh = m.scores.cached(now);
-            let cached: Option<Scores> = m
-                .record
-                .last_scores
-                .as_ref()
-                .and_then(|value| Scores::deserialize(value).ok());
-            fresh
-                .replace(cached.as_ref())
-                .then_some((m.record.id, fresh))
-        })
+        .map(|m| (m.record.id, m.scores.cached(now)))
         .collect()
 }
 
