@@ -1,8 +1,8 @@
 //! Where the machine's CPU went during a measurement: `perf record` over the whole system while
 //! it runs, then the share of each process (Postgres, the service, the load generator) and the
-//! hottest functions of the service and of Postgres' backends. Benchmarks put it in their reports beside pg_stat_statements,
-//! which says where Postgres' share went. Without `perf` (or the right to use it) the report
-//! says so and the measurement is unchanged.
+//! hottest functions of the service and of Postgres. Benchmarks put it in their reports beside
+//! pg_stat_statements, which says which statements took Postgres' share. Without `perf` (or the
+//! right to use it) the report says so and the measurement is unchanged.
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -655,6 +655,16 @@ async fn a_retrievals_cached_scores_live_beside_the_entry_and_outlive_a_pin() {
     let response = retrieve(&mut sandbox, query(&scope, "editor theme launch")).await;
     let fact = response.semantic[0].memory.clone().unwrap();
     let id: Uuid = fact.id.parse().unwrap();
+    let ranked = response.semantic[0].score.unwrap();
+    let shown_in_response = fact.last_scores.as_ref().unwrap();
+    assert_eq!(
+        (shown_in_response.relevance, shown_in_response.total),
+        (
+            ranked.relevance,
+            ranked.relevance + ranked.recency + ranked.importance
+        ),
+        "the response shows the scores this retrieval leaves for the cache"
+    );
     let row_version = |pool: sqlx::PgPool| async move {
         sqlx::query_scalar::<_, String>("SELECT xmin::text FROM memories WHERE id = $1")
             .bind(id)
@@ -685,6 +695,11 @@ async fn a_retrievals_cached_scores_live_beside_the_entry_and_outlive_a_pin() {
         shown(listed),
         cached["total"].as_f64(),
         "readers show the cache"
+    );
+    assert_eq!(
+        shown(listed),
+        Some(shown_in_response.total),
+        "which holds what the response showed"
     );
 
     let pinned = crate::helpers::pin(&mut sandbox, &scope, &fact.id).await;

@@ -280,8 +280,11 @@ impl Recall {
         *stage = "load";
         let (semantic, episodic) = self.rank(request, found, now).await?;
         let rendering = request.clone();
-        let retrieval =
+        let mut retrieval =
             cpu_bound(move || render::render(semantic, episodic, &rendering, served_by, now)).await;
+        if request.side_effects {
+            show_the_scores_to_cache(&mut retrieval, now);
+        }
         self.keep_track(request, &retrieval, latency_embed_ms, started, now, stage)
             .await?;
         Ok(retrieval)
@@ -389,6 +392,20 @@ fn scores_to_cache(retrieval: &Retrieval, now: DateTime<Utc>) -> Vec<(Uuid, Scor
         .filter(|m| m.scored)
         .map(|m| (m.record.id, m.scores.cached(now)))
         .collect()
+}
+
+/// The response shows, as each scored entry's cached scores, the ones this retrieval leaves for
+/// the cache: its rows were loaded with their writer's scores (the request never reads the
+/// cache), which a reader of the response would take for stale ones.
+fn show_the_scores_to_cache(retrieval: &mut Retrieval, now: DateTime<Utc>) {
+    for memory in retrieval
+        .semantic
+        .iter_mut()
+        .chain(retrieval.episodic.iter_mut())
+        .filter(|m| m.scored)
+    {
+        memory.record.last_scores = serde_json::to_value(memory.scores.cached(now)).ok();
+    }
 }
 
 fn metrics_row(
