@@ -282,23 +282,27 @@ impl Recall {
         let rendering = request.clone();
         let mut retrieval =
             cpu_bound(move || render::render(semantic, episodic, &rendering, served_by, now)).await;
-        if request.side_effects {
-            show_the_scores_to_cache(&mut retrieval, now);
-        }
-        self.keep_track(request, &retrieval, latency_embed_ms, started, now, stage)
-            .await?;
+        self.keep_track(
+            request,
+            &mut retrieval,
+            latency_embed_ms,
+            started,
+            now,
+            stage,
+        )
+        .await?;
         Ok(retrieval)
     }
 
     /// What a retrieval leaves behind. With side effects, the review of its episodes is left
     /// pending for the conversation before the response returns; the rest goes to the trace
     /// writer: the note that its entries were returned (retention's inactivity rule leaves
-    /// entries in use alone) and, with side effects, their cached scores where those changed
-    /// and its metrics row.
+    /// entries in use alone) and, with side effects, the scores to cache (the writer keeps those
+    /// due; the response shows them) and its metrics row.
     async fn keep_track(
         &self,
         request: &RetrieveRequest,
-        retrieval: &Retrieval,
+        retrieval: &mut Retrieval,
         latency_embed_ms: Option<f32>,
         started: Instant,
         now: DateTime<Utc>,
@@ -382,30 +386,22 @@ impl Recall {
 
 /// The scores of the returned entries the ranking scored, to cache: the trace writer keeps
 /// those that replace missing, stale or lower cached ones (the request never reads the cache).
-/// An episode shown only for its lines was never scored (no leg found it): no cached score (a
-/// zero would make it retention's first candidate).
-fn scores_to_cache(retrieval: &Retrieval, now: DateTime<Utc>) -> Vec<(Uuid, Scores)> {
+/// The response shows them as those entries' cached scores: the rows were loaded with their
+/// writer's scores, which a reader of the response would take for stale ones. An episode shown
+/// only for its lines was never scored (no leg found it): no cached score (a zero would make it
+/// retention's first candidate).
+fn scores_to_cache(retrieval: &mut Retrieval, now: DateTime<Utc>) -> Vec<(Uuid, Scores)> {
     retrieval
-        .semantic
-        .iter()
-        .chain(&retrieval.episodic)
-        .filter(|m| m.scored)
-        .map(|m| (m.record.id, m.scores.cached(now)))
-        .collect()
-}
-
-/// The response shows, as each scored entry's cached scores, the ones this retrieval leaves for
-/// the cache: its rows were loaded with their writer's scores (the request never reads the
-/// cache), which a reader of the response would take for stale ones.
-fn show_the_scores_to_cache(retrieval: &mut Retrieval, now: DateTime<Utc>) {
-    for memory in retrieval
         .semantic
         .iter_mut()
         .chain(retrieval.episodic.iter_mut())
         .filter(|m| m.scored)
-    {
-        memory.record.last_scores = serde_json::to_value(memory.scores.cached(now)).ok();
-    }
+        .map(|m| {
+            let scores = m.scores.cached(now);
+            m.record.last_scores = serde_json::to_value(scores).ok();
+            (m.record.id, scores)
+        })
+        .collect()
 }
 
 fn metrics_row(
