@@ -10,6 +10,11 @@
 --   share a boundary instant) and its BM25 score and cosine where a leg found it.
 -- $1 user, $2 space, $10 whether inactive episodes count, $11 how many turns the vector leg brings.
 --
+-- The space's turns are read once, in one pass over the primary key (their words' lengths for N
+-- and the average length, and the words of those that match): the GIN index over every user's
+-- turns would decode a common word's postings across the whole corpus, while this pass costs what
+-- the space holds, which the average length needs anyway (issue 41).
+--
 -- Only what the assistant may read: a turn of a segment still open (past the conversation's
 -- segmented_through), or one an episode holds. A closed segment's turn without an episode is
 -- left out: its episode was forgotten, suppressed by a tombstone, trimmed or found inactive
@@ -18,18 +23,20 @@
 WITH query AS (
     SELECT engram_any_word_query($3) AS words,
            ARRAY(SELECT lexeme FROM unnest(engram_search_words($3))) AS terms),
+-- Each turn of the space once: its length, and its words where any matches the query.
+space_turns AS MATERIALIZED (
+    SELECT t.conversation_id, t.turn_index, t.search_length,
+           CASE WHEN t.search_document @@ query.words THEN t.search_document END AS matched_document
+    FROM conversation_turns t, query
+    WHERE t.user_id = $1 AND t.space = $2),
 corpus AS MATERIALIZED (
     SELECT count(*)::float8 AS documents, coalesce(avg(search_length), 0)::float8 AS average_length
-    FROM conversation_turns WHERE user_id = $1 AND space = $2),
-matched AS MATERIALIZED (
-    SELECT t.conversation_id, t.turn_index, t.search_length, t.search_document
-    FROM conversation_turns t, query
-    WHERE t.user_id = $1 AND t.space = $2 AND t.search_document @@ query.words),
+    FROM space_turns),
 postings AS (
     SELECT m.conversation_id, m.turn_index, w.lexeme AS term,
            cardinality(w.positions)::float8 AS frequency, m.search_length::float8 AS length
-    FROM matched m CROSS JOIN LATERAL unnest(m.search_document) AS w, query
-    WHERE w.lexeme = ANY(query.terms)),
+    FROM space_turns m CROSS JOIN LATERAL unnest(m.matched_document) AS w, query
+    WHERE m.matched_document IS NOT NULL AND w.lexeme = ANY(query.terms)),
 document_frequency AS (SELECT term, count(*)::float8 AS df FROM postings GROUP BY term),
 word_hits AS MATERIALIZED (
     SELECT p.conversation_id, p.turn_index,
@@ -66,20 +73,24 @@ readable AS MATERIALIZED (
     WHERE c.user_id = $1 AND c.space = $2
       AND c.conversation_id IN (SELECT DISTINCT conversation_id FROM found)
       AND NOT COALESCE(c.incognito, s.incognito_default, false)),
--- Each turn found and its neighbours once, with the scores of the turn itself where a leg
--- found it (a neighbour's own scores come from its own row of `found`).
+-- Each turn found and its neighbours, once each, with the scores of the turn itself where a leg
+-- found it (a neighbour no leg found has none). The offsets are unnested from an array: a
+-- generate_series over parameters is costed at a thousand rows, and that estimate kept the
+-- planner from settling on one plan for the statement, so it planned every call anew.
+wanted AS (
+    SELECT f.conversation_id, f.turn_index + offsets.step AS turn_index,
+           max(f.word_score) FILTER (WHERE offsets.step = 0) AS word_score,
+           max(f.vector_score) FILTER (WHERE offsets.step = 0) AS vector_score
+    FROM found f CROSS JOIN unnest(ARRAY(SELECT generate_series(-$9, $9))) AS offsets(step)
+    GROUP BY f.conversation_id, f.turn_index + offsets.step),
+-- Those turns as stored, found by their keys.
 around AS MATERIALIZED (
-    SELECT t.conversation_id, t.turn_index, t.role, t.content, t.spoken_at,
-           max(r.segmented_through) AS segmented_through,
-           max(CASE WHEN wanted.turn_index = t.turn_index THEN wanted.word_score END) AS word_score,
-           max(CASE WHEN wanted.turn_index = t.turn_index THEN wanted.vector_score END)
-               AS vector_score
-    FROM found AS wanted
+    SELECT w.conversation_id, w.turn_index, t.role, t.content, t.spoken_at, r.segmented_through,
+           w.word_score, w.vector_score
+    FROM wanted w
     JOIN readable r USING (conversation_id)
-    JOIN conversation_turns t
-      ON t.user_id = $1 AND t.space = $2 AND t.conversation_id = wanted.conversation_id
-     AND t.turn_index BETWEEN wanted.turn_index - $9 AND wanted.turn_index + $9
-    GROUP BY t.user_id, t.space, t.conversation_id, t.turn_index),
+    JOIN conversation_turns t ON t.user_id = $1 AND t.space = $2
+     AND t.conversation_id = w.conversation_id AND t.turn_index = w.turn_index),
 -- The episodes of those conversations, read once (not once per turn).
 episodes AS MATERIALIZED (
     SELECT m.id, m.conversation_id, m.start_at, m.end_at, m.created_at
