@@ -1426,8 +1426,8 @@ impl RunReport<'_> {
              is held by its episode and may be shown. Each turn has a turn vector ({turn_vectors} in \
              all) under `{TOKEN_VECTORS_MODEL_ID}`, the id of the retrieval service's turn vectors: the \
              sentence's static token vector plus a perturbation, as for the memories. The service \
-             searches a space's turns by BM25 over their words (GIN index) and by an exact scan of its \
-             turn vectors.\n\n\
+             searches a space's turns by BM25 over their words (one pass over the space's turns) \
+             and by an exact scan of its turn vectors.\n\n\
              ## Queries\n\n\
              {queries} generated queries ({distinct} distinct texts), each against a random space: 40 % \
              words of one of the space's own memories, 30 % questions in other words, 20 % ten popular \

@@ -259,29 +259,35 @@ pub async fn exact_dense_search_loading(
     load: &[Uuid],
     headings: &[Uuid],
 ) -> Result<(Vec<Vec<Hit>>, Vec<LoadedCandidate>), StoreError> {
-    // Ordering by the similarity (not by the distance operator) keeps the planner off the HNSW
-    // index: this reads the space's vectors through the scope index, once.
+    // The space's eligible entries and its vectors are each read once, in one pass over their
+    // scope, and joined by hashing: joined in the statement that reads them, the planner probed
+    // the vectors' primary key once per entry and kind, four times the pages (issue 41). Ordering
+    // by the similarity (not by the distance operator) keeps the planner off the HNSW index. The
+    // rows come unordered: the hits are put in rank order below, and the candidates are looked
+    // up by id.
     let sql = concat!(
-        "WITH nearest AS ( \
+        "WITH eligible AS MATERIALIZED ( \
+             SELECT id FROM memories \
+             WHERE user_id = $1 AND space = $2 AND kind = ANY($4) AND invalid_at IS NULL \
+               AND ($5::uuid IS NULL OR conversation_id = $5) \
+               AND (($6::text[])[array_position($4::text[], kind::text)] IS NULL \
+                    OR category = ($6::text[])[array_position($4::text[], kind::text)]) \
+               AND ($8 OR inactive_since IS NULL)), \
+         vectors AS MATERIALIZED ( \
+             SELECT memory_id AS id, kind, embedding FROM memory_embeddings \
+             WHERE user_id = $1 AND space = $2 AND kind = ANY($4)), \
+         nearest AS MATERIALIZED ( \
              SELECT id, kind, score FROM ( \
                  SELECT id, kind, score, row_number() OVER (PARTITION BY kind ORDER BY score DESC, id) AS rank \
-                 FROM (SELECT e.memory_id AS id, e.kind, (1 - (e.embedding <=> $3))::float8 AS score \
-                       FROM memory_embeddings e \
-                       JOIN memories m ON m.user_id = e.user_id AND m.id = e.memory_id \
-                       JOIN unnest($4::text[], $6::text[]) AS w(kind, category) ON w.kind = e.kind \
-                       WHERE e.user_id = $1 AND e.space = $2 AND e.kind = ANY($4) AND m.invalid_at IS NULL \
-                         AND ($5::uuid IS NULL OR m.conversation_id = $5) \
-                         AND (w.category IS NULL OR m.category = w.category) \
-                         AND ($8 OR m.inactive_since IS NULL)) AS scored) AS ranked \
+                 FROM (SELECT v.id, v.kind, (1 - (v.embedding <=> $3))::float8 AS score \
+                       FROM vectors v JOIN eligible USING (id)) AS scored) AS ranked \
              WHERE rank <= $7) \
-         SELECT m.*, e.embedding, n.kind AS nearest_kind, n.score AS nearest_score FROM (SELECT ",
+         SELECT m.*, v.embedding, n.kind AS nearest_kind, n.score AS nearest_score FROM (SELECT ",
         memory_columns!(),
         " FROM memories WHERE user_id = $1 AND space = $2 \
               AND id = ANY(ARRAY(SELECT id FROM nearest) || $9::uuid[] || $10::uuid[])) m \
          LEFT JOIN nearest n ON n.id = m.id \
-         LEFT JOIN memory_embeddings e ON e.user_id = $1 AND e.memory_id = m.id \
-               AND (n.id IS NOT NULL OR m.id = ANY($9)) \
-         ORDER BY n.kind, n.score DESC, m.id"
+         LEFT JOIN vectors v ON v.id = m.id AND (n.id IS NOT NULL OR m.id = ANY($9))"
     );
     let rows = sqlx::query_as::<_, NearestRow>(sql)
         .bind(filter.scope.user_id.as_uuid())
@@ -308,7 +314,12 @@ pub async fn exact_dense_search_loading(
         }
         candidates.push(row.candidate);
     }
-    Ok((hits_by_kind(filter, hits), candidates))
+    let mut hits = hits_by_kind(filter, hits);
+    for kind in &mut hits {
+        // The statement's rank order: the most similar first, ties by id.
+        kind.sort_by(|(a_id, a), (b_id, b)| b.total_cmp(a).then_with(|| a_id.cmp(b_id)));
+    }
+    Ok((hits, candidates))
 }
 
 /// [`dense_search_kinds`] of one kind.

@@ -23,9 +23,10 @@
 WITH query AS (
     SELECT engram_any_word_query($3) AS words,
            ARRAY(SELECT lexeme FROM unnest(engram_search_words($3))) AS terms),
--- Each turn of the space once: its length, and its words where any matches the query.
+-- Each turn of the space once: where its row is, its length, and its words where any matches the
+-- query.
 space_turns AS MATERIALIZED (
-    SELECT t.conversation_id, t.turn_index, t.search_length,
+    SELECT t.conversation_id, t.turn_index, t.ctid AS turn_row, t.search_length,
            CASE WHEN t.search_document @@ query.words THEN t.search_document END AS matched_document
     FROM conversation_turns t, query
     WHERE t.user_id = $1 AND t.space = $2),
@@ -83,14 +84,18 @@ wanted AS (
            max(f.vector_score) FILTER (WHERE offsets.step = 0) AS vector_score
     FROM found f CROSS JOIN unnest(ARRAY(SELECT generate_series(-$9, $9))) AS offsets(step)
     GROUP BY f.conversation_id, f.turn_index + offsets.step),
--- Those turns as stored, found by their keys.
+-- Those turns as stored, fetched by where the pass above found them (each row directly, with no
+-- index descent): joined by conversation, the planner read every turn of each conversation
+-- found, which for a conversation of hundreds of turns is hundreds of rows for a few lines. A
+-- row's place cannot change under this statement: the version it read stays where it is while
+-- its snapshot lives, and turns are never updated.
 around AS MATERIALIZED (
     SELECT w.conversation_id, w.turn_index, t.role, t.content, t.spoken_at, r.segmented_through,
            w.word_score, w.vector_score
     FROM wanted w
     JOIN readable r USING (conversation_id)
-    JOIN conversation_turns t ON t.user_id = $1 AND t.space = $2
-     AND t.conversation_id = w.conversation_id AND t.turn_index = w.turn_index),
+    JOIN space_turns s USING (conversation_id, turn_index)
+    JOIN conversation_turns t ON t.ctid = s.turn_row AND t.user_id = $1 AND t.space = $2),
 -- The episodes of those conversations, read once (not once per turn).
 episodes AS MATERIALIZED (
     SELECT m.id, m.conversation_id, m.start_at, m.end_at, m.created_at
