@@ -4,6 +4,10 @@
 -- own, with its own corpus statistics over the whole scope, so a score means the same with or
 -- without the conversation or category filter, and whichever kinds are searched together. One
 -- statement for every kind: the words are looked up once.
+--
+-- Each posting carries its entry's conversation and category, so the scores never join the
+-- matches back: the generic plan joined them in a nested loop, quadratic in the entries that
+-- match (7.3 million comparisons, 650 ms, for a common word in a space of 16,000; issue 41).
 WITH query AS (
     SELECT engram_any_word_query($3) AS words,
            ARRAY(SELECT lexeme FROM unnest(engram_search_words($3))) AS terms),
@@ -20,8 +24,8 @@ matched AS MATERIALIZED (
     WHERE m.user_id = $1 AND m.space = $2 AND m.kind = ANY($4) AND m.invalid_at IS NULL
       AND ($10 OR m.inactive_since IS NULL) AND m.search_document @@ query.words),
 postings AS (
-    SELECT matched.id, matched.kind, t.lexeme AS term, cardinality(t.positions)::float8 AS frequency,
-           matched.search_length::float8 AS length
+    SELECT matched.id, matched.kind, matched.conversation_id, matched.category, t.lexeme AS term,
+           cardinality(t.positions)::float8 AS frequency, matched.search_length::float8 AS length
     FROM matched CROSS JOIN LATERAL unnest(matched.search_document) AS t, query
     WHERE t.lexeme = ANY(query.terms)),
 document_frequency AS (SELECT kind, term, count(*)::float8 AS df FROM postings GROUP BY kind, term),
@@ -32,10 +36,9 @@ scored AS (
                AS score
     FROM postings p
     JOIN document_frequency d USING (kind, term)
-    JOIN matched m ON m.id = p.id
     JOIN corpus c ON c.kind = p.kind
     JOIN wanted w ON w.kind = p.kind
-    WHERE ($5::uuid IS NULL OR m.conversation_id = $5) AND (w.category IS NULL OR m.category = w.category)
+    WHERE ($5::uuid IS NULL OR p.conversation_id = $5) AND (w.category IS NULL OR p.category = w.category)
     GROUP BY p.id, p.kind),
 ranked AS (
     SELECT id, kind, score, row_number() OVER (PARTITION BY kind ORDER BY score DESC, id) AS rank
