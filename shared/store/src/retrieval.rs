@@ -259,12 +259,13 @@ pub async fn exact_dense_search_loading(
     load: &[Uuid],
     headings: &[Uuid],
 ) -> Result<(Vec<Vec<Hit>>, Vec<LoadedCandidate>), StoreError> {
-    // The space's eligible entries and its vectors are each read once, in one pass over their
-    // scope, and joined by hashing: joined in the statement that reads them, the planner probed
-    // the vectors' primary key once per entry and kind, four times the pages (issue 41). Ordering
-    // by the similarity (not by the distance operator) keeps the planner off the HNSW index. The
-    // rows come unordered: the hits are put in rank order below, and the candidates are looked
-    // up by id.
+    // The space's eligible entries and its vectors' similarities are each worked out in one pass
+    // over their scope and joined by hashing: joined in the statement that reads them, the
+    // planner probed the vectors' primary key once per entry and kind, four times the pages
+    // (issue 41). Only the similarities are kept, not the vectors (20,000 of them are 30 MB); the
+    // vectors MMR compares are read by key for the rows returned. Ordering by the similarity (not
+    // by the distance operator) keeps the planner off the HNSW index. The rows come unordered:
+    // the hits are put in rank order below, and the candidates are looked up by id.
     let sql = concat!(
         "WITH eligible AS MATERIALIZED ( \
              SELECT id FROM memories \
@@ -273,21 +274,22 @@ pub async fn exact_dense_search_loading(
                AND (($6::text[])[array_position($4::text[], kind::text)] IS NULL \
                     OR category = ($6::text[])[array_position($4::text[], kind::text)]) \
                AND ($8 OR inactive_since IS NULL)), \
-         vectors AS MATERIALIZED ( \
-             SELECT memory_id AS id, kind, embedding FROM memory_embeddings \
-             WHERE user_id = $1 AND space = $2 AND kind = ANY($4)), \
+         similarity AS MATERIALIZED ( \
+             SELECT memory_id AS id, kind, (1 - (embedding <=> $3))::float8 AS score \
+             FROM memory_embeddings WHERE user_id = $1 AND space = $2 AND kind = ANY($4)), \
          nearest AS MATERIALIZED ( \
              SELECT id, kind, score FROM ( \
                  SELECT id, kind, score, row_number() OVER (PARTITION BY kind ORDER BY score DESC, id) AS rank \
-                 FROM (SELECT v.id, v.kind, (1 - (v.embedding <=> $3))::float8 AS score \
-                       FROM vectors v JOIN eligible USING (id)) AS scored) AS ranked \
+                 FROM (SELECT s.id, s.kind, s.score \
+                       FROM similarity s JOIN eligible USING (id)) AS scored) AS ranked \
              WHERE rank <= $7) \
          SELECT m.*, v.embedding, n.kind AS nearest_kind, n.score AS nearest_score FROM (SELECT ",
         memory_columns!(),
         " FROM memories WHERE user_id = $1 AND space = $2 \
               AND id = ANY(ARRAY(SELECT id FROM nearest) || $9::uuid[] || $10::uuid[])) m \
          LEFT JOIN nearest n ON n.id = m.id \
-         LEFT JOIN vectors v ON v.id = m.id AND (n.id IS NOT NULL OR m.id = ANY($9))"
+         LEFT JOIN memory_embeddings v ON v.user_id = $1 AND v.memory_id = m.id \
+               AND (n.id IS NOT NULL OR m.id = ANY($9))"
     );
     let rows = sqlx::query_as::<_, NearestRow>(sql)
         .bind(filter.scope.user_id.as_uuid())
