@@ -87,8 +87,8 @@ wanted AS (
 -- Those turns as stored, fetched by where the pass above found them (each row directly, with no
 -- index descent): joined by conversation, the planner read every turn of each conversation
 -- found, which for a conversation of hundreds of turns is hundreds of rows for a few lines. A
--- row's place cannot change under this statement: the version it read stays where it is while
--- its snapshot lives, and turns are never updated.
+-- row's place cannot change under this statement: the version the first pass read stays where it
+-- is while the statement's snapshot lives, even if the turn is redacted meanwhile.
 around AS MATERIALIZED (
     SELECT w.conversation_id, w.turn_index, t.role, t.content, t.spoken_at, r.segmented_through,
            w.word_score, w.vector_score
