@@ -11,9 +11,12 @@
 -- $1 user, $2 space, $10 whether inactive episodes count, $11 how many turns the vector leg brings.
 --
 -- The space's turns are read once, in one pass over the primary key (their words' lengths for N
--- and the average length, and the words of those that match): the GIN index over every user's
--- turns would decode a common word's postings across the whole corpus, while this pass costs what
--- the space holds, which the average length needs anyway (issue 41).
+-- and the average length, the words of those that match, and what a line shows): the GIN index
+-- over every user's turns would decode a common word's postings across the whole corpus, while
+-- this pass costs what the space holds, which the average length needs anyway (issue 41). The
+-- lines shown come out of that pass too: fetching each again by its row cost a buffer lookup a
+-- line, more than keeping a few hundred bytes of each turn (a long turn's content stays a TOAST
+-- pointer until it is shown).
 --
 -- Only what the assistant may read: a turn of a segment still open (past the conversation's
 -- segmented_through), or one an episode holds. A closed segment's turn without an episode is
@@ -23,10 +26,10 @@
 WITH query AS (
     SELECT engram_any_word_query($3) AS words,
            ARRAY(SELECT lexeme FROM unnest(engram_search_words($3))) AS terms),
--- Each turn of the space once: where its row is, its length, and its words where any matches the
+-- Each turn of the space once: what a line shows, its length, and its words where any matches the
 -- query.
 space_turns AS MATERIALIZED (
-    SELECT t.conversation_id, t.turn_index, t.ctid AS turn_row, t.search_length,
+    SELECT t.conversation_id, t.turn_index, t.role, t.content, t.spoken_at, t.search_length,
            CASE WHEN t.search_document @@ query.words THEN t.search_document END AS matched_document
     FROM conversation_turns t, query
     WHERE t.user_id = $1 AND t.space = $2),
@@ -66,14 +69,17 @@ found AS (
           SELECT conversation_id, turn_index, NULL::float8, score FROM vector_hits
           WHERE score <> 'NaN'::float8) AS either
     GROUP BY conversation_id, turn_index),
--- The conversations of the turns found that may be read (not incognito now), each read once.
+-- The conversations of the turns found that may be read (not incognito now), each read once,
+-- and the space's default read once (joined, it was looked up again for every conversation).
 readable AS MATERIALIZED (
     SELECT c.conversation_id, c.segmented_through
     FROM conversations c
-    LEFT JOIN spaces s ON s.user_id = $1 AND s.space = $2
     WHERE c.user_id = $1 AND c.space = $2
       AND c.conversation_id IN (SELECT DISTINCT conversation_id FROM found)
-      AND NOT COALESCE(c.incognito, s.incognito_default, false)),
+      AND NOT COALESCE(c.incognito,
+                       (SELECT s.incognito_default FROM spaces s
+                        WHERE s.user_id = $1 AND s.space = $2),
+                       false)),
 -- Each turn found and its neighbours, once each, with the scores of the turn itself where a leg
 -- found it (a neighbour no leg found has none). The offsets are unnested from an array: a
 -- generate_series over parameters is costed at a thousand rows, and that estimate kept the
@@ -84,18 +90,13 @@ wanted AS (
            max(f.vector_score) FILTER (WHERE offsets.step = 0) AS vector_score
     FROM found f CROSS JOIN unnest(ARRAY(SELECT generate_series(-$9, $9))) AS offsets(step)
     GROUP BY f.conversation_id, f.turn_index + offsets.step),
--- Those turns as stored, fetched by where the pass above found them (each row directly, with no
--- index descent): joined by conversation, the planner read every turn of each conversation
--- found, which for a conversation of hundreds of turns is hundreds of rows for a few lines. A
--- row's place cannot change under this statement: the version the first pass read stays where it
--- is while the statement's snapshot lives, even if the turn is redacted meanwhile.
+-- Those turns as the first pass read them, for the conversations that may be read.
 around AS MATERIALIZED (
-    SELECT w.conversation_id, w.turn_index, t.role, t.content, t.spoken_at, r.segmented_through,
+    SELECT w.conversation_id, w.turn_index, s.role, s.content, s.spoken_at, r.segmented_through,
            w.word_score, w.vector_score
     FROM wanted w
     JOIN readable r USING (conversation_id)
-    JOIN space_turns s USING (conversation_id, turn_index)
-    JOIN conversation_turns t ON t.ctid = s.turn_row AND t.user_id = $1 AND t.space = $2),
+    JOIN space_turns s USING (conversation_id, turn_index)),
 -- The episodes of those conversations, read once (not once per turn).
 episodes AS MATERIALIZED (
     SELECT m.id, m.conversation_id, m.start_at, m.end_at, m.created_at
