@@ -23,7 +23,7 @@
 use std::sync::LazyLock;
 
 use chrono::{DateTime, Datelike, Days, Months, NaiveDate, Utc, Weekday};
-use regex::Regex;
+use regex::{Regex, RegexSet};
 
 /// A relative expression and the days it meant when said.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,8 +160,19 @@ pub fn date_tags(text: &str, said_at: DateTime<Utc>) -> Vec<String> {
     tags
 }
 
+/// All the patterns at once, to tell in one pass over a text whether any matches: most texts
+/// (every fact line a retrieval shows is resolved) name no relative day, and trying the patterns
+/// one by one read each such text once a pattern (issue 41).
+static ANY_PATTERN: LazyLock<RegexSet> = LazyLock::new(|| {
+    RegexSet::new(PATTERNS.iter().map(|(pattern, _)| pattern.as_str()))
+        .expect("valid date patterns")
+});
+
 /// The relative dates of `text`, in the order they appear, resolved against `said_at`.
 pub fn resolve(text: &str, said_at: DateTime<Utc>) -> Vec<ResolvedDate> {
+    if !ANY_PATTERN.is_match(text) {
+        return Vec::new();
+    }
     let today = said_at.date_naive();
     let mut taken: Vec<(usize, usize)> = Vec::new();
     let mut found: Vec<(usize, ResolvedDate)> = Vec::new();

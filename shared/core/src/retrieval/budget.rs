@@ -19,6 +19,7 @@
 //! (`make bench-retrieval`, docs/benchmarks/README.md).
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 
 use super::markdown::{EPISODIC_HEADING, SEMANTIC_HEADING, assemble};
 
@@ -64,10 +65,29 @@ pub fn count_tokens(text: &str) -> usize {
 /// piece starts there whatever came before. So the text is cut at exactly those places, a blank
 /// line staying with the line before it, and the pieces, hence the tokens, are the same as the
 /// whole text's.
+///
+/// Beside its own, it looks lines up among those every earlier count of the process counted
+/// ([`COUNTED_LINES`]).
 #[derive(Debug, Default)]
 pub struct LineTokens {
     counted: HashMap<Box<str>, usize>,
 }
+
+/// The bytes of lines whose counts the process keeps (with a little for each entry's keeping).
+const COUNTED_LINES_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Lines any retrieval of this process counted, by their text. A space's lines and headings come
+/// back in request after request (an assistant asks several questions within one conversation),
+/// and counting a line costs microseconds where looking it up costs a fraction of one: the
+/// counting was a sixteenth of the retrieval service's CPU time at saturation (issue 41). A count
+/// depends on the text alone, so a count kept is never stale; the least used go first once the
+/// lines kept pass [`COUNTED_LINES_BYTES`].
+static COUNTED_LINES: LazyLock<moka::sync::Cache<Box<str>, usize>> = LazyLock::new(|| {
+    moka::sync::Cache::<Box<str>, usize>::builder()
+        .max_capacity(COUNTED_LINES_BYTES)
+        .weigher(|line, _| u32::try_from(line.len() + 64).unwrap_or(u32::MAX))
+        .build()
+});
 
 impl LineTokens {
     pub fn new() -> Self {
@@ -80,7 +100,11 @@ impl LineTokens {
             .map(|line| match self.counted.get(line) {
                 Some(&tokens) => tokens,
                 None => {
-                    let tokens = count_tokens(line);
+                    let tokens = COUNTED_LINES.get(line).unwrap_or_else(|| {
+                        let tokens = count_tokens(line);
+                        COUNTED_LINES.insert(line.into(), tokens);
+                        tokens
+                    });
                     self.counted.insert(line.into(), tokens);
                     tokens
                 }
