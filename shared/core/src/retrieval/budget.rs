@@ -81,13 +81,27 @@ const COUNTED_LINES_BYTES: u64 = 16 * 1024 * 1024;
 /// and counting a line costs microseconds where looking it up costs a fraction of one: the
 /// counting was a sixteenth of the retrieval service's CPU time at saturation (issue 41). A count
 /// depends on the text alone, so a count kept is never stale; the least used go first once the
-/// lines kept pass [`COUNTED_LINES_BYTES`].
-static COUNTED_LINES: LazyLock<moka::sync::Cache<Box<str>, usize>> = LazyLock::new(|| {
-    moka::sync::Cache::<Box<str>, usize>::builder()
-        .max_capacity(COUNTED_LINES_BYTES)
-        .weigher(|line, _| u32::try_from(line.len() + 64).unwrap_or(u32::MAX))
-        .build()
-});
+/// lines kept pass [`COUNTED_LINES_BYTES`]. (quick_cache, not moka: moka's bookkeeping of each
+/// read cost as much as counting the line again.)
+static COUNTED_LINES: LazyLock<quick_cache::sync::Cache<Box<str>, usize, LineBytes>> =
+    LazyLock::new(|| {
+        quick_cache::sync::Cache::with_weighter(
+            // Lines of a hundred-odd bytes, the usual.
+            (COUNTED_LINES_BYTES / 192) as usize,
+            COUNTED_LINES_BYTES,
+            LineBytes,
+        )
+    });
+
+/// What a kept line weighs: its bytes, and a little for its entry.
+#[derive(Debug, Clone, Copy)]
+struct LineBytes;
+
+impl quick_cache::Weighter<Box<str>, usize> for LineBytes {
+    fn weight(&self, line: &Box<str>, _tokens: &usize) -> u64 {
+        line.len() as u64 + 64
+    }
+}
 
 impl LineTokens {
     pub fn new() -> Self {
@@ -442,6 +456,12 @@ mod tests {
         for text in mixes(2_000) {
             assert_eq!(counter.count(&text), count_tokens(&text), "{text:?}");
         }
+        // Another request's counter starts empty and finds these lines among the process's.
+        let mut next_request = LineTokens::new();
+        for text in awkward.iter().copied().chain([long.as_str()]) {
+            assert_eq!(next_request.count(text), count_tokens(text), "{text:?}");
+        }
+        assert!(lines_counted_apart(awkward[0]).all(|line| COUNTED_LINES.get(line).is_some()));
     }
 
     /// `count` texts of sixteen pieces, each drawn from the characters the tokenizer's pattern
