@@ -262,14 +262,14 @@ pub async fn exact_dense_search_loading(
     // The space's entries and its vectors are each read in one pass over their scope, and joined
     // by hashing: joined in the statement that reads them, the planner probed the vectors'
     // primary key once per entry and kind, four times the pages (issue 41). Each pass keeps where
-    // its rows are (`ctid`), so the rows returned and the vectors MMR compares are fetched there,
-    // not looked up again through the primary keys (a descent of the index per row: about 600
-    // buffers a retrieval became 360), and only those rows, whatever the space holds (as an array
-    // of places: joined, the planner read the whole space again). The statement's snapshot keeps
-    // the versions the passes read in place. (`row_at` comes back too; nothing reads it.) In a
-    // space of 100 entries that is 1.25-1.34 -> 1.03-1.06 ms; at the exact-search limit (20,000
-    // entries) the passes' wider rows cost a few per cent more (57-67 -> 61-71 ms). Only the similarities are kept, not the vectors (20,000 of them are 30 MB), and
-    // only entries of the kinds asked are compared (a vector of another kind is read for `load`
+    // its rows are (`ctid`), and the rows returned and the vectors MMR compares are fetched there
+    // rather than through the primary keys again, an index descent each (about 600 buffers a
+    // retrieval became 360 in a space of 100; at the exact-search limit of 20,000 the passes'
+    // wider rows cost a few per cent more). The rows are fetched as one array of places: joined,
+    // the planner read the whole space again. The statement's snapshot keeps the versions the
+    // passes read in place. `row_at` comes back too; nothing reads it.
+    // Only the similarities are kept, not the vectors (20,000 of them are 30 MB), and only
+    // entries of the kinds asked are compared (a vector of another kind is read for `load`
     // alone). Ordering by the similarity (not by the distance operator) keeps the planner off
     // the HNSW index. The rows come unordered: the hits are put in rank order below, and the
     // candidates are looked up by id.
