@@ -269,10 +269,10 @@ pub async fn exact_dense_search_loading(
     // the planner read the whole space again. The statement's snapshot keeps the versions the
     // passes read in place. `row_at` comes back too; nothing reads it.
     // Only the similarities are kept, not the vectors (20,000 of them are 30 MB), and only
-    // entries of the kinds asked are compared (a vector of another kind is read for `load`
-    // alone). Ordering by the similarity (not by the distance operator) keeps the planner off
-    // the HNSW index. The rows come unordered: the hits are put in rank order below, and the
-    // candidates are looked up by id.
+    // vectors of the kinds asked are compared and ranked (a vector of another kind is read for
+    // `load` alone; unscored, it would sort first). Ordering by the similarity (not by the
+    // distance operator) keeps the planner off the HNSW index. The rows come unordered: the hits
+    // are put in rank order below, and the candidates are looked up by id.
     let sql = concat!(
         "WITH space_rows AS MATERIALIZED ( \
              SELECT id, ctid AS row_at, \
@@ -290,7 +290,8 @@ pub async fn exact_dense_search_loading(
              SELECT id, kind, score FROM ( \
                  SELECT s.id, s.kind, s.score, \
                         row_number() OVER (PARTITION BY s.kind ORDER BY s.score DESC, s.id) AS rank \
-                 FROM similarity s JOIN space_rows e ON e.id = s.id AND e.eligible) AS ranked \
+                 FROM similarity s JOIN space_rows e ON e.id = s.id AND e.eligible \
+                 WHERE s.score IS NOT NULL) AS ranked \
              WHERE rank <= $7), \
          wanted AS MATERIALIZED ( \
              SELECT r.row_at, n.kind AS nearest_kind, n.score AS nearest_score, \
