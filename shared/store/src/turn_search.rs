@@ -4,6 +4,8 @@
 //! Retrieval shows an assistant these lines verbatim, so the line that answers a question is
 //! read, not only a summary of the segment around it.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 use engram_core::Scope;
 use sqlx::PgPool;
@@ -83,12 +85,143 @@ impl FoundTurns {
     }
 }
 
+/// A row of `find_turns.sql`: a turn found or around one (`turn_index` set), or an episode of
+/// one of their conversations (`episode_id` set).
 #[derive(sqlx::FromRow)]
 struct FoundTurnRow {
-    #[sqlx(flatten)]
-    turn: StoredTurn,
+    conversation_id: Uuid,
+    turn_index: Option<i32>,
+    role: Option<String>,
+    content: Option<String>,
+    spoken_at: Option<DateTime<Utc>>,
+    segmented_through: Option<i32>,
     word_score: Option<f64>,
     vector_score: Option<f64>,
+    episode_id: Option<Uuid>,
+    start_at: Option<DateTime<Utc>>,
+    end_at: Option<DateTime<Utc>>,
+    created_at: Option<DateTime<Utc>>,
+}
+
+/// A turn the statement read, before it is known which episode holds it.
+#[derive(Debug, Clone, PartialEq)]
+struct ReadTurn {
+    turn: StoredTurn,
+    /// The last turn of the conversation's closed segments.
+    segmented_through: i32,
+    word_score: Option<f64>,
+    vector_score: Option<f64>,
+}
+
+/// An episode of a conversation the statement read, by the time span of its turns.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct EpisodeSpan {
+    id: Uuid,
+    conversation_id: Uuid,
+    start_at: DateTime<Utc>,
+    end_at: DateTime<Utc>,
+    created_at: DateTime<Utc>,
+}
+
+impl EpisodeSpan {
+    /// Whether `turn` was said within this episode's time span (both ends included).
+    fn holds(&self, turn: &StoredTurn) -> bool {
+        self.conversation_id == turn.conversation_id
+            && self.start_at <= turn.spoken_at
+            && turn.spoken_at <= self.end_at
+    }
+
+    /// Whether this episode is the better holder of a turn both hold: the newer, if two segments
+    /// share a boundary instant (then the smaller id, so the choice never varies).
+    fn before(&self, other: &EpisodeSpan) -> bool {
+        (std::cmp::Reverse(self.created_at), self.id)
+            < (std::cmp::Reverse(other.created_at), other.id)
+    }
+}
+
+/// Each turn with the episode whose time span holds it (the newest, if two segments share a
+/// boundary instant), keeping only what the assistant may read: a turn an episode holds, or one
+/// of a segment still open (past `segmented_through`). A closed segment's turn without an
+/// episode is dropped: its episode was forgotten, suppressed, trimmed or is inactive. The turns
+/// come back in conversation order.
+fn hold_turns(turns: Vec<ReadTurn>, episodes: &[EpisodeSpan]) -> Vec<ReadTurn> {
+    let mut by_conversation: HashMap<Uuid, Vec<&EpisodeSpan>> = HashMap::new();
+    for episode in episodes {
+        by_conversation
+            .entry(episode.conversation_id)
+            .or_default()
+            .push(episode);
+    }
+    let mut kept: Vec<ReadTurn> = turns
+        .into_iter()
+        .filter_map(|mut read| {
+            let holder = by_conversation
+                .get(&read.turn.conversation_id)
+                .into_iter()
+                .flatten()
+                .copied()
+                .filter(|episode| episode.holds(&read.turn))
+                .reduce(|best, episode| if episode.before(best) { episode } else { best });
+            read.turn.episode_id = holder.map(|episode| episode.id);
+            let readable =
+                read.turn.episode_id.is_some() || read.turn.turn_index > read.segmented_through;
+            readable.then_some(read)
+        })
+        .collect();
+    kept.sort_by_key(|read| read.turn.key());
+    kept
+}
+
+/// Splits the statement's rows into the turns it read and the episodes of their conversations.
+fn split_rows(rows: Vec<FoundTurnRow>) -> (Vec<ReadTurn>, Vec<EpisodeSpan>) {
+    let mut turns = Vec::with_capacity(rows.len());
+    let mut episodes = Vec::new();
+    for row in rows {
+        match row {
+            FoundTurnRow {
+                conversation_id,
+                turn_index: Some(turn_index),
+                role: Some(role),
+                content: Some(content),
+                spoken_at: Some(spoken_at),
+                segmented_through: Some(segmented_through),
+                word_score,
+                vector_score,
+                ..
+            } => turns.push(ReadTurn {
+                turn: StoredTurn {
+                    conversation_id,
+                    turn_index,
+                    role,
+                    content,
+                    spoken_at,
+                    episode_id: None,
+                },
+                segmented_through,
+                word_score,
+                vector_score,
+            }),
+            // An episode without a time span holds no turn (the join on the span never matched
+            // one either).
+            FoundTurnRow {
+                conversation_id,
+                episode_id: Some(id),
+                start_at: Some(start_at),
+                end_at: Some(end_at),
+                created_at: Some(created_at),
+                ..
+            } => episodes.push(EpisodeSpan {
+                id,
+                conversation_id,
+                start_at,
+                end_at,
+                created_at,
+            }),
+            // Neither: no row of the statement is (its turns' columns are never NULL).
+            _ => {}
+        }
+    }
+    (turns, episodes)
 }
 
 /// The space's turns that answer `query`, in one statement (`find_turns.sql`): Okapi BM25 over
@@ -124,17 +257,152 @@ pub async fn find_turns(
         .bind(search.nearest_limit)
         .fetch_all(pool)
         .await?;
+    let (turns, episodes) = split_rows(rows);
     let mut found = FoundTurns::default();
-    for row in rows {
-        let key = row.turn.key();
+    for read in hold_turns(turns, &episodes) {
+        let key = read.turn.key();
         let hit = |score: Option<f64>| {
             score
                 .filter(|score| score.is_finite())
                 .map(|score| TurnHit { turn: key, score })
         };
-        found.hits.extend(hit(row.word_score));
-        found.nearest.extend(hit(row.vector_score));
-        found.stored.push(row.turn);
+        found.hits.extend(hit(read.word_score));
+        found.nearest.extend(hit(read.vector_score));
+        found.stored.push(read.turn);
     }
     Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone as _;
+
+    use super::*;
+
+    fn at(minute: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 11, 20, 9, minute, 0).unwrap()
+    }
+
+    fn conversation(n: u128) -> Uuid {
+        Uuid::from_u128(n)
+    }
+
+    fn turn(
+        conversation_id: Uuid,
+        turn_index: i32,
+        minute: u32,
+        segmented_through: i32,
+    ) -> ReadTurn {
+        ReadTurn {
+            turn: StoredTurn {
+                conversation_id,
+                turn_index,
+                role: "user".to_owned(),
+                content: format!("turn {turn_index}"),
+                spoken_at: at(minute),
+                episode_id: None,
+            },
+            segmented_through,
+            word_score: None,
+            vector_score: None,
+        }
+    }
+
+    fn episode(id: u128, conversation_id: Uuid, span: (u32, u32), created: u32) -> EpisodeSpan {
+        EpisodeSpan {
+            id: Uuid::from_u128(id),
+            conversation_id,
+            start_at: at(span.0),
+            end_at: at(span.1),
+            created_at: at(created),
+        }
+    }
+
+    fn held(kept: &[ReadTurn]) -> Vec<(i32, Option<Uuid>)> {
+        kept.iter()
+            .map(|read| (read.turn.turn_index, read.turn.episode_id))
+            .collect()
+    }
+
+    #[test]
+    fn a_turn_is_held_by_the_episode_whose_span_holds_it_ends_included() {
+        let chat = conversation(1);
+        let episodes = [episode(10, chat, (0, 2), 30), episode(11, chat, (3, 5), 31)];
+        let kept = hold_turns(
+            vec![
+                turn(chat, 0, 0, 5),
+                turn(chat, 2, 2, 5),
+                turn(chat, 4, 4, 5),
+            ],
+            &episodes,
+        );
+        assert_eq!(
+            held(&kept),
+            [
+                (0, Some(Uuid::from_u128(10))),
+                (2, Some(Uuid::from_u128(10))),
+                (4, Some(Uuid::from_u128(11)))
+            ]
+        );
+    }
+
+    #[test]
+    fn on_a_shared_boundary_the_newest_episode_holds_the_turn_then_the_smaller_id() {
+        let chat = conversation(1);
+        let newer = [episode(20, chat, (0, 3), 30), episode(21, chat, (3, 6), 40)];
+        assert_eq!(
+            held(&hold_turns(vec![turn(chat, 3, 3, 6)], &newer)),
+            [(3, Some(Uuid::from_u128(21)))]
+        );
+        let same_time = [episode(31, chat, (0, 3), 30), episode(30, chat, (3, 6), 30)];
+        assert_eq!(
+            held(&hold_turns(vec![turn(chat, 3, 3, 6)], &same_time)),
+            [(3, Some(Uuid::from_u128(30)))]
+        );
+    }
+
+    #[test]
+    fn an_episode_of_another_conversation_never_holds_a_turn() {
+        let (chat, other) = (conversation(1), conversation(2));
+        let kept = hold_turns(
+            vec![turn(chat, 0, 1, -1)],
+            &[episode(10, other, (0, 5), 30)],
+        );
+        assert_eq!(held(&kept), [(0, None)]);
+    }
+
+    #[test]
+    fn a_closed_turn_without_an_episode_is_dropped_an_open_one_is_kept() {
+        let chat = conversation(1);
+        // Turns 0..=3 are segmented; the episode of 0..=1 is there, that of 2..=3 is gone.
+        let episodes = [episode(10, chat, (0, 1), 30)];
+        let kept = hold_turns(
+            vec![
+                turn(chat, 1, 1, 3),
+                turn(chat, 2, 2, 3),
+                turn(chat, 3, 3, 3),
+                turn(chat, 4, 4, 3),
+            ],
+            &episodes,
+        );
+        assert_eq!(held(&kept), [(1, Some(Uuid::from_u128(10))), (4, None)]);
+    }
+
+    #[test]
+    fn the_turns_come_back_in_conversation_order() {
+        let (first, second) = (conversation(1), conversation(2));
+        let kept = hold_turns(
+            vec![
+                turn(second, 0, 0, -1),
+                turn(first, 5, 0, -1),
+                turn(first, 2, 0, -1),
+            ],
+            &[],
+        );
+        let order: Vec<(Uuid, i32)> = kept
+            .iter()
+            .map(|read| (read.turn.conversation_id, read.turn.turn_index))
+            .collect();
+        assert_eq!(order, [(first, 2), (first, 5), (second, 0)]);
+    }
 }

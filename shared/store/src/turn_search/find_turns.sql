@@ -5,9 +5,13 @@
 --   vector_hits: when a word matched, the $11 turns whose stored vectors (model $7) are nearest
 --                the query's turn vector $8 (an exact scan of the space's turn vectors; none
 --                without $8: lines are found by their words, the vectors only add turns beside);
---   then every turn either leg found with up to $9 turns either side, each once, in
---   conversation order, with the episode whose time span holds it (the newest, if two segments
---   share a boundary instant) and its BM25 score and cosine where a leg found it.
+--   then every turn either leg found with up to $9 turns either side, each once, with its
+--   conversation's segmented_through and its BM25 score and cosine where a leg found it; and,
+--   in rows of their own (turn_index NULL), the episodes of those conversations with their time
+--   spans. Which episode holds a turn, and which turns may be read, the caller works out from
+--   those rows (`turn_search::hold_turns`): joined here, each turn was compared with every
+--   episode found, in a nested loop the generic plan chose because it expects one episode, and
+--   that join and its sort were a quarter of the statement (issue 41).
 -- $1 user, $2 space, $10 whether inactive episodes count, $11 how many turns the vector leg brings.
 --
 -- The space's turns are read once, in one pass over the primary key (their words' lengths for N
@@ -18,8 +22,9 @@
 -- line, more than keeping a few hundred bytes of each turn (a long turn's content stays a TOAST
 -- pointer until it is shown).
 --
--- Only what the assistant may read: a turn of a segment still open (past the conversation's
--- segmented_through), or one an episode holds. A closed segment's turn without an episode is
+-- Only what the assistant may read (this statement reads the conversations that may be read and
+-- their episodes; the caller keeps the turns by them): a turn of a segment still open (past the
+-- conversation's segmented_through), or one an episode holds. A closed segment's turn without an episode is
 -- left out: its episode was forgotten, suppressed by a tombstone, trimmed or found inactive
 -- (or it held greetings alone), and its lines must not come back through the turns. Nothing of
 -- a conversation that is incognito now is read either.
@@ -104,14 +109,13 @@ episodes AS MATERIALIZED (
     WHERE m.user_id = $1 AND m.space = $2
       AND m.conversation_id IN (SELECT conversation_id FROM readable)
       AND m.kind = 'episodic' AND m.invalid_at IS NULL
-      AND ($10 OR m.inactive_since IS NULL)),
-held AS (
-    SELECT DISTINCT ON (a.conversation_id, a.turn_index) a.*, e.id AS episode_id
-    FROM around a
-    LEFT JOIN episodes e
-      ON e.conversation_id = a.conversation_id AND a.spoken_at BETWEEN e.start_at AND e.end_at
-    ORDER BY a.conversation_id, a.turn_index, e.created_at DESC, e.id)
-SELECT conversation_id, turn_index, role, content, spoken_at, episode_id, word_score, vector_score
-FROM held
-WHERE episode_id IS NOT NULL OR turn_index > segmented_through
-ORDER BY conversation_id, turn_index
+      AND ($10 OR m.inactive_since IS NULL))
+SELECT a.conversation_id, a.turn_index, a.role, a.content, a.spoken_at, a.segmented_through,
+       a.word_score, a.vector_score,
+       NULL::uuid AS episode_id, NULL::timestamptz AS start_at, NULL::timestamptz AS end_at,
+       NULL::timestamptz AS created_at
+FROM around a
+UNION ALL
+SELECT e.conversation_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       e.id, e.start_at, e.end_at, e.created_at
+FROM episodes e
