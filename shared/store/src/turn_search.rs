@@ -29,7 +29,7 @@ pub struct TurnHit {
 }
 
 /// A stored turn, and the episode whose time span holds it (none while its segment is open).
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StoredTurn {
     pub conversation_id: Uuid,
     pub turn_index: i32,
@@ -124,11 +124,10 @@ struct EpisodeSpan {
 }
 
 impl EpisodeSpan {
-    /// Whether `turn` was said within this episode's time span (both ends included).
+    /// Whether `turn`, of this episode's conversation, was said within its time span (both ends
+    /// included).
     fn holds(&self, turn: &StoredTurn) -> bool {
-        self.conversation_id == turn.conversation_id
-            && self.start_at <= turn.spoken_at
-            && turn.spoken_at <= self.end_at
+        self.start_at <= turn.spoken_at && turn.spoken_at <= self.end_at
     }
 
     /// Whether this episode is the better holder of a turn both hold: the newer, if two segments
