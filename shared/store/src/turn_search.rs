@@ -129,13 +129,6 @@ impl EpisodeSpan {
     fn holds(&self, turn: &StoredTurn) -> bool {
         self.start_at <= turn.spoken_at && turn.spoken_at <= self.end_at
     }
-
-    /// Whether this episode is the better holder of a turn both hold: the newer, if two segments
-    /// share a boundary instant (then the smaller id, so the choice never varies).
-    fn before(&self, other: &EpisodeSpan) -> bool {
-        (std::cmp::Reverse(self.created_at), self.id)
-            < (std::cmp::Reverse(other.created_at), other.id)
-    }
 }
 
 /// Each turn with the episode whose time span holds it (the newest, if two segments share a
@@ -160,7 +153,8 @@ fn hold_turns(turns: Vec<ReadTurn>, episodes: &[EpisodeSpan]) -> Vec<ReadTurn> {
                 .flatten()
                 .copied()
                 .filter(|episode| episode.holds(&read.turn))
-                .reduce(|best, episode| if episode.before(best) { episode } else { best });
+                // The newest, then the smaller id, so the choice never varies.
+                .max_by_key(|episode| (episode.created_at, std::cmp::Reverse(episode.id)));
             read.turn.episode_id = holder.map(|episode| episode.id);
             let readable =
                 read.turn.episode_id.is_some() || read.turn.turn_index > read.segmented_through;
@@ -200,8 +194,7 @@ fn split_rows(rows: Vec<FoundTurnRow>) -> (Vec<ReadTurn>, Vec<EpisodeSpan>) {
                 word_score,
                 vector_score,
             }),
-            // An episode without a time span holds no turn (the join on the span never matched
-            // one either).
+            // An episode without a time span holds no turn.
             FoundTurnRow {
                 conversation_id,
                 episode_id: Some(id),

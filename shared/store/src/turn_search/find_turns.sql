@@ -24,10 +24,10 @@
 --
 -- Only what the assistant may read (this statement reads the conversations that may be read and
 -- their episodes; the caller keeps the turns by them): a turn of a segment still open (past the
--- conversation's segmented_through), or one an episode holds. A closed segment's turn without an episode is
--- left out: its episode was forgotten, suppressed by a tombstone, trimmed or found inactive
--- (or it held greetings alone), and its lines must not come back through the turns. Nothing of
--- a conversation that is incognito now is read either.
+-- conversation's segmented_through), or one an episode holds. A closed segment's turn without an
+-- episode is left out: its episode was forgotten, suppressed by a tombstone, trimmed or found
+-- inactive (or it held greetings alone), and its lines must not come back through the turns.
+-- Nothing of a conversation that is incognito now is read either.
 WITH query AS (
     SELECT engram_any_word_query($3) AS words,
            ARRAY(SELECT lexeme FROM unnest(engram_search_words($3))) AS terms),
