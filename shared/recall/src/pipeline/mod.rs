@@ -9,7 +9,7 @@ mod render;
 mod search;
 mod turn_lines;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use engram_core::capacity::Scores;
@@ -22,6 +22,7 @@ use engram_core::{Category, ConversationId, Scope};
 use engram_store::memories::MemoryRecord;
 use engram_store::retrieval::{self as store, ReadTrace, RetrievalMetrics};
 use sqlx::PgPool;
+use tracing::Instrument as _;
 use uuid::Uuid;
 
 use crate::read_traces::ReadTraces;
@@ -40,6 +41,58 @@ struct RankingContext<'a> {
     speakers: &'a NamedSpeakers,
     /// The request's conversation, whose entries are preferred.
     conversation: Option<Uuid>,
+}
+
+/// How long each stage of one retrieval took, logged at debug under the target
+/// `engram_recall::stages` (each stage also opens a span of its own, `retrieval.*`, for a trace
+/// exporter): where a slow retrieval spent its time, without a profiler.
+#[derive(Debug, Default, Clone, Copy)]
+struct StageTimes {
+    /// Whether memory is on, and the space's size.
+    context: Duration,
+    /// The first legs, which run together: the entries' words (BM25), the query's embedding
+    /// and the stored turns' search, each from the start of the three to its own end.
+    words: Duration,
+    embed: Duration,
+    turns: Duration,
+    /// The entries' vector leg, which waits for the embedding, and the trigram fallback.
+    vector: Duration,
+    /// Fusion, loading what the legs did not, scores, MMR and the lines that answer.
+    rank: Duration,
+    /// The part of `rank` that loads what the legs did not.
+    load: Duration,
+    /// The Markdown within the token budget.
+    render: Duration,
+    /// The pending review, and handing the trace to its writer.
+    record: Duration,
+}
+
+impl StageTimes {
+    fn log(&self, total: Duration) {
+        let ms = |time: Duration| time.as_secs_f64() * 1000.0;
+        tracing::debug!(
+            target: "engram_recall::stages",
+            total_ms = ms(total),
+            context_ms = ms(self.context),
+            words_ms = ms(self.words),
+            embed_ms = ms(self.embed),
+            turns_ms = ms(self.turns),
+            vector_ms = ms(self.vector),
+            rank_ms = ms(self.rank),
+            load_ms = ms(self.load),
+            render_ms = ms(self.render),
+            record_ms = ms(self.record),
+            "retrieval stages"
+        );
+    }
+}
+
+/// Awaits `work`, adding the time it took to `time`.
+async fn timed<T>(time: &mut Duration, work: impl std::future::Future<Output = T>) -> T {
+    let started = Instant::now();
+    let value = work.await;
+    *time += started.elapsed();
+    value
 }
 
 pub const DEFAULT_EPISODIC_LIMIT: usize = 5;
@@ -262,7 +315,13 @@ impl Recall {
         stage: &mut &'static str,
     ) -> Result<Retrieval, RecallError> {
         let now = Utc::now();
-        let context = store::context(&self.reads, &request.scope, request.conversation).await?;
+        let mut times = StageTimes::default();
+        let context = timed(
+            &mut times.context,
+            store::context(&self.reads, &request.scope, request.conversation)
+                .instrument(tracing::info_span!("retrieval.context")),
+        )
+        .await?;
         *stage = "sparse";
         if !context.memory_enabled || context.incognito {
             let path = if context.incognito {
@@ -274,23 +333,40 @@ impl Recall {
             // cached score in the database.
             return Ok(empty_retrieval(path));
         }
-        let found = self.search(request, &context, stage).await?;
+        let found = self
+            .search(request, &context, stage, &mut times)
+            .instrument(tracing::info_span!("retrieval.search"))
+            .await?;
         let latency_embed_ms = found.latency_embed_ms;
         let served_by = found.served_by.clone();
         *stage = "load";
-        let (semantic, episodic) = self.rank(request, found, now).await?;
-        let rendering = request.clone();
-        let mut retrieval =
-            cpu_bound(move || render::render(semantic, episodic, &rendering, served_by, now)).await;
-        self.keep_track(
-            request,
-            &mut retrieval,
-            latency_embed_ms,
-            started,
-            now,
-            stage,
+        let (semantic, episodic) = timed(
+            &mut times.rank,
+            self.rank(request, found, now, &mut times.load)
+                .instrument(tracing::info_span!("retrieval.rank")),
         )
         .await?;
+        let rendering = request.clone();
+        let mut retrieval = timed(
+            &mut times.render,
+            cpu_bound(move || render::render(semantic, episodic, &rendering, served_by, now))
+                .instrument(tracing::info_span!("retrieval.render")),
+        )
+        .await;
+        timed(
+            &mut times.record,
+            self.keep_track(
+                request,
+                &mut retrieval,
+                latency_embed_ms,
+                started,
+                now,
+                stage,
+            )
+            .instrument(tracing::info_span!("retrieval.record")),
+        )
+        .await?;
+        times.log(started.elapsed());
         Ok(retrieval)
     }
 

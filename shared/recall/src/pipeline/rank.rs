@@ -16,11 +16,12 @@ use engram_core::speaker::NamedSpeakers;
 use engram_store::memories::MemoryRecord;
 use engram_store::retrieval::{self as store, LoadedCandidate};
 use engram_store::turn_search::FoundTurns;
+use tracing::Instrument as _;
 use uuid::Uuid;
 
 use super::search::Found;
 use super::turn_lines::{EpisodeEntry, LineGroup, answering_lines, episodes_to_show};
-use super::{RankedMemory, RankingContext, Recall, RetrieveRequest, cpu_bound};
+use super::{RankedMemory, RankingContext, Recall, RetrieveRequest, cpu_bound, timed};
 use crate::RecallError;
 
 impl Recall {
@@ -31,6 +32,7 @@ impl Recall {
         request: &RetrieveRequest,
         found: Found,
         now: DateTime<Utc>,
+        load_time: &mut std::time::Duration,
     ) -> Result<(Vec<RankedMemory>, Vec<EpisodeEntry>), RecallError> {
         let fused: Vec<Vec<Fused>> = found
             .legs
@@ -55,7 +57,12 @@ impl Recall {
             .copied()
             .collect();
         loaded.extend(
-            store::load_candidates(&self.reads, &request.scope, &missing, &headings).await?,
+            timed(
+                load_time,
+                store::load_candidates(&self.reads, &request.scope, &missing, &headings)
+                    .instrument(tracing::info_span!("retrieval.load")),
+            )
+            .await?,
         );
         let ranking = SectionsToRank {
             fused,

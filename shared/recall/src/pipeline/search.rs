@@ -13,7 +13,9 @@ use engram_store::retrieval::{
 use engram_store::turn_search::{self, FoundTurns, TurnSearch};
 use uuid::Uuid;
 
-use super::{Recall, RetrieveRequest, ServedBy, TurnVectors, elapsed_ms};
+use tracing::Instrument as _;
+
+use super::{Recall, RetrieveRequest, ServedBy, StageTimes, TurnVectors, elapsed_ms, timed};
 use crate::{RecallError, RecallSettings};
 
 /// The longest wait for the query's turn vector (microseconds with the local token vectors; a
@@ -125,6 +127,7 @@ impl Recall {
         request: &RetrieveRequest,
         context: &RetrievalContext,
         stage: &mut &'static str,
+        times: &mut StageTimes,
     ) -> Result<Found, RecallError> {
         let plan = SearchPlan::new(request, &self.settings);
         let mut fallback_reasons: Vec<String> = Vec::new();
@@ -134,9 +137,10 @@ impl Recall {
             latency_embed_ms,
             turns,
         } = self
-            .first_legs(request, &plan, &mut fallback_reasons)
+            .first_legs(request, &plan, &mut fallback_reasons, times)
             .await?;
         *stage = "vector";
+        let vector_started = Instant::now();
         let holding_episodes = turns.holding_episodes();
         let word_hits: Vec<Uuid> = sparse.iter().flatten().map(|(id, _)| *id).collect();
         let (dense, loaded) = self
@@ -147,6 +151,7 @@ impl Recall {
                 (&word_hits, &holding_episodes),
                 &mut fallback_reasons,
             )
+            .instrument(tracing::info_span!("retrieval.vector"))
             .await?;
         let sparse_hits = sparse.iter().map(Vec::len).sum();
         let mut legs: Vec<Legs> = sparse
@@ -173,6 +178,7 @@ impl Recall {
                 trigram_hits += legs.sparse.len();
             }
         }
+        times.vector = vector_started.elapsed();
         let below_floor = leave_out_below_floor(&mut legs, request.ranking.min_similarity);
         let counts = Counts {
             sparse_hits,
@@ -200,6 +206,7 @@ impl Recall {
         request: &RetrieveRequest,
         plan: &SearchPlan<'_>,
         fallback_reasons: &mut Vec<String>,
+        times: &mut StageTimes,
     ) -> Result<FirstLegs, RecallError> {
         let embedding_started = Instant::now();
         let embedding = async {
@@ -233,7 +240,20 @@ impl Recall {
             };
             turn_search::find_turns(&self.reads, &request.scope, &request.query, search).await
         };
-        let (sparse, embedding, turns) = tokio::join!(sparse, embedding, turns);
+        let (sparse, embedding, turns) = tokio::join!(
+            timed(
+                &mut times.words,
+                sparse.instrument(tracing::info_span!("retrieval.words"))
+            ),
+            timed(
+                &mut times.embed,
+                embedding.instrument(tracing::info_span!("retrieval.embed"))
+            ),
+            timed(
+                &mut times.turns,
+                turns.instrument(tracing::info_span!("retrieval.turns"))
+            ),
+        );
         let latency_embed_ms = embedding.as_ref().map(|_| elapsed_ms(embedding_started));
         let query_embedding = match embedding {
             Some(Ok(embedding)) => Some(embedding),
