@@ -160,9 +160,9 @@ pub fn date_tags(text: &str, said_at: DateTime<Utc>) -> Vec<String> {
     tags
 }
 
-/// All the patterns at once, to tell in one pass over a text whether any matches: most texts
-/// (every fact line a retrieval shows is resolved) name no relative day, and trying the patterns
-/// one by one read each such text once a pattern (issue 41).
+/// All the patterns at once, to tell in one pass over a text which match: most texts (every fact
+/// line a retrieval shows is resolved) name no relative day, and trying the patterns one by one
+/// read each such text once a pattern (issue 41).
 static ANY_PATTERN: LazyLock<RegexSet> = LazyLock::new(|| {
     RegexSet::new(PATTERNS.iter().map(|(pattern, _)| pattern.as_str()))
         .expect("valid date patterns")
@@ -170,13 +170,16 @@ static ANY_PATTERN: LazyLock<RegexSet> = LazyLock::new(|| {
 
 /// The relative dates of `text`, in the order they appear, resolved against `said_at`.
 pub fn resolve(text: &str, said_at: DateTime<Utc>) -> Vec<ResolvedDate> {
-    if !ANY_PATTERN.is_match(text) {
+    // Only the patterns that match somewhere are run for their captures, in the patterns' order:
+    // a text naming one day was read again by each of the others.
+    let matching = ANY_PATTERN.matches(text);
+    if !matching.matched_any() {
         return Vec::new();
     }
     let today = said_at.date_naive();
     let mut taken: Vec<(usize, usize)> = Vec::new();
     let mut found: Vec<(usize, ResolvedDate)> = Vec::new();
-    for (pattern, rule) in PATTERNS.iter() {
+    for (pattern, rule) in matching.iter().map(|index| &PATTERNS[index]) {
         for captures in pattern.captures_iter(text) {
             let whole = captures.get(0).expect("a match has its whole");
             let (start, end) = (whole.start(), whole.end());
