@@ -69,7 +69,8 @@ struct StageTimes {
 
 impl StageTimes {
     fn log(&self, total: Duration) {
-        let ms = |time: Duration| time.as_secs_f64() * 1000.0;
+        // Milliseconds to the microsecond: 95.161, not 95.16135200000001.
+        let ms = |time: Duration| (time.as_secs_f64() * 1e6).round() / 1e3;
         tracing::debug!(
             target: "engram_recall::stages",
             total_ms = ms(total),
