@@ -11,9 +11,8 @@ use engram_store::retrieval::{
     self as store, Bm25, DenseMethod, Hit, LoadedCandidate, RetrievalContext, SpaceFilter,
 };
 use engram_store::turn_search::{self, FoundTurns, TurnSearch};
-use uuid::Uuid;
-
 use tracing::Instrument as _;
+use uuid::Uuid;
 
 use super::{Recall, RetrieveRequest, ServedBy, StageTimes, TurnVectors, elapsed_ms, timed};
 use crate::{RecallError, RecallSettings};
