@@ -14,7 +14,7 @@ use engram_store::turn_search::{self, FoundTurns, TurnSearch};
 use tracing::Instrument as _;
 use uuid::Uuid;
 
-use super::{Recall, RetrieveRequest, ServedBy, StageTimes, TurnVectors, elapsed_ms, timed};
+use super::{Recall, RetrieveRequest, ServedBy, StageTimes, TurnVectors, timed};
 use crate::{RecallError, RecallSettings};
 
 /// The longest wait for the query's turn vector (microseconds with the local token vectors; a
@@ -207,7 +207,6 @@ impl Recall {
         fallback_reasons: &mut Vec<String>,
         times: &mut StageTimes,
     ) -> Result<FirstLegs, RecallError> {
-        let embedding_started = Instant::now();
         let embedding = async {
             match &self.embedder {
                 Some(embedder) if request.dense => Some(embedder.embed(&request.query).await),
@@ -253,7 +252,10 @@ impl Recall {
                 turns.instrument(tracing::info_span!("retrieval.turns"))
             ),
         );
-        let latency_embed_ms = embedding.as_ref().map(|_| elapsed_ms(embedding_started));
+        // The embedding's own time (its clock stopped with it, not with the slowest of the three).
+        let latency_embed_ms = embedding
+            .as_ref()
+            .map(|_| times.embed.as_secs_f32() * 1000.0);
         let query_embedding = match embedding {
             Some(Ok(embedding)) => Some(embedding),
             Some(Err(reason)) => {
