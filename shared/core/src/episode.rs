@@ -1580,6 +1580,44 @@ static HEADLINE_CLAUSE_BREAK: LazyLock<Regex> = LazyLock::new(|| {
     .expect("valid headline clause regex")
 });
 
+/// A sentence's clauses, parted at [`HEADLINE_CLAUSE_BREAK`] but not at a comma within a number
+/// ("18,000 euros" is one clause's words, not "18" and "000 euros"; the regex crate has no
+/// look-around to say so in the pattern).
+fn headline_clauses(text: &str) -> impl Iterator<Item = &str> {
+    let digit_at = |at: usize| {
+        text[at..]
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_digit())
+    };
+    let digit_before = |at: usize| {
+        text[..at]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_ascii_digit())
+    };
+    let mut breaks = HEADLINE_CLAUSE_BREAK
+        .find_iter(text)
+        .filter(move |found| {
+            !(found.as_str() == "," && digit_before(found.start()) && digit_at(found.end()))
+        })
+        .map(|found| (found.start(), found.end()));
+    let mut from = Some(0);
+    std::iter::from_fn(move || {
+        let start = from?;
+        match breaks.next() {
+            Some((end, next)) => {
+                from = Some(next);
+                Some(&text[start..end])
+            }
+            None => {
+                from = None;
+                Some(&text[start..])
+            }
+        }
+    })
+}
+
 /// What opens a clause without naming its topic: fillers, and its speaker as the subject ("so
 /// we've just", "Big news: I", "honestly I'm").
 static HEADLINE_OPENER: LazyLock<Regex> = LazyLock::new(|| {
@@ -1613,8 +1651,7 @@ fn headline(units: &[Unit<'_>], scores: &[f64], topic: &[String]) -> Option<Stri
     let (users, others): (Vec<_>, Vec<_>) =
         statements.partition(|(_, unit)| unit.role == SpeakerRole::User);
     users.into_iter().chain(others).find_map(|(_, unit)| {
-        HEADLINE_CLAUSE_BREAK
-            .split(unit.text)
+        headline_clauses(unit.text)
             .find(|clause| keyphrase_at(&word_keys(clause), topic).is_some())
             .and_then(|clause| headline_of_clause(clause, topic))
     })
@@ -2203,6 +2240,24 @@ mod tests {
         assert!(!draft.title.contains(','), "{}", draft.title);
         assert!(draft.title.contains("support group"), "{}", draft.title);
         assert!(!draft.title.contains("Caroline"), "{}", draft.title);
+    }
+
+    #[test]
+    fn a_number_with_a_thousands_comma_is_not_cut_into_a_title_fragment() {
+        let draft = extractive_episode(&[
+            user("We are finally renovating the kitchen this autumn."),
+            user("Our contractor is Bruno Silva, and the budget is 18,000 euros."),
+            assistant("I can help you track quotes against the 18,000 euro budget."),
+        ]);
+        assert!(!draft.title.starts_with("000"), "{}", draft.title);
+        assert_eq!(
+            headline_clauses("the budget is 18,000 euros, roughly").collect::<Vec<_>>(),
+            ["the budget is 18,000 euros", "roughly"]
+        );
+        assert_eq!(
+            headline_clauses("Kyoto, then Tokyo").collect::<Vec<_>>(),
+            ["Kyoto", "then Tokyo"]
+        );
     }
 
     #[test]
