@@ -5,7 +5,8 @@
 -- The note that it was returned is rewritten only when over $6 seconds older (the inactivity
 -- rule counts in days). The scores are written only when none are cached, the cached ones are
 -- over $7 seconds older than these, or their total is lower; with them go the total and time the
--- soft cap ranks by. An entry with neither due is not written at all. Rows another transaction
+-- soft cap ranks by, none of them an index key, so the update stays on its page (HOT) where there
+-- is room. An entry with neither due is not written at all. Rows another transaction
 -- holds (a concurrent batch, a writer's through the memories_retention_after_update trigger) are
 -- skipped, never waited for.
 WITH batch AS (

@@ -7,40 +7,35 @@
 WITH target AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::int8[])
         WITH ORDINALITY AS t(user_id, space, overage, position)),
+-- Each space's entries, read once through the index on the space (a score write changes no key
+-- of it, so retrieval rewrites scores in place; issue 41), then ranked here.
+space_entries AS MATERIALIZED (
+    SELECT t.position, r.memory_id AS id, r.created_at, r.importance, r.protected, r.last_total,
+           r.last_scored_at >= now() - make_interval(secs => $5) AS fresh
+    FROM target t JOIN memory_retention r ON r.user_id = t.user_id AND r.space = t.space),
+-- Entries without a cached score, or with one older than $5 seconds: scored afresh below.
 uncached AS (
-    SELECT t.position, u.id, u.created_at, u.importance, u.protected,
+    SELECT e.position, e.id, e.created_at, e.importance, e.protected,
            CASE WHEN u.decay_exponent < $6 THEN 0::float8 ELSE exp(u.decay_exponent) END AS recency
-    FROM target t CROSS JOIN LATERAL (
-        SELECT memory_id AS id, created_at, importance, protected
-        FROM memory_retention r WHERE r.user_id = t.user_id AND r.space = t.space
-          AND r.last_scored_at IS NULL
-        UNION ALL
-        SELECT memory_id, created_at, importance, protected
-        FROM memory_retention r WHERE r.user_id = t.user_id AND r.space = t.space
-          AND r.last_scored_at < now() - make_interval(secs => $5)
-        OFFSET 0) AS c
-      CROSS JOIN LATERAL (SELECT c.*,
-          -greatest(extract(epoch FROM now() - c.created_at)::float8, 0) / $4 AS decay_exponent) AS u),
-lowest_trimmable AS (
-    SELECT t.position, l.id, l.created_at, l.last_total
-    FROM target t CROSS JOIN LATERAL (
-        SELECT memory_id AS id, created_at, last_total FROM memory_retention r
-        WHERE r.user_id = t.user_id AND r.space = t.space AND NOT r.protected
-          AND r.last_scored_at >= now() - make_interval(secs => $5)
-        ORDER BY last_total, created_at, memory_id LIMIT t.overage) AS l),
-lowest_protected AS (
-    SELECT t.position, l.id, l.created_at, l.last_total
-    FROM target t CROSS JOIN LATERAL (
-        SELECT memory_id AS id, created_at, last_total FROM memory_retention r
-        WHERE r.user_id = t.user_id AND r.space = t.space AND r.protected
-          AND r.last_scored_at >= now() - make_interval(secs => $5)
-        ORDER BY last_total, created_at, memory_id LIMIT t.overage) AS l),
+    FROM space_entries e
+      CROSS JOIN LATERAL (SELECT
+          -greatest(extract(epoch FROM now() - e.created_at)::float8, 0) / $4 AS decay_exponent) AS u
+    WHERE e.fresh IS NOT TRUE),
+-- The lowest cached totals of each space, unprotected and protected apart, at most its overage
+-- of each.
+lowest_cached AS (
+    SELECT c.position, c.id, c.created_at, c.protected, c.last_total
+    FROM (SELECT e.*, row_number() OVER (PARTITION BY e.position, e.protected
+                                         ORDER BY e.last_total, e.created_at, e.id) AS place
+          FROM space_entries e WHERE e.fresh) AS c
+    JOIN target t ON t.position = c.position
+    WHERE c.place <= t.overage),
 ranked AS (
     SELECT position, id, protected, total,
            row_number() OVER (PARTITION BY position ORDER BY total, created_at, id) AS rank
     FROM (SELECT position, id, created_at, protected, recency + importance AS total FROM uncached
-          UNION ALL SELECT position, id, created_at, false, last_total FROM lowest_trimmable
-          UNION ALL SELECT position, id, created_at, true, last_total FROM lowest_protected) AS candidates),
+          UNION ALL SELECT position, id, created_at, protected, last_total FROM lowest_cached)
+         AS candidates),
 victims AS (
     SELECT r.position, r.id, r.total, r.rank
     FROM (SELECT *, row_number() OVER (PARTITION BY position ORDER BY rank) AS victim_rank
