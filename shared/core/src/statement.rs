@@ -164,7 +164,7 @@ static GOAL: LazyLock<RegexSet> = LazyLock::new(|| {
     set(&[
         r"(?i)\b(?:the|my|our)\s+(?:goal|aim|target|dream|ambition)\s+(?:is|was)\s+to\b",
         r"(?i)\bi'?m\s+(?:determined\s+to|hoping\s+to|aiming\s+(?:to|for)|working\s+towards?|saving\s+(?:up\s+)?for|training\s+for)\b",
-        r"(?i)\bi\s+(?:really\s+|still\s+|definitely\s+)?(?:want|hope|plan|intend|aim)\s+to\s+(?:learn|get|be|become|run|finish|start|save|lose|build|move|buy|visit|write|climb|pass|improve|speak|play|travel|retire|open|launch|read|cook)\b",
+        r"(?i)\bi\s+(?:(?:also|really|still|definitely|finally|now|even)\s+){0,2}(?:want|hope|plan|intend|aim)\s+to\s+(?:learn|get|be|become|run|finish|start|save|lose|build|move|buy|visit|write|climb|pass|improve|speak|play|travel|retire|open|launch|read|cook)\b",
         r"(?i)\b(?:long\s+term|eventually|in\s+the\s+long\s+run|within\s+(?:a|two|three|five)\s+years?)\b.{0,20}\bi'?d\s+(?:like|love)\s+to\b",
         r"(?:目标是|一定要(?:学会|考|做到|拿到|减)|争取|我的梦想|希望(?:能|今年|明年)|打算(?:今年|明年))",
     ])
@@ -216,13 +216,13 @@ static PREFERENCE: LazyLock<RegexSet> = LazyLock::new(|| {
 /// Who the speaker is and what they have: health, family, home, work, belongings.
 static PERSONAL: LazyLock<RegexSet> = LazyLock::new(|| {
     set(&[
-        r"(?i)\bi'?m\s+(?:(?:left|right)-handed|colou?r-?blind|diabetic|deaf|dyslexic|autistic|self-employed|freelance|freelancing|vegetarian|vegan|pescatarian|teetotal|an?\s+only\s+child|on\s+\d+\s*mg|on\s+(?:the\s+)?(?:night|day|early|late)\s+(?:rota|shift))\b",
+        r"(?i)\bi'?m\s+(?:(?:severely\s+|very\s+|mildly\s+)?allergic\s+to|(?:left|right)-handed|colou?r-?blind|diabetic|deaf|dyslexic|autistic|self-employed|freelance|freelancing|vegetarian|vegan|pescatarian|teetotal|an?\s+only\s+child|on\s+\d+\s*mg|on\s+(?:the\s+)?(?:night|day|early|late)\s+(?:rota|shift))\b",
         r"(?i)\bi(?:\s+have|'ve\s+got|\s+have\s+got|\s+got)\s+(?:type\s+\d|asthma|diabetes|coeliac|celiac|adhd|arthritis|epilepsy|migraines|eczema|a\s+(?:mild|bad|chronic|severe)\b|(?:a|one|two|three|four|five|six|\d+)\s+(?:\w+\s+){0,2}(?:kids?|children|sons?|daughters?|brothers?|sisters?|dogs?|cats?|fish|guppies|goldfish|hamsters?|rabbits?|guinea\s+pigs?|budgies?|parrots?|tortoises?|horses?|chickens?|apprentices|grandchildren|employees|flatmates|roommates))",
         // Daily habits: "I drink four coffees a day", "I smoke about ten a day".
         r"(?i)^i\s+(?:\w+\s+)?(?:drink|smoke|eat|vape)\b.{0,40}\b(?:a|per|every)\s+(?:day|week)\b",
         // Where one teaches or volunteers regularly.
         r"(?i)^i\s+(?:teach|volunteer|coach|lecture)\s+(?:\w+\s+){0,2}(?:at|for)\b",
-        r"(?i)^(?:my|our)\s+(?:wife|husband|partner|son|daughter|kids|children|mum|mom|dad|mother|father|parents|brother|sister|dog|cat|landlord|flat|house|mortgage|rent|car|laptop|boss|manager|job|office|team|doctor|gp)\b(?:'s|\s+\p{Lu}\p{L}+|\s+(?:is|are|was|works|lives|turns|has))",
+        r"(?i)^(?:my|our)\s+(?:wife|husband|partner|son|daughter|kids|children|mum|mom|dad|mother|father|parents|brother|sister|dog|cat|landlord|flat|house|mortgage|rent|car|laptop|boss|manager|job|office|team|doctor|gp|dentist|physio|physiotherapist|therapist|vet|coach|trainer|tutor|accountant|lawyer)\b(?:'s|\s+\p{Lu}\p{L}+|\s+(?:is|are|was|works|lives|turns|has))",
         r"(?i)\b(?:we|i)\s+(?:rent|own|live|have\s+lived)\b",
         r"(?i)\bi\s+work\s+(?:\w+\s+){0,2}(?:days|nights|shifts|part-time|full-time|remotely|from\s+home|weekends)\b",
         r"(?i)\b(?:we'?re|i'?m)\s+on\s+an?\s+(?:\w+\s+){0,2}(?:tariff|contract|visa|diet|plan|mortgage|lease|rate)\b",
@@ -391,6 +391,14 @@ mod tests {
             ("I broke my ankle skiing last winter.", Category::Experience),
             ("We adopted a rescue greyhound.", Category::Fact),
             ("I'm left-handed.", Category::Fact),
+            // An adverb between the speaker and the verb ("also", "still") is the same goal.
+            (
+                "I also want to run the Lisbon half marathon if the knee holds up.",
+                Category::Goal,
+            ),
+            // Who looks after the speaker, and what their body cannot take, are facts.
+            ("My physio is called Marta Lopes.", Category::Fact),
+            ("I'm allergic to ibuprofen.", Category::Fact),
             ("我老公是医生。", Category::Fact),
             ("我只喝黑咖啡。", Category::Preference),
         ] {
