@@ -538,7 +538,12 @@ fn record_path(result: &Result<Retrieval, RecallError>) {
 }
 
 fn elapsed_ms(since: Instant) -> f32 {
-    since.elapsed().as_secs_f32() * 1000.0
+    duration_ms(since.elapsed())
+}
+
+/// A duration in milliseconds, as `retrieval_metrics` keeps latencies.
+fn duration_ms(time: Duration) -> f32 {
+    time.as_secs_f32() * 1000.0
 }
 
 fn empty_retrieval(path: &str) -> Retrieval {

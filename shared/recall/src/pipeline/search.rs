@@ -14,7 +14,7 @@ use engram_store::turn_search::{self, FoundTurns, TurnSearch};
 use tracing::Instrument as _;
 use uuid::Uuid;
 
-use super::{Recall, RetrieveRequest, ServedBy, StageTimes, TurnVectors, timed};
+use super::{Recall, RetrieveRequest, ServedBy, StageTimes, TurnVectors, duration_ms, timed};
 use crate::{RecallError, RecallSettings};
 
 /// The longest wait for the query's turn vector (microseconds with the local token vectors; a
@@ -253,9 +253,7 @@ impl Recall {
             ),
         );
         // The embedding's own time (its clock stopped with it, not with the slowest of the three).
-        let latency_embed_ms = embedding
-            .as_ref()
-            .map(|_| times.embed.as_secs_f32() * 1000.0);
+        let latency_embed_ms = embedding.as_ref().map(|_| duration_ms(times.embed));
         let query_embedding = match embedding {
             Some(Ok(embedding)) => Some(embedding),
             Some(Err(reason)) => {
