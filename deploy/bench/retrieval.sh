@@ -34,13 +34,26 @@ pg_psql "$retrieval_db" \
 # the first run after a seed (or a restart) finds the buffers full of what the seed wrote last and the
 # p95 doubles. The tables and their indexes first go to the OS cache, then to Postgres' buffers as far
 # as they fit; the HNSW index is left out (a space's hundred vectors are searched exactly through the
-# scope index, as the service does, so the queries never read it).
+# scope index, as the service does, so the queries never read it). The tables' TOAST relations
+# (and their indexes) are loaded too: the turn blocks keep their vectors there. The stored turns
+# and their vectors go to the OS cache only: a retrieval reads closed turns from their blocks
+# (the turns themselves only for open segments, which this data set has none of), and loaded
+# into Postgres' buffers they would push out what the queries do read.
 if pg_psql "$retrieval_db" -c "CREATE EXTENSION IF NOT EXISTS pg_prewarm" >/dev/null 2>&1; then
     log "loading the benchmark's tables and indexes into memory"
     for mode in read buffer; do
-        pg_psql "$retrieval_db" -c "SELECT sum(pg_prewarm(c.oid, '$mode')) FROM pg_class c \
-            JOIN pg_namespace n ON n.oid = c.relnamespace LEFT JOIN pg_am am ON am.oid = c.relam \
-            WHERE n.nspname = 'public' AND c.relkind IN ('r', 'i', 't') AND am.amname IS DISTINCT FROM 'hnsw'" >/dev/null
+        pg_psql "$retrieval_db" -c "WITH public_relations AS ( \
+                SELECT c.oid, c.reltoastrelid FROM pg_class c \
+                JOIN pg_namespace n ON n.oid = c.relnamespace LEFT JOIN pg_am am ON am.oid = c.relam \
+                WHERE n.nspname = 'public' AND c.relkind IN ('r', 'i') AND am.amname IS DISTINCT FROM 'hnsw'), \
+            toast AS ( \
+                SELECT reltoastrelid AS oid FROM public_relations WHERE reltoastrelid <> 0 \
+                UNION ALL \
+                SELECT i.indexrelid FROM pg_index i JOIN public_relations r ON i.indrelid = r.reltoastrelid) \
+            SELECT sum(pg_prewarm(o.oid, '$mode')) FROM (SELECT oid FROM public_relations UNION ALL SELECT oid FROM toast) o \
+            WHERE '$mode' = 'read' OR NOT EXISTS (SELECT 1 FROM pg_index i WHERE i.indexrelid = o.oid \
+                      AND i.indrelid IN ('conversation_turns'::regclass, 'conversation_turn_embeddings'::regclass)) \
+                  AND o.oid NOT IN ('conversation_turns'::regclass, 'conversation_turn_embeddings'::regclass)" >/dev/null
     done
 fi
 

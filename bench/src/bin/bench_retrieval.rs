@@ -431,7 +431,7 @@ async fn seed_memories(
 ) -> anyhow::Result<()> {
     // A seed that failed halfway starts over (the pools are kept).
     sqlx::query(
-        "TRUNCATE conversation_turn_embeddings, conversation_turns, summarized_segments, \
+        "TRUNCATE conversation_turn_blocks, conversation_turn_embeddings, conversation_turns, summarized_segments, \
                   conversations, memory_embeddings, memories, spaces",
     )
     .execute(&mut *connection)

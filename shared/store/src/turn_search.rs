@@ -1,6 +1,7 @@
-//! The statement that searches the stored turns of a space (issue 38): Okapi BM25 over each
-//! turn's words and the nearest turn vectors, and the turns around the ones found, each with the
-//! episode that holds it.
+//! The search of the stored turns of a space (issue 38): Okapi BM25 over each turn's words and
+//! the nearest turn vectors, and the turns around the ones found, each with the episode that
+//! holds it. Postgres returns the space's turns (from their blocks, issue 41) and the service
+//! ranks them ([`scoring`]).
 //! Retrieval shows an assistant these lines verbatim, so the line that answers a question is
 //! read, not only a summary of the segment around it.
 
@@ -13,6 +14,8 @@ use uuid::Uuid;
 
 use crate::StoreError;
 use crate::retrieval::Bm25;
+
+mod scoring;
 
 /// A turn of a conversation, by its place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -85,8 +88,9 @@ impl FoundTurns {
     }
 }
 
-/// A row of `find_turns.sql`: a turn found or around one (`turn_index` set), or an episode of
+/// A row of `find_turns_reference.sql`: a turn found or around one (`turn_index` set), or an episode of
 /// one of their conversations (`episode_id` set).
+#[cfg(feature = "reference")]
 #[derive(sqlx::FromRow)]
 struct FoundTurnRow {
     conversation_id: Uuid,
@@ -165,6 +169,7 @@ fn hold_turns(turns: Vec<ReadTurn>, episodes: &[EpisodeSpan]) -> Vec<ReadTurn> {
     kept
 }
 
+#[cfg(feature = "reference")]
 /// Splits the statement's rows into the turns it read and the episodes of their conversations.
 fn split_rows(rows: Vec<FoundTurnRow>) -> (Vec<ReadTurn>, Vec<EpisodeSpan>) {
     let mut turns = Vec::with_capacity(rows.len());
@@ -216,42 +221,184 @@ fn split_rows(rows: Vec<FoundTurnRow>) -> (Vec<ReadTurn>, Vec<EpisodeSpan>) {
     (turns, episodes)
 }
 
-/// The space's turns that answer `query`, in one statement (`find_turns.sql`): Okapi BM25 over
-/// each turn's words (N, df and the average length are the space's turns'); where a word
-/// matched, the turns nearest the query's turn vector by an exact scan; and every turn found
-/// with `radius` turns either side, each with the episode that holds it. Only what the
-/// assistant may read comes back: turns of a segment still open, and turns an episode holds
-/// (an inactive one only with `include_inactive`). A closed segment's turn whose episode is gone
-/// (forgotten, suppressed, trimmed) is left out, as is every turn of a conversation that is
-/// incognito now; turns retention or ForgetConversation deleted are simply not there. A NaN
-/// score (a cosine against a zero vector) ranks nothing: it is dropped.
+/// A row of `read_turns.sql` (see its parts there).
+#[derive(sqlx::FromRow)]
+struct SpaceTurnsRow {
+    part: i32,
+    conversation_id: Option<Uuid>,
+    segmented_through: Option<i32>,
+    readable: Option<bool>,
+    terms: Option<Vec<String>>,
+    turn_indexes: Option<Vec<i32>>,
+    roles: Option<Vec<String>>,
+    contents: Option<Vec<String>>,
+    spoken_ats: Option<Vec<DateTime<Utc>>>,
+    search_lengths: Option<Vec<i32>>,
+    words: Option<String>,
+    vector_turns: Option<Vec<i32>>,
+    vector_models: Option<Vec<String>>,
+    vectors: Option<Vec<u8>>,
+    episode_id: Option<Uuid>,
+    start_at: Option<DateTime<Utc>>,
+    end_at: Option<DateTime<Utc>>,
+    created_at: Option<DateTime<Utc>>,
+}
+
+/// A conversation of the space: its closed range, and whether it may be read now.
+#[derive(Debug, Clone, Copy)]
+struct ConversationState {
+    segmented_through: i32,
+    readable: bool,
+}
+
+/// What `read_turns.sql` returned, sorted out.
+#[derive(Default)]
+struct SpaceRead {
+    terms: Vec<String>,
+    conversations: HashMap<Uuid, ConversationState>,
+    blocks: Vec<scoring::TurnBlock>,
+    episodes: Vec<EpisodeSpan>,
+}
+
+impl SpaceRead {
+    fn from_rows(rows: Vec<SpaceTurnsRow>) -> Self {
+        let mut read = SpaceRead::default();
+        for row in rows {
+            match (row.part, row.conversation_id) {
+                (0, _) => read.terms = row.terms.unwrap_or_default(),
+                (1, Some(conversation_id)) => {
+                    read.conversations.insert(
+                        conversation_id,
+                        ConversationState {
+                            segmented_through: row.segmented_through.unwrap_or(-1),
+                            readable: row.readable.unwrap_or(false),
+                        },
+                    );
+                }
+                (2 | 3, Some(conversation_id)) => read.blocks.push(scoring::TurnBlock {
+                    conversation_id,
+                    turn_indexes: row.turn_indexes.unwrap_or_default(),
+                    roles: row.roles.unwrap_or_default(),
+                    contents: row.contents.unwrap_or_default(),
+                    spoken_ats: row.spoken_ats.unwrap_or_default(),
+                    search_lengths: row.search_lengths.unwrap_or_default(),
+                    words: row.words.unwrap_or_default(),
+                    vector_turns: row.vector_turns.unwrap_or_default(),
+                    vector_models: row.vector_models.unwrap_or_default(),
+                    vectors: row.vectors.unwrap_or_default(),
+                }),
+                // An episode without a time span holds no turn.
+                (4, Some(conversation_id)) => {
+                    if let (Some(id), Some(start_at), Some(end_at), Some(created_at)) =
+                        (row.episode_id, row.start_at, row.end_at, row.created_at)
+                    {
+                        read.episodes.push(EpisodeSpan {
+                            id,
+                            conversation_id,
+                            start_at,
+                            end_at,
+                            created_at,
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+        read
+    }
+}
+
+/// The turns `found` and `radius` turns either side of each, once each, as read turns of the
+/// conversations that may be read (a neighbour no leg found has no scores).
+fn around_found(
+    space: &scoring::SpaceTurns,
+    conversations: &HashMap<Uuid, ConversationState>,
+    found: &[scoring::ScoredTurn],
+    radius: i32,
+) -> Vec<ReadTurn> {
+    let mut wanted: HashMap<TurnKey, (Option<f64>, Option<f64>)> = HashMap::new();
+    for hit in found {
+        for step in -radius..=radius {
+            let turn = TurnKey {
+                conversation_id: hit.turn.conversation_id,
+                turn_index: hit.turn.turn_index.saturating_add(step),
+            };
+            let scores = wanted.entry(turn).or_default();
+            if step == 0 {
+                *scores = (hit.word_score, hit.vector_score);
+            }
+        }
+    }
+    wanted
+        .into_iter()
+        .filter_map(|(turn, (word_score, vector_score))| {
+            let state = conversations.get(&turn.conversation_id)?;
+            if !state.readable {
+                return None;
+            }
+            let place = space.find(turn)?;
+            let block = space.block(place);
+            Some(ReadTurn {
+                turn: StoredTurn {
+                    conversation_id: turn.conversation_id,
+                    turn_index: turn.turn_index,
+                    role: block.roles.get(place.position)?.clone(),
+                    content: block.contents.get(place.position)?.clone(),
+                    spoken_at: *block.spoken_ats.get(place.position)?,
+                    episode_id: None,
+                },
+                segmented_through: state.segmented_through,
+                word_score,
+                vector_score,
+            })
+        })
+        .collect()
+}
+
+/// The space's turns that answer `query`: one statement (`read_turns.sql`) reads the space's
+/// turns (the closed ones from their blocks, a row per 32 turns of a conversation; the open
+/// segments' from the turns) with its conversations and episodes, and the service ranks them
+/// ([`scoring`]): Okapi BM25 over each turn's words (N, df and the average length are the
+/// space's turns'); where a word matched, the turns nearest the query's turn vector (cosine, the
+/// stored vectors at half precision); and every turn found with `radius` turns either side,
+/// each with the episode that holds it. Only what the assistant may read comes back: turns of a
+/// segment still open, and turns an episode holds (an inactive one only with
+/// `include_inactive`). A closed segment's turn whose episode is gone (forgotten, suppressed,
+/// trimmed) is left out, as is every turn of a conversation that is incognito now; turns
+/// retention or ForgetConversation deleted, or a redaction rewrote, are as the turns are now
+/// (the blocks are rebuilt in the transaction that changes them).
 pub async fn find_turns(
     pool: &PgPool,
     scope: &Scope,
     query: &str,
     search: TurnSearch<'_>,
 ) -> Result<FoundTurns, StoreError> {
-    let (model, vector) = match search.turn_vector {
-        Some((model, vector)) => (model, Some(pgvector::Vector::from(vector.to_vec()))),
-        None => ("", None),
-    };
-    let rows = sqlx::query_as::<_, FoundTurnRow>(include_str!("turn_search/find_turns.sql"))
+    let rows = sqlx::query_as::<_, SpaceTurnsRow>(include_str!("turn_search/read_turns.sql"))
         .bind(scope.user_id.as_uuid())
         .bind(scope.space.as_str())
         .bind(query)
-        .bind(search.bm25.k1)
-        .bind(search.bm25.b)
-        .bind(search.limit)
-        .bind(model)
-        .bind(vector)
-        .bind(search.radius)
+        .bind(search.turn_vector.is_some() && search.nearest_limit > 0)
         .bind(search.include_inactive)
-        .bind(search.nearest_limit)
         .fetch_all(pool)
         .await?;
-    let (turns, episodes) = split_rows(rows);
+    let read = SpaceRead::from_rows(rows);
+    let space = scoring::SpaceTurns::new(read.blocks);
+    let found = space.rank(&scoring::Ranking {
+        bm25: search.bm25,
+        terms: &read.terms,
+        turn_vector: search.turn_vector,
+        limit: usize::try_from(search.limit).unwrap_or(0),
+        nearest_limit: usize::try_from(search.nearest_limit).unwrap_or(0),
+    });
+    let around = around_found(&space, &read.conversations, &found, search.radius.max(0));
+    Ok(into_found(hold_turns(around, &read.episodes)))
+}
+
+/// The turns kept, as what the legs found: each turn's hits (a NaN score ranks nothing), and
+/// the turns in conversation order.
+fn into_found(kept: Vec<ReadTurn>) -> FoundTurns {
     let mut found = FoundTurns::default();
-    for read in hold_turns(turns, &episodes) {
+    for read in kept {
         let key = read.turn.key();
         let hit = |score: Option<f64>| {
             score
@@ -262,7 +409,49 @@ pub async fn find_turns(
         found.nearest.extend(hit(read.vector_score));
         found.stored.push(read.turn);
     }
-    Ok(found)
+    found
+}
+
+#[cfg(feature = "reference")]
+/// The reference the block search is checked against (the `reference` feature: tests only):
+/// the statement `find_turns` was before issue 41 moved the scoring into the service, which
+/// reads every turn row of the space and ranks in Postgres. The space's turns that answer
+/// `query`, in one statement (`find_turns_reference.sql`): Okapi BM25 over
+/// each turn's words (N, df and the average length are the space's turns'); where a word
+/// matched, the turns nearest the query's turn vector by an exact scan; and every turn found
+/// with `radius` turns either side, each with the episode that holds it. Only what the
+/// assistant may read comes back: turns of a segment still open, and turns an episode holds
+/// (an inactive one only with `include_inactive`). A closed segment's turn whose episode is gone
+/// (forgotten, suppressed, trimmed) is left out, as is every turn of a conversation that is
+/// incognito now; turns retention or ForgetConversation deleted are simply not there. A NaN
+/// score (a cosine against a zero vector) ranks nothing: it is dropped.
+pub async fn find_turns_reference(
+    pool: &PgPool,
+    scope: &Scope,
+    query: &str,
+    search: TurnSearch<'_>,
+) -> Result<FoundTurns, StoreError> {
+    let (model, vector) = match search.turn_vector {
+        Some((model, vector)) => (model, Some(pgvector::Vector::from(vector.to_vec()))),
+        None => ("", None),
+    };
+    let rows =
+        sqlx::query_as::<_, FoundTurnRow>(include_str!("turn_search/find_turns_reference.sql"))
+            .bind(scope.user_id.as_uuid())
+            .bind(scope.space.as_str())
+            .bind(query)
+            .bind(search.bm25.k1)
+            .bind(search.bm25.b)
+            .bind(search.limit)
+            .bind(model)
+            .bind(vector)
+            .bind(search.radius)
+            .bind(search.include_inactive)
+            .bind(search.nearest_limit)
+            .fetch_all(pool)
+            .await?;
+    let (turns, episodes) = split_rows(rows);
+    Ok(into_found(hold_turns(turns, &episodes)))
 }
 
 #[cfg(test)]

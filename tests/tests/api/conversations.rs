@@ -167,7 +167,11 @@ fn block_holding<'a>(markdown: &'a str, text: &str) -> &'a str {
 
 /// Appends each session (said `days` ago, a line a minute, the first speaker as the user and the
 /// second as the assistant, as the dev dialogs send two people) and closes it.
-async fn append_sessions(sandbox: &mut Sandbox, chat: &Chat, sessions: &[(i64, &[&str])]) {
+pub(crate) async fn append_sessions(
+    sandbox: &mut Sandbox,
+    chat: &Chat,
+    sessions: &[(i64, &[&str])],
+) {
     for &(days, lines) in sessions {
         let messages = lines
             .iter()
@@ -188,7 +192,7 @@ async fn append_sessions(sandbox: &mut Sandbox, chat: &Chat, sessions: &[(i64, &
 
 /// Waits until every turn up to `last_turn` is segmented (the rules may split a session), then
 /// until what was segmented is consolidated.
-async fn wait_until_segmented(sandbox: &mut Sandbox, chat: &Chat, last_turn: i32) {
+pub(crate) async fn wait_until_segmented(sandbox: &mut Sandbox, chat: &Chat, last_turn: i32) {
     let deadline = Instant::now() + Duration::from_secs(40);
     while chat.state(sandbox).await.segmented_through < last_turn {
         assert!(Instant::now() < deadline, "not segmented after 40 s");

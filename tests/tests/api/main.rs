@@ -31,5 +31,6 @@ mod schema;
 mod tls;
 mod traces;
 mod transfer;
+mod turn_blocks;
 mod validation;
 mod write_path;
