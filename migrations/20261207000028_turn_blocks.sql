@@ -83,21 +83,15 @@ AS $$
 $$;
 
 -- Rebuilds the given blocks (user, space, conversation, block; repeats allowed) from the turns
--- as they are: locks their conversations first (in key order, so two rebuilds never wait for
--- each other in a cycle), then deletes the blocks and writes again those that still hold a
--- closed turn. Each statement of a PL/pgSQL function takes a new snapshot, so the rows read
--- after the lock include whatever the lock waited for.
+-- as they are: deletes the blocks and writes again those that still hold a closed turn. The
+-- caller holds the conversations' row locks (the triggers below take them, or the update that
+-- fires them did); each statement of a PL/pgSQL function takes a new snapshot, so the rows read
+-- here include whatever that lock waited for.
 CREATE FUNCTION engram_rebuild_turn_blocks(p_users uuid[], p_spaces text[],
                                            p_conversations uuid[], p_blocks integer[])
 RETURNS void LANGUAGE plpgsql
 AS $function$
 BEGIN
-    PERFORM 1
-      FROM conversations c
-      JOIN (SELECT DISTINCT u, s, k FROM unnest(p_users, p_spaces, p_conversations) AS x(u, s, k)) x
-        ON c.user_id = x.u AND c.space = x.s AND c.conversation_id = x.k
-     ORDER BY c.user_id, c.space, c.conversation_id
-       FOR NO KEY UPDATE OF c;
     DELETE FROM conversation_turn_blocks b
      USING unnest(p_users, p_spaces, p_conversations, p_blocks) AS x(u, s, k, n)
      WHERE b.user_id = x.u AND b.space = x.s AND b.conversation_id = x.k AND b.block = x.n;
@@ -118,9 +112,10 @@ $function$;
 -- Turns or turn vectors changed: rebuild the blocks of the changed rows that are closed. The
 -- rows come from the statement's transition table (`changed`). An insert of turns past
 -- `segmented_through` (every append, which holds the conversation's lock already) touches no
--- block and takes no lock. Any other change locks the conversations first and only then reads
--- how far they are closed: a turn vector written while its segment closes is either seen by the
--- close's rebuild or finds its turn closed here.
+-- block and takes no lock. Any other change locks the conversations first (in key order, so two
+-- rebuilds never wait for each other in a cycle) and only then reads how far they are closed: a
+-- turn vector written while its segment closes is either seen by the close's rebuild or finds
+-- its turn closed here.
 CREATE FUNCTION conversation_turn_blocks_after_change() RETURNS trigger LANGUAGE plpgsql
 AS $function$
 DECLARE
@@ -129,14 +124,19 @@ DECLARE
     conversations uuid[];
     blocks integer[];
 BEGIN
-    IF NOT (TG_OP = 'INSERT' AND TG_TABLE_NAME = 'conversation_turns') THEN
-        PERFORM 1
-          FROM conversations c
-          JOIN (SELECT DISTINCT user_id, space, conversation_id FROM changed) n
-            ON c.user_id = n.user_id AND c.space = n.space AND c.conversation_id = n.conversation_id
-         ORDER BY c.user_id, c.space, c.conversation_id
-           FOR NO KEY UPDATE OF c;
+    IF TG_OP = 'INSERT' AND TG_TABLE_NAME = 'conversation_turns'
+       AND NOT EXISTS (SELECT 1 FROM changed n
+                       JOIN conversations c ON c.user_id = n.user_id AND c.space = n.space
+                                           AND c.conversation_id = n.conversation_id
+                       WHERE n.turn_index <= c.segmented_through) THEN
+        RETURN NULL;
     END IF;
+    PERFORM 1
+      FROM conversations c
+      JOIN (SELECT DISTINCT user_id, space, conversation_id FROM changed) n
+        ON c.user_id = n.user_id AND c.space = n.space AND c.conversation_id = n.conversation_id
+     ORDER BY c.user_id, c.space, c.conversation_id
+       FOR NO KEY UPDATE OF c;
     SELECT array_agg(n.user_id), array_agg(n.space), array_agg(n.conversation_id),
            array_agg(n.turn_index / 32)
       INTO users, spaces, conversations, blocks
