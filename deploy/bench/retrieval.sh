@@ -39,6 +39,15 @@ pg_psql "$retrieval_db" \
 # and their vectors go to the OS cache only: a retrieval reads closed turns from their blocks
 # (the turns themselves only for open segments, which this data set has none of), and loaded
 # into Postgres' buffers they would push out what the queries do read.
+# Postgres' buffers are emptied first (where pg_buffercache can, Postgres 18): after a seed they
+# hold what the seed wrote last, the HNSW index and the stored turns among it, which no query of
+# the benchmark reads; prewarming only adds pages where there is room, so those stayed and a
+# third of the turn blocks were read from the OS cache on every retrieval, as if after a restart
+# that left the buffers full of someone else's pages.
+if pg_psql "$retrieval_db" -c "CREATE EXTENSION IF NOT EXISTS pg_buffercache" >/dev/null 2>&1; then
+    pg_psql "$retrieval_db" -c "SELECT pg_buffercache_evict_all()" >/dev/null 2>&1 \
+        || log "could not empty Postgres' buffers (pg_buffercache_evict_all needs Postgres 18); prewarming over what they hold"
+fi
 if pg_psql "$retrieval_db" -c "CREATE EXTENSION IF NOT EXISTS pg_prewarm" >/dev/null 2>&1; then
     log "loading the benchmark's tables and indexes into memory"
     for mode in read buffer; do

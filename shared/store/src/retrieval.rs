@@ -3,8 +3,8 @@
 //! and what retrievals leave behind, written in batches. Every search is bound to one (user,
 //! space); a batched write carries each row's.
 
-use std::collections::HashMap;
-use std::collections::hash_map::Entry;
+use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use engram_core::capacity::Scores;
@@ -568,7 +568,11 @@ impl EntryTrace {
 /// The batch's notes that entries were returned and their new cached scores, in one update of
 /// each entry's retention row (`write_retention_traces.sql` decides which of the two are due).
 async fn write_retention_traces(pool: &PgPool, traces: &[ReadTrace]) -> Result<(), StoreError> {
-    let mut entries: HashMap<(Uuid, Uuid), (&str, EntryTrace)> = HashMap::new();
+    // In key order: the batch's index descents walk the primary key forwards, and concurrent
+    // batches (another replica's) take their row locks in the same order. A B-tree also grows
+    // without rehashing a whole table of a few hundred entries (fresh pages the kernel zeroed
+    // showed in the profile).
+    let mut entries: BTreeMap<(Uuid, Uuid), (&str, EntryTrace)> = BTreeMap::new();
     for trace in traces {
         let mut scores: HashMap<Uuid, &Scores> =
             trace.scores.iter().map(|(id, s)| (*id, s)).collect();
