@@ -225,9 +225,9 @@ pub async fn dense_search_kinds(
 ) -> Result<Vec<Vec<Hit>>, StoreError> {
     match method {
         DenseMethod::Exact => {
-            let (hits, _) =
-                exact_dense_search_loading(pool, filter, query_embedding, limit, &[], &[]).await?;
-            Ok(hits)
+            let found =
+                exact_search_loading(pool, filter, query_embedding, None, limit, &[], &[]).await?;
+            Ok(found.nearest)
         }
         DenseMethod::Approximate { ef_search } => {
             let query = Vector::from(query_embedding.to_vec());
@@ -245,20 +245,41 @@ struct NearestRow {
     candidate: LoadedCandidate,
     nearest_kind: Option<String>,
     nearest_score: Option<f64>,
+    words_kind: Option<String>,
+    words_score: Option<f64>,
 }
 
-/// The exact vector leg of every kind of `filter` (as [`dense_search_kinds`]), and in the same
-/// statement the rows a retrieval ranks: the nearest entries' and `load`'s with their embeddings
-/// (MMR compares them), `headings`' without (see [`load_candidates`]). One round trip after the
-/// query embedding, where a search and a load took two.
-pub async fn exact_dense_search_loading(
+/// What [`exact_search_loading`] found: each kind's word hits (none unless asked for) and
+/// nearest entries, best first in the order of `filter.kinds`, and the rows a retrieval ranks.
+#[derive(Debug, Default)]
+pub struct ExactSearch {
+    pub words: Vec<Vec<Hit>>,
+    pub nearest: Vec<Vec<Hit>>,
+    pub loaded: Vec<LoadedCandidate>,
+}
+
+/// The word leg searched in the exact search's statement: the query's text and the BM25
+/// parameters, as [`sparse_search_kinds`] takes them.
+#[derive(Debug, Clone, Copy)]
+pub struct WordsLeg<'a> {
+    pub query: &'a str,
+    pub bm25: Bm25,
+}
+
+/// The exact vector leg of every kind of `filter` (as [`dense_search_kinds`]), with `words`
+/// the word leg too (as [`sparse_search_kinds`], the same hits and scores), and in the same
+/// statement the rows a retrieval ranks: the hits' and `load`'s with their embeddings (MMR
+/// compares them), `headings`' without (see [`load_candidates`]). One round trip after the
+/// query embedding, and one pass over the space's entries for both legs.
+pub async fn exact_search_loading(
     pool: &PgPool,
     filter: &SpaceFilter<'_>,
     query_embedding: &[f32],
+    words: Option<WordsLeg<'_>>,
     limit: i64,
     load: &[Uuid],
     headings: &[Uuid],
-) -> Result<(Vec<Vec<Hit>>, Vec<LoadedCandidate>), StoreError> {
+) -> Result<ExactSearch, StoreError> {
     // The space's entries and its vectors are each read in one pass over their scope, and joined
     // by hashing: joined in the statement that reads them, the planner probed the vectors'
     // primary key once per entry and kind, four times the pages (issue 41). Each pass keeps where
@@ -273,15 +294,60 @@ pub async fn exact_dense_search_loading(
     // `load` alone; unscored, it would sort first). Ordering by the similarity (not by the
     // distance operator) keeps the planner off the HNSW index. The rows come unordered: the hits
     // are put in rank order below, and the candidates are looked up by id.
+    // The word leg is `sparse_search.sql` over the same pass of the space's entries ($11 the
+    // query's text, null for none; $12 k1, $13 b): its own statement read the space's rows a
+    // second time, a hundred buffers of a retrieval's five hundred (issue 41). `searched` is
+    // its corpus (every entry of the kinds asked, whatever the conversation or category), and
+    // only a searched entry's words are matched.
     let sql = concat!(
-        "WITH space_rows AS MATERIALIZED ( \
-             SELECT id, ctid AS row_at, \
-                    kind = ANY($4) AND invalid_at IS NULL \
-                    AND ($5::uuid IS NULL OR conversation_id = $5) \
-                    AND (($6::text[])[array_position($4::text[], kind::text)] IS NULL \
-                         OR category = ($6::text[])[array_position($4::text[], kind::text)]) \
-                    AND ($8 OR inactive_since IS NULL) AS eligible \
-             FROM memories WHERE user_id = $1 AND space = $2), \
+        "WITH query AS ( \
+             SELECT engram_any_word_query($11) AS words, \
+                    ARRAY(SELECT lexeme FROM unnest(engram_search_words($11))) AS terms), \
+         kind_filters AS ( \
+             SELECT * FROM unnest($4::text[], $6::text[]) AS f(kind, category)), \
+         space_rows AS MATERIALIZED ( \
+             SELECT m.id, m.ctid AS row_at, m.kind, m.conversation_id, m.category, m.search_length, \
+                    m.kind = ANY($4) AND m.invalid_at IS NULL \
+                    AND ($8 OR m.inactive_since IS NULL) AS searched, \
+                    m.kind = ANY($4) AND m.invalid_at IS NULL \
+                    AND ($5::uuid IS NULL OR m.conversation_id = $5) \
+                    AND (($6::text[])[array_position($4::text[], m.kind::text)] IS NULL \
+                         OR m.category = ($6::text[])[array_position($4::text[], m.kind::text)]) \
+                    AND ($8 OR m.inactive_since IS NULL) AS eligible, \
+                    CASE WHEN m.kind = ANY($4) AND m.invalid_at IS NULL \
+                              AND ($8 OR m.inactive_since IS NULL) \
+                              AND m.search_document @@ query.words \
+                         THEN m.search_document END AS matched_document \
+             FROM memories m, query WHERE m.user_id = $1 AND m.space = $2), \
+         corpus AS ( \
+             SELECT kind, count(*)::float8 AS documents, \
+                    coalesce(avg(search_length), 0)::float8 AS average_length \
+             FROM space_rows WHERE searched GROUP BY kind), \
+         postings AS ( \
+             SELECT e.id, e.kind, e.conversation_id, e.category, t.lexeme AS term, \
+                    cardinality(t.positions)::float8 AS frequency, e.search_length::float8 AS length \
+             FROM space_rows e CROSS JOIN LATERAL unnest(e.matched_document) AS t, query \
+             WHERE e.matched_document IS NOT NULL AND t.lexeme = ANY(query.terms)), \
+         document_frequency AS ( \
+             SELECT kind, term, count(*)::float8 AS df FROM postings GROUP BY kind, term), \
+         words_found AS MATERIALIZED ( \
+             SELECT id, kind, score FROM ( \
+                 SELECT id, kind, score, \
+                        row_number() OVER (PARTITION BY kind ORDER BY score DESC, id) AS rank \
+                 FROM ( \
+                     SELECT p.id, p.kind, \
+                            sum(ln(1 + (c.documents - d.df + 0.5) / (d.df + 0.5)) * p.frequency * ($12 + 1) \
+                                / (p.frequency + $12 * (1 - $13 + $13 * p.length \
+                                                        / greatest(c.average_length, 1))))::float8 \
+                                AS score \
+                     FROM postings p \
+                     JOIN document_frequency d USING (kind, term) \
+                     JOIN corpus c ON c.kind = p.kind \
+                     JOIN kind_filters f ON f.kind = p.kind \
+                     WHERE ($5::uuid IS NULL OR p.conversation_id = $5) \
+                       AND (f.category IS NULL OR p.category = f.category) \
+                     GROUP BY p.id, p.kind) AS scored) AS ranked \
+             WHERE rank <= $7), \
          similarity AS MATERIALIZED ( \
              SELECT memory_id AS id, kind, ctid AS vector_at, \
                     CASE WHEN kind = ANY($4) THEN (1 - (embedding <=> $3))::float8 END AS score \
@@ -295,16 +361,20 @@ pub async fn exact_dense_search_loading(
              WHERE rank <= $7), \
          wanted AS MATERIALIZED ( \
              SELECT r.row_at, n.kind AS nearest_kind, n.score AS nearest_score, \
+                    wf.kind AS words_kind, wf.score AS words_score, \
                     CASE WHEN n.id IS NOT NULL OR asked.loaded THEN s.vector_at END AS vector_at \
              FROM (SELECT id, bool_or(loaded) AS loaded \
                    FROM (SELECT id, false AS loaded FROM nearest \
+                         UNION ALL SELECT id, true FROM words_found \
                          UNION ALL SELECT unnest($9::uuid[]), true \
                          UNION ALL SELECT unnest($10::uuid[]), false) AS each_asked \
                    GROUP BY id) AS asked \
              JOIN space_rows r ON r.id = asked.id \
              LEFT JOIN nearest n ON n.id = asked.id \
+             LEFT JOIN words_found wf ON wf.id = asked.id \
              LEFT JOIN similarity s ON s.id = asked.id) \
-         SELECT m.*, v.embedding, w.nearest_kind, w.nearest_score FROM (SELECT ctid AS row_at, ",
+         SELECT m.*, v.embedding, w.nearest_kind, w.nearest_score, w.words_kind, w.words_score \
+         FROM (SELECT ctid AS row_at, ",
         memory_columns!(),
         " FROM memories WHERE ctid = ANY(ARRAY(SELECT row_at FROM wanted)) \
               AND user_id = $1 AND space = $2) m \
@@ -322,26 +392,36 @@ pub async fn exact_dense_search_loading(
         .bind(filter.include_inactive)
         .bind(load)
         .bind(headings)
+        .bind(words.map(|words| words.query))
+        .bind(words.map_or(0.0, |words| words.bm25.k1))
+        .bind(words.map_or(0.0, |words| words.bm25.b))
         .fetch_all(pool)
         .await?;
-    let mut hits = Vec::new();
-    let mut candidates = Vec::with_capacity(rows.len());
+    let mut nearest = Vec::new();
+    let mut word_hits = Vec::new();
+    let mut loaded = Vec::with_capacity(rows.len());
     for row in rows {
+        let id = row.candidate.record.id;
         if let (Some(kind), Some(score)) = (row.nearest_kind, row.nearest_score) {
-            hits.push(KindHitRow {
-                id: row.candidate.record.id,
-                kind,
-                score,
-            });
+            nearest.push(KindHitRow { id, kind, score });
         }
-        candidates.push(row.candidate);
+        if let (Some(kind), Some(score)) = (row.words_kind, row.words_score) {
+            word_hits.push(KindHitRow { id, kind, score });
+        }
+        loaded.push(row.candidate);
     }
-    let mut hits = hits_by_kind(filter, hits);
-    for kind in &mut hits {
-        // The statement's rank order: the most similar first, ties by id.
-        kind.sort_by(|(a_id, a), (b_id, b)| b.total_cmp(a).then_with(|| a_id.cmp(b_id)));
-    }
-    Ok((hits, candidates))
+    // Each leg's rank order: the highest score first, ties by id, as the statements rank.
+    let in_rank_order = |mut hits: Vec<Vec<Hit>>| {
+        for kind in &mut hits {
+            kind.sort_by(|(a_id, a), (b_id, b)| b.total_cmp(a).then_with(|| a_id.cmp(b_id)));
+        }
+        hits
+    };
+    Ok(ExactSearch {
+        words: in_rank_order(hits_by_kind(filter, word_hits)),
+        nearest: in_rank_order(hits_by_kind(filter, nearest)),
+        loaded,
+    })
 }
 
 /// [`dense_search_kinds`] of one kind.

@@ -289,3 +289,160 @@ async fn the_relevance_floor_leaves_unrelated_entries_out() {
         status.message()
     );
 }
+
+/// The exact search's statement searches the entries' words too when the retrieval has an
+/// embedding (one pass over the space's entries for both legs, issue 41). It must find what
+/// the word leg's own statement finds, with the same scores in the same order, leave the
+/// nearest entries as they were, and load every word hit with its vector (MMR compares them),
+/// over both kinds, a category, a conversation, inactive and superseded entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_exact_search_finds_the_word_hits_of_the_word_leg() {
+    use engram_core::MemoryKind;
+    use engram_store::retrieval::{
+        Bm25, SpaceFilter, WordsLeg, exact_search_loading, sparse_search_kinds,
+    };
+
+    let mut sandbox = Sandbox::start().await;
+    let mut rng = StdRng::seed_from_u64(41);
+    let target = new_scope("words");
+    let conversations = [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()];
+    let words = [
+        "garden", "tomatoes", "deploy", "thursday", "sister", "wedding", "paris", "train",
+        "allergy", "peanuts", "budget", "rent",
+    ];
+    let mut memories = Vec::new();
+    for i in 0..60usize {
+        let text = format!(
+            "note {i}: the {} and the {} {}",
+            words[i % words.len()],
+            words[(i * 7 + 3) % words.len()],
+            if i % 5 == 0 {
+                words[(i + 1) % words.len()]
+            } else {
+                "today"
+            },
+        );
+        let mut memory = if i % 3 == 0 {
+            crate::retrieval::episode(
+                &format!("e{i}"),
+                conversations[i % 2],
+                &format!("episode {i}"),
+                &text,
+                1.0 + i as f64,
+                0.1,
+                &[("user", text.as_str())],
+            )
+        } else {
+            let mut memory = fact(&format!("f{i}"), &text, 1.0 + i as f64);
+            memory.category = if i % 2 == 0 {
+                v1::Category::Preference
+            } else {
+                v1::Category::Fact
+            }
+            .into();
+            memory
+        };
+        memory.embedding = random_unit_vector(&mut rng);
+        memory.embedding_model = "synthetic".into();
+        memories.push(memory);
+    }
+    import(&mut sandbox, &target, memories).await;
+    // Entries the word leg leaves out unless asked: inactive and superseded.
+    sqlx::query(
+        "UPDATE memories SET inactive_since = now() \
+         WHERE user_id = $1::uuid AND id IN (SELECT id FROM memories WHERE user_id = $1::uuid \
+                                             ORDER BY id LIMIT 6)",
+    )
+    .bind(&target.user_id)
+    .execute(&sandbox.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "UPDATE memories SET invalid_at = now() \
+         WHERE user_id = $1::uuid AND id IN (SELECT id FROM memories WHERE user_id = $1::uuid \
+                                             ORDER BY id DESC LIMIT 4)",
+    )
+    .bind(&target.user_id)
+    .execute(&sandbox.pool)
+    .await
+    .unwrap();
+
+    let scope = Scope::parse("scope", &target.user_id, &target.space).unwrap();
+    let bm25 = Bm25 { k1: 1.2, b: 0.75 };
+    let both = |category: Option<&'static str>, conversation, include_inactive| SpaceFilter {
+        scope: &scope,
+        kinds: vec![
+            (MemoryKind::Semantic, category),
+            (MemoryKind::Episodic, None),
+        ],
+        conversation,
+        include_inactive,
+    };
+    let filters = [
+        both(None, None, false),
+        both(Some("preference"), None, false),
+        both(None, Some(conversations[0]), false),
+        both(None, None, true),
+    ];
+    let queries = [
+        "garden tomatoes",
+        "when is the wedding in paris",
+        "deploy on thursday today",
+        "peanuts",
+        "nothing here matches",
+    ];
+    let mut word_hits = 0;
+    for filter in &filters {
+        for text in queries {
+            let probe = random_unit_vector(&mut rng);
+            let alone = sparse_search_kinds(&sandbox.pool, filter, text, bm25, 8)
+                .await
+                .unwrap();
+            let vectors_alone =
+                exact_search_loading(&sandbox.pool, filter, &probe, None, 8, &[], &[])
+                    .await
+                    .unwrap();
+            let together = exact_search_loading(
+                &sandbox.pool,
+                filter,
+                &probe,
+                Some(WordsLeg { query: text, bm25 }),
+                8,
+                &[],
+                &[],
+            )
+            .await
+            .unwrap();
+            let what = format!("{text:?} over {filter:?}");
+            assert_eq!(together.words.len(), alone.len(), "{what}");
+            for (kind, (found, expected)) in together.words.iter().zip(&alone).enumerate() {
+                let ids = |hits: &[(uuid::Uuid, f64)]| hits.iter().map(|h| h.0).collect::<Vec<_>>();
+                assert_eq!(
+                    ids(found),
+                    ids(expected),
+                    "{what}, kind {kind}: the word hits"
+                );
+                for ((_, a), (_, b)) in found.iter().zip(expected) {
+                    assert!((a - b).abs() < 1e-9, "{what}: BM25 {a} against {b}");
+                }
+                word_hits += found.len();
+            }
+            assert_eq!(
+                together.nearest, vectors_alone.nearest,
+                "{what}: the nearest entries"
+            );
+            for (id, _) in together.words.iter().flatten() {
+                let loaded = together
+                    .loaded
+                    .iter()
+                    .find(|candidate| candidate.record.id == *id)
+                    .unwrap_or_else(|| panic!("{what}: word hit {id} not loaded"));
+                assert!(
+                    loaded.embedding.is_some(),
+                    "{what}: {id} without its vector"
+                );
+            }
+        }
+    }
+    assert!(word_hits > 40, "too few word hits to compare: {word_hits}");
+}

@@ -50,12 +50,14 @@ struct RankingContext<'a> {
 struct StageTimes {
     /// Whether memory is on, and the space's size.
     context: Duration,
-    /// The first legs, which run together: the entries' words (BM25), the query's embedding
-    /// and the stored turns' search, each from the start of the three to its own end.
+    /// The first legs, which run together: the entries' words (BM25; zero where the vector
+    /// leg's statement searches them), the query's embedding and the stored turns' search, each
+    /// from the start of the three to its own end.
     words: Duration,
     embed: Duration,
     turns: Duration,
-    /// The entries' vector leg, which waits for the embedding, and the trigram fallback.
+    /// The entries' vector leg, which waits for the embedding (with their words in a space
+    /// searched exactly), and the trigram fallback.
     vector: Duration,
     /// Fusion, loading what the legs did not, scores, MMR and the lines that answer.
     rank: Duration,

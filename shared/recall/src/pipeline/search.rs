@@ -99,10 +99,11 @@ impl<'a> SearchPlan<'a> {
     }
 }
 
-/// What the first legs found, searched together: the entries' words, the query's embedding and
-/// the stored turns that answer (both turn legs and the turns around them).
+/// What the first legs found, searched together: the entries' words (unless the exact vector
+/// leg's statement searches them, [`Recall::words_with_vectors`]), the query's embedding and the
+/// stored turns that answer (both turn legs and the turns around them).
 struct FirstLegs {
-    sparse: Vec<Vec<Hit>>,
+    sparse: Option<Vec<Vec<Hit>>>,
     query_embedding: Option<Arc<Vec<f32>>>,
     latency_embed_ms: Option<f32>,
     turns: FoundTurns,
@@ -136,18 +137,18 @@ impl Recall {
             latency_embed_ms,
             turns,
         } = self
-            .first_legs(request, &plan, &mut fallback_reasons, times)
+            .first_legs(request, context, &plan, &mut fallback_reasons, times)
             .await?;
         *stage = "vector";
         let vector_started = Instant::now();
         let holding_episodes = turns.holding_episodes();
-        let word_hits: Vec<Uuid> = sparse.iter().flatten().map(|(id, _)| *id).collect();
-        let (dense, loaded) = self
+        let (sparse, dense, loaded) = self
             .vector_legs(
+                request,
                 context,
                 &plan,
                 query_embedding.as_ref(),
-                (&word_hits, &holding_episodes),
+                (sparse, &holding_episodes),
                 &mut fallback_reasons,
             )
             .instrument(tracing::info_span!("retrieval.vector"))
@@ -203,6 +204,7 @@ impl Recall {
     async fn first_legs(
         &self,
         request: &RetrieveRequest,
+        context: &RetrievalContext,
         plan: &SearchPlan<'_>,
         fallback_reasons: &mut Vec<String>,
         times: &mut StageTimes,
@@ -213,13 +215,13 @@ impl Recall {
                 _ => None,
             }
         };
-        let sparse = store::sparse_search_kinds(
-            &self.reads,
-            &plan.filter,
-            &request.query,
-            plan.bm25,
-            plan.limit,
-        );
+        let words_with_vectors = self.words_with_vectors(request, context);
+        let sparse = async {
+            if words_with_vectors {
+                return Ok(None);
+            }
+            self.words_alone(request, plan).await.map(Some)
+        };
         // The stored turns that answer, whose lines the Markdown shows.
         let turns = async {
             if !plan.search_lines {
@@ -302,28 +304,73 @@ impl Recall {
         }
     }
 
-    /// The vector leg: the entries nearest the query embedding (exact for small spaces, HNSW for
-    /// large ones), and with the exact search, in the same statement, the rows of its hits and of
-    /// `(candidates, headings)` (see `store::exact_dense_search_loading`). A failed vector search
-    /// serves the sparse results.
+    /// The entries' words (BM25) in a statement of their own.
+    async fn words_alone(
+        &self,
+        request: &RetrieveRequest,
+        plan: &SearchPlan<'_>,
+    ) -> Result<Vec<Vec<Hit>>, RecallError> {
+        let hits = store::sparse_search_kinds(
+            &self.reads,
+            &plan.filter,
+            &request.query,
+            plan.bm25,
+            plan.limit,
+        )
+        .await?;
+        Ok(hits)
+    }
+
+    /// Whether the entries' words are searched in the exact vector leg's statement, which reads
+    /// the space's entries anyway, rather than in a statement of their own beside the query's
+    /// model pass: the space is small enough to be searched exactly and an embedding is on its
+    /// way. The words then wait for the embedding (a statement of about a millisecond after
+    /// it), and the space's entries are read once instead of twice (issue 41).
+    fn words_with_vectors(&self, request: &RetrieveRequest, context: &RetrievalContext) -> bool {
+        request.dense
+            && self.embedder.is_some()
+            && context.memory_count <= self.settings.exact_search_max_entries
+    }
+
+    /// The word leg, if the first legs left it to this statement, and the vector leg: the
+    /// entries nearest the query embedding (exact for small spaces, HNSW for large ones), and
+    /// with the exact search, in the same statement, the rows of their hits and of `headings`
+    /// (see `store::exact_search_loading`). A failed vector search serves the word hits.
     async fn vector_legs(
         &self,
+        request: &RetrieveRequest,
         context: &RetrievalContext,
         plan: &SearchPlan<'_>,
         embedding: Option<&Arc<Vec<f32>>>,
-        (candidates, headings): (&[Uuid], &[Uuid]),
+        (sparse, headings): (Option<Vec<Vec<Hit>>>, &[Uuid]),
         fallback_reasons: &mut Vec<String>,
-    ) -> Result<(Vec<Vec<Hit>>, Vec<LoadedCandidate>), RecallError> {
+    ) -> Result<(Vec<Vec<Hit>>, Vec<Vec<Hit>>, Vec<LoadedCandidate>), RecallError> {
+        let no_hits = || vec![Vec::new(); plan.kinds.len()];
         let Some(embedding) = embedding else {
-            return Ok((vec![Vec::new(); plan.kinds.len()], Vec::new()));
+            let sparse = match sparse {
+                Some(sparse) => sparse,
+                None => self.words_alone(request, plan).await?,
+            };
+            return Ok((sparse, no_hits(), Vec::new()));
         };
         let searched = if context.memory_count <= self.settings.exact_search_max_entries {
-            store::exact_dense_search_loading(
+            let words = sparse.is_none().then_some(store::WordsLeg {
+                query: &request.query,
+                bm25: plan.bm25,
+            });
+            let word_hits: Vec<Uuid> = sparse
+                .iter()
+                .flatten()
+                .flatten()
+                .map(|(id, _)| *id)
+                .collect();
+            store::exact_search_loading(
                 &self.reads,
                 &plan.filter,
                 embedding,
+                words,
                 plan.limit,
-                candidates,
+                &word_hits,
                 headings,
             )
             .await
@@ -333,14 +380,24 @@ impl Recall {
             };
             store::dense_search_kinds(&self.reads, &plan.filter, embedding, method, plan.limit)
                 .await
-                .map(|hits| (hits, Vec::new()))
+                .map(|nearest| store::ExactSearch {
+                    nearest,
+                    ..Default::default()
+                })
         };
         match searched {
-            Ok(found) => Ok(found),
+            Ok(found) => {
+                let sparse = sparse.unwrap_or(found.words);
+                Ok((sparse, found.nearest, found.loaded))
+            }
             Err(error) => {
                 tracing::warn!(error = %error, "vector search failed; serving sparse results only");
                 fallback_reasons.push("vector search failed".to_owned());
-                Ok((vec![Vec::new(); plan.kinds.len()], Vec::new()))
+                let sparse = match sparse {
+                    Some(sparse) => sparse,
+                    None => self.words_alone(request, plan).await?,
+                };
+                Ok((sparse, no_hits(), Vec::new()))
             }
         }
     }
