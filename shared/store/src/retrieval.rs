@@ -251,7 +251,7 @@ struct NearestRow {
 
 /// What [`exact_search_loading`] found: each kind's word hits (none unless asked for) and
 /// nearest entries, best first in the order of `filter.kinds`, and the rows a retrieval ranks.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ExactSearch {
     pub words: Vec<Vec<Hit>>,
     pub nearest: Vec<Vec<Hit>>,

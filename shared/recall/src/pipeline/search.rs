@@ -381,8 +381,9 @@ impl Recall {
             store::dense_search_kinds(&self.reads, &plan.filter, embedding, method, plan.limit)
                 .await
                 .map(|nearest| store::ExactSearch {
+                    words: no_hits(),
                     nearest,
-                    ..Default::default()
+                    loaded: Vec::new(),
                 })
         };
         match searched {
