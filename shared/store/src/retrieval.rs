@@ -130,7 +130,12 @@ pub async fn sparse_search_kinds(
     bm25: Bm25,
     limit: i64,
 ) -> Result<Vec<Vec<Hit>>, StoreError> {
-    let rows = sqlx::query_as::<_, KindHitRow>(include_str!("retrieval/sparse_search.sql"))
+    let sql = concat!(
+        include_str!("retrieval/sparse_search.sql"),
+        include_str!("retrieval/bm25_scores.sql"),
+        "SELECT id, kind, score FROM words_found ORDER BY kind, score DESC, id"
+    );
+    let rows = sqlx::query_as::<_, KindHitRow>(sql)
         .bind(filter.scope.user_id.as_uuid())
         .bind(filter.scope.space.as_str())
         .bind(query)
@@ -294,71 +299,44 @@ pub async fn exact_search_loading(
     // `load` alone; unscored, it would sort first). Ordering by the similarity (not by the
     // distance operator) keeps the planner off the HNSW index. The rows come unordered: the hits
     // are put in rank order below, and the candidates are looked up by id.
-    // The word leg is `sparse_search.sql` over the same pass of the space's entries ($11 the
-    // query's text, null for none; $12 k1, $13 b): its own statement read the space's rows a
-    // second time, a hundred buffers of a retrieval's five hundred (issue 41). `searched` is
-    // its corpus (every entry of the kinds asked, whatever the conversation or category), and
-    // only a searched entry's words are matched.
+    // The word leg is `bm25_scores.sql` over the same pass of the space's entries (its
+    // parameters numbered as `sparse_search.sql` numbers them; $3 the query's text, null for
+    // none): the word leg's own statement read the space's rows a second time, a hundred buffers
+    // of a retrieval's five hundred (issue 41). `searched` is its corpus (every entry of the
+    // kinds asked, whatever the conversation or category), and only a searched entry's words
+    // are matched. $11 is the query embedding, $12 `load`, $13 `headings`.
     let sql = concat!(
         "WITH query AS ( \
-             SELECT engram_any_word_query($11) AS words, \
-                    ARRAY(SELECT lexeme FROM unnest(engram_search_words($11))) AS terms), \
+             SELECT engram_any_word_query($3) AS words, \
+                    ARRAY(SELECT lexeme FROM unnest(engram_search_words($3))) AS terms), \
          kind_filters AS ( \
              SELECT * FROM unnest($4::text[], $6::text[]) AS f(kind, category)), \
-         space_rows AS MATERIALIZED ( \
+         space_entries AS MATERIALIZED ( \
              SELECT m.id, m.ctid AS row_at, m.kind, m.conversation_id, m.category, m.search_length, \
                     m.kind = ANY($4) AND m.invalid_at IS NULL \
-                    AND ($8 OR m.inactive_since IS NULL) AS searched, \
+                    AND ($10 OR m.inactive_since IS NULL) AS searched, \
                     m.kind = ANY($4) AND m.invalid_at IS NULL \
                     AND ($5::uuid IS NULL OR m.conversation_id = $5) \
                     AND (($6::text[])[array_position($4::text[], m.kind::text)] IS NULL \
                          OR m.category = ($6::text[])[array_position($4::text[], m.kind::text)]) \
-                    AND ($8 OR m.inactive_since IS NULL) AS eligible, \
+                    AND ($10 OR m.inactive_since IS NULL) AS eligible, \
                     CASE WHEN m.kind = ANY($4) AND m.invalid_at IS NULL \
-                              AND ($8 OR m.inactive_since IS NULL) \
+                              AND ($10 OR m.inactive_since IS NULL) \
                               AND m.search_document @@ query.words \
                          THEN m.search_document END AS matched_document \
-             FROM memories m, query WHERE m.user_id = $1 AND m.space = $2), \
-         corpus AS ( \
-             SELECT kind, count(*)::float8 AS documents, \
-                    coalesce(avg(search_length), 0)::float8 AS average_length \
-             FROM space_rows WHERE searched GROUP BY kind), \
-         postings AS ( \
-             SELECT e.id, e.kind, e.conversation_id, e.category, t.lexeme AS term, \
-                    cardinality(t.positions)::float8 AS frequency, e.search_length::float8 AS length \
-             FROM space_rows e CROSS JOIN LATERAL unnest(e.matched_document) AS t, query \
-             WHERE e.matched_document IS NOT NULL AND t.lexeme = ANY(query.terms)), \
-         document_frequency AS ( \
-             SELECT kind, term, count(*)::float8 AS df FROM postings GROUP BY kind, term), \
-         words_found AS MATERIALIZED ( \
-             SELECT id, kind, score FROM ( \
-                 SELECT id, kind, score, \
-                        row_number() OVER (PARTITION BY kind ORDER BY score DESC, id) AS rank \
-                 FROM ( \
-                     SELECT p.id, p.kind, \
-                            sum(ln(1 + (c.documents - d.df + 0.5) / (d.df + 0.5)) * p.frequency * ($12 + 1) \
-                                / (p.frequency + $12 * (1 - $13 + $13 * p.length \
-                                                        / greatest(c.average_length, 1))))::float8 \
-                                AS score \
-                     FROM postings p \
-                     JOIN document_frequency d USING (kind, term) \
-                     JOIN corpus c ON c.kind = p.kind \
-                     JOIN kind_filters f ON f.kind = p.kind \
-                     WHERE ($5::uuid IS NULL OR p.conversation_id = $5) \
-                       AND (f.category IS NULL OR p.category = f.category) \
-                     GROUP BY p.id, p.kind) AS scored) AS ranked \
-             WHERE rank <= $7), \
-         similarity AS MATERIALIZED ( \
+             FROM memories m, query WHERE m.user_id = $1 AND m.space = $2),\n",
+        include_str!("retrieval/bm25_scores.sql"),
+        ", similarity AS MATERIALIZED ( \
              SELECT memory_id AS id, kind, ctid AS vector_at, \
-                    CASE WHEN kind = ANY($4) THEN (1 - (embedding <=> $3))::float8 END AS score \
+                    CASE WHEN kind = ANY($4) THEN (1 - (embedding <=> $11))::float8 END AS score \
              FROM memory_embeddings WHERE user_id = $1 AND space = $2), \
          nearest AS MATERIALIZED ( \
              SELECT id, kind, score FROM ( \
                  SELECT s.id, s.kind, s.score, \
                         row_number() OVER (PARTITION BY s.kind ORDER BY s.score DESC, s.id) AS rank \
-                 FROM similarity s JOIN space_rows e ON e.id = s.id AND e.eligible \
+                 FROM similarity s JOIN space_entries e ON e.id = s.id AND e.eligible \
                  WHERE s.score IS NOT NULL) AS ranked \
-             WHERE rank <= $7), \
+             WHERE rank <= $9), \
          wanted AS MATERIALIZED ( \
              SELECT r.row_at, n.kind AS nearest_kind, n.score AS nearest_score, \
                     wf.kind AS words_kind, wf.score AS words_score, \
@@ -366,10 +344,10 @@ pub async fn exact_search_loading(
              FROM (SELECT id, bool_or(loaded) AS loaded \
                    FROM (SELECT id, false AS loaded FROM nearest \
                          UNION ALL SELECT id, true FROM words_found \
-                         UNION ALL SELECT unnest($9::uuid[]), true \
-                         UNION ALL SELECT unnest($10::uuid[]), false) AS each_asked \
+                         UNION ALL SELECT unnest($12::uuid[]), true \
+                         UNION ALL SELECT unnest($13::uuid[]), false) AS each_asked \
                    GROUP BY id) AS asked \
-             JOIN space_rows r ON r.id = asked.id \
+             JOIN space_entries r ON r.id = asked.id \
              LEFT JOIN nearest n ON n.id = asked.id \
              LEFT JOIN words_found wf ON wf.id = asked.id \
              LEFT JOIN similarity s ON s.id = asked.id) \
@@ -384,17 +362,17 @@ pub async fn exact_search_loading(
     let rows = sqlx::query_as::<_, NearestRow>(sql)
         .bind(filter.scope.user_id.as_uuid())
         .bind(filter.scope.space.as_str())
-        .bind(Vector::from(query_embedding.to_vec()))
+        .bind(words.map(|words| words.query))
         .bind(filter.kind_names())
         .bind(filter.conversation)
         .bind(filter.categories())
-        .bind(limit)
-        .bind(filter.include_inactive)
-        .bind(load)
-        .bind(headings)
-        .bind(words.map(|words| words.query))
         .bind(words.map_or(0.0, |words| words.bm25.k1))
         .bind(words.map_or(0.0, |words| words.bm25.b))
+        .bind(limit)
+        .bind(filter.include_inactive)
+        .bind(Vector::from(query_embedding.to_vec()))
+        .bind(load)
+        .bind(headings)
         .fetch_all(pool)
         .await?;
     let mut nearest = Vec::new();

@@ -9,7 +9,9 @@ use chrono::Utc;
 use engram_e2e::Sandbox;
 use engram_proto::v1;
 use engram_store::retrieval::Bm25;
-use engram_store::turn_search::{FoundTurns, TurnSearch, find_turns, find_turns_reference};
+use engram_store::turn_search::{
+    FoundTurns, TurnHit, TurnSearch, find_turns, find_turns_reference,
+};
 use uuid::Uuid;
 
 use crate::conversations::{Chat, append_sessions, user, wait_until_segmented};
@@ -71,31 +73,28 @@ async fn store_turn_vectors(sandbox: &Sandbox, scope: &v1::Scope) {
 /// precision of the stored vectors.
 fn assert_same(blocks: &FoundTurns, reference: &FoundTurns, what: &str) {
     assert_eq!(blocks.stored, reference.stored, "{what}: the turns shown");
-    let keys = |hits: &[engram_store::turn_search::TurnHit]| {
-        hits.iter().map(|hit| hit.turn).collect::<Vec<_>>()
-    };
-    assert_eq!(
-        keys(&blocks.hits),
-        keys(&reference.hits),
-        "{what}: word hits"
+    assert_same_hits(
+        &blocks.hits,
+        &reference.hits,
+        1e-9,
+        &format!("{what}: word hits"),
     );
-    for (ours, theirs) in blocks.hits.iter().zip(&reference.hits) {
-        assert!(
-            (ours.score - theirs.score).abs() < 1e-9,
-            "{what}: BM25 {} vs {}",
-            ours.score,
-            theirs.score
-        );
-    }
-    assert_eq!(
-        keys(&blocks.nearest),
-        keys(&reference.nearest),
-        "{what}: nearest turns"
+    assert_same_hits(
+        &blocks.nearest,
+        &reference.nearest,
+        2e-3,
+        &format!("{what}: nearest turns"),
     );
-    for (ours, theirs) in blocks.nearest.iter().zip(&reference.nearest) {
+}
+
+/// The same turns in the same order, with scores within `tolerance`.
+fn assert_same_hits(ours: &[TurnHit], theirs: &[TurnHit], tolerance: f64, what: &str) {
+    let keys = |hits: &[TurnHit]| hits.iter().map(|hit| hit.turn).collect::<Vec<_>>();
+    assert_eq!(keys(ours), keys(theirs), "{what}");
+    for (ours, theirs) in ours.iter().zip(theirs) {
         assert!(
-            (ours.score - theirs.score).abs() < 2e-3,
-            "{what}: cosine {} vs {}",
+            (ours.score - theirs.score).abs() < tolerance,
+            "{what}: score {} vs {}",
             ours.score,
             theirs.score
         );
